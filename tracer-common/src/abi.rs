@@ -1,0 +1,219 @@
+//! The kernel<->user ABI: map names, the per-IO ring record, the load-time config and
+//! the in-kernel aggregates. Everything is `#[repr(C)]`, widest fields first, no `bool`.
+
+/// Ring buffer carrying one [`IoEvent`] per completed IO.
+pub const MAP_EVENTS: &str = "EVENTS";
+/// Per-request state, keyed by the kernel's `struct request *`.
+pub const MAP_REQUESTS: &str = "REQUESTS";
+/// Per-device in-flight counters, keyed by kernel `dev_t`.
+pub const MAP_DEVICES: &str = "DEVICES";
+/// Exact per-(device, op) aggregates, kept even when ring records are dropped.
+pub const MAP_AGGREGATES: &str = "AGGREGATES";
+/// Per-CPU counters indexed by [`Counter`].
+pub const MAP_COUNTERS: &str = "COUNTERS";
+/// Devices to trace (key `dev_t`), used when [`ProbeConfig::filter_devices`] is 1.
+pub const MAP_DEVICE_FILTER: &str = "DEVICE_FILTER";
+/// Name of the global holding the [`ProbeConfig`].
+pub const GLOBAL_CONFIG: &str = "CONFIG";
+
+/// Program names (the eBPF function names), one per tracepoint.
+pub const PROGRAMS: [(&str, &str); 6] = [
+    ("blkprof_io_start", "block_io_start"),
+    ("blkprof_rq_issue", "block_rq_issue"),
+    ("blkprof_rq_requeue", "block_rq_requeue"),
+    ("blkprof_rq_merge", "block_rq_merge"),
+    ("blkprof_rq_complete", "block_rq_complete"),
+    ("blkprof_io_done", "block_io_done"),
+];
+
+/// Slots of the per-CPU counter array.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counter {
+    /// A completed IO whose ring record could not be reserved (ring full).
+    RingDrops = 0,
+    /// A request that could not be tracked because the request map was full.
+    RequestMapFull = 1,
+    /// A completion of a request whose submission was not seen (started before attach).
+    StartedBeforeAttach = 2,
+    /// A request whose aggregate slot could not be created (aggregate map full).
+    AggregateMapFull = 3,
+    /// Records written to the ring.
+    RecordsWritten = 4,
+}
+pub const COUNTER_SLOTS: u32 = 8;
+
+/// Kernel struct offsets and flag values, read from the running kernel's BTF at load
+/// time so that no kernel's layout is baked into the object.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProbeConfig {
+    /// `struct request` members.
+    pub rq_q: u32,
+    pub rq_sector: u32,
+    pub rq_data_len: u32,
+    pub rq_cmd_flags: u32,
+    pub rq_rq_flags: u32,
+    pub rq_start_time_ns: u32,
+    /// `struct request_queue::disk`.
+    pub q_disk: u32,
+    /// `struct gendisk::major` and `first_minor`.
+    pub disk_major: u32,
+    pub disk_first_minor: u32,
+    /// `RQF_IO_STAT` and `RQF_FLUSH_SEQ` masks (`enum rqf_flags`).
+    pub rqf_io_stat: u32,
+    pub rqf_flush_seq: u32,
+    /// `REQ_OP_FLUSH` and `REQ_OP_MASK`.
+    pub req_op_flush: u32,
+    pub req_op_mask: u32,
+    /// 1: trace only devices in [`MAP_DEVICE_FILTER`].
+    pub filter_devices: u32,
+}
+
+/// Kind of record (which kernel event closed the IO).
+pub const KIND_IO: u16 = 0;
+/// The block layer's own flush request (`flush_rq`), counted by the kernel in
+/// `blk_account_io_flush`; submitted by whoever triggered the flush machinery.
+pub const KIND_FLUSH_RQ: u16 = 1;
+
+/// `IoEvent::flags` bits.
+pub const EV_STARTED_BEFORE_ATTACH: u16 = 1 << 0;
+pub const EV_NEVER_ISSUED: u16 = 1 << 1;
+
+/// One completed IO, as the probe writes it to the ring buffer.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IoEvent {
+    /// When the request entered the OS queue (`rq->start_time_ns`, CLOCK_MONOTONIC).
+    pub enter_ns: u64,
+    /// When it was (last) issued to the driver; 0 if never issued.
+    pub issue_ns: u64,
+    /// When the device completed it.
+    pub complete_ns: u64,
+    /// First sector (512-byte units).
+    pub sector: u64,
+    /// Kernel `dev_t` of the whole disk: major << 20 | minor.
+    pub dev: u32,
+    /// Bytes completed.
+    pub bytes: u32,
+    /// Raw `blk_opf_t` (`rq->cmd_flags`); decoded in user space with the kernel's BTF.
+    pub cmd_flags: u32,
+    /// Process (tgid) that submitted the request, 0 if unknown.
+    pub pid: u32,
+    /// Requests issued to the device and not completed, at issue (this one included).
+    pub dev_inflight: u32,
+    /// Requests in the OS (queued or issued) and not completed, at issue (this one included).
+    pub os_inflight: u32,
+    /// `blk_status_t` at completion (0 = ok).
+    pub error: i32,
+    pub requeues: u16,
+    pub kind: u16,
+    pub flags: u16,
+    pub _pad: [u8; 6],
+    /// Command of the submitting task, NUL-padded.
+    pub comm: [u8; 16],
+}
+const _: () = assert!(core::mem::size_of::<IoEvent>() == 88);
+
+/// Number of log2 buckets in the in-kernel histograms.
+pub const HIST_BUCKETS: usize = 48;
+
+/// Key of [`MAP_AGGREGATES`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct AggKey {
+    pub dev: u32,
+    /// `cmd_flags & REQ_OP_MASK`, plus [`AGG_FLUSH_RQ`] for the block layer's flush requests.
+    pub op: u32,
+}
+pub const AGG_FLUSH_RQ: u32 = 1 << 16;
+
+/// Exact in-kernel aggregates for one (device, op).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Aggregate {
+    pub ios: u64,
+    pub bytes: u64,
+    /// Sum of (complete - enter) in ns, for the time-weighted queue size.
+    pub total_ns_sum: u64,
+    /// log2(bytes) buckets: bucket i counts sizes in [2^i, 2^(i+1)); 0 bytes go to bucket 0.
+    pub size_log2: [u64; HIST_BUCKETS],
+    /// log2(device latency ns) buckets (issue to complete).
+    pub device_latency_log2: [u64; HIST_BUCKETS],
+    /// log2(total latency ns) buckets (enter to complete).
+    pub total_latency_log2: [u64; HIST_BUCKETS],
+}
+impl Default for Aggregate {
+    fn default() -> Self {
+        Self {
+            ios: 0,
+            bytes: 0,
+            total_ns_sum: 0,
+            size_log2: [0; HIST_BUCKETS],
+            device_latency_log2: [0; HIST_BUCKETS],
+            total_latency_log2: [0; HIST_BUCKETS],
+        }
+    }
+}
+
+/// Per-device in-flight counters.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceState {
+    pub os_inflight: u64,
+    pub dev_inflight: u64,
+}
+
+/// Per-request state from submission to completion.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RequestState {
+    pub enter_ns: u64,
+    /// First sector, captured at issue (the kernel advances `__sector` as bytes complete).
+    pub sector: u64,
+    pub issue_ns: u64,
+    pub complete_ns: u64,
+    pub dev: u32,
+    pub bytes_done: u32,
+    pub pid: u32,
+    pub dev_inflight: u32,
+    pub os_inflight: u32,
+    pub error: i32,
+    pub requeues: u16,
+    pub flags: u16,
+    /// 1 while issued to the device (counted in `dev_inflight`).
+    pub issued: u8,
+    /// 1 while counted in the device's `os_inflight`.
+    pub in_os: u8,
+    pub _pad: [u8; 2],
+    pub comm: [u8; 16],
+}
+
+/// log2 bucket of `v`, clamped to the histogram.
+#[inline(always)]
+pub fn log2_bucket(v: u64) -> usize {
+    if v == 0 {
+        return 0;
+    }
+    let b = 63 - v.leading_zeros() as usize;
+    if b >= HIST_BUCKETS { HIST_BUCKETS - 1 } else { b }
+}
+
+/// Kernel `dev_t` (major << 20 | minor) to (major, minor).
+pub const fn dev_split(dev: u32) -> (u32, u32) {
+    (dev >> 20, dev & 0xfffff)
+}
+pub const fn dev_join(major: u32, minor: u32) -> u32 {
+    (major << 20) | (minor & 0xfffff)
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: plain-old-data repr(C) structs with explicit padding.
+    unsafe impl aya::Pod for super::ProbeConfig {}
+    unsafe impl aya::Pod for super::IoEvent {}
+    unsafe impl aya::Pod for super::AggKey {}
+    unsafe impl aya::Pod for super::Aggregate {}
+    unsafe impl aya::Pod for super::DeviceState {}
+    unsafe impl aya::Pod for super::RequestState {}
+}

@@ -1,0 +1,1037 @@
+//! The blkprof trace file format, version 1. Specified in `docs/trace-format.md`; this module
+//! is the one implementation of it, used by the tracer (writer) and the analyzer (reader).
+//!
+//! A file is a magic, then frames. Each frame carries a CRC-32 of its payload, so a file cut
+//! short (tracer killed, disk full) reads back up to its last whole frame, and corruption is
+//! detected and located rather than silently decoded.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::op::{Op, StatGroup, flags};
+
+pub const MAGIC: &[u8; 8] = b"BLKPTRC\0";
+pub const FORMAT_VERSION: u16 = 1;
+/// Largest frame payload a reader accepts (guards against a corrupt length).
+pub const MAX_FRAME_BYTES: u32 = 256 << 20;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum FrameKind {
+    Header = 1,
+    Records = 2,
+    Device = 3,
+    Stats = 4,
+    Trailer = 5,
+}
+
+impl FrameKind {
+    fn from_u8(v: u8) -> Option<FrameKind> {
+        Some(match v {
+            1 => FrameKind::Header,
+            2 => FrameKind::Records,
+            3 => FrameKind::Device,
+            4 => FrameKind::Stats,
+            5 => FrameKind::Trailer,
+            _ => return None,
+        })
+    }
+}
+
+/// One traced block device.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceInfo {
+    pub name: String,
+    pub major: u32,
+    pub minor: u32,
+    pub logical_block_size: u32,
+}
+
+impl DeviceInfo {
+    pub fn dev(&self) -> u32 {
+        crate::dev_join(self.major, self.minor)
+    }
+}
+
+/// The user's filters, as given.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Filters {
+    pub devices: Vec<String>,
+    pub pids: Vec<u32>,
+    pub comms: Vec<String>,
+    pub ops: Vec<String>,
+}
+
+/// A /proc/diskstats line, with the monotonic time it was read at.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiskStats {
+    pub name: String,
+    pub major: u32,
+    pub minor: u32,
+    pub at_ns: u64,
+    pub read_ios: u64,
+    pub read_merges: u64,
+    pub read_sectors: u64,
+    pub read_ms: u64,
+    pub write_ios: u64,
+    pub write_merges: u64,
+    pub write_sectors: u64,
+    pub write_ms: u64,
+    pub in_flight: u64,
+    pub io_ms: u64,
+    pub weighted_ms: u64,
+    pub discard_ios: u64,
+    pub discard_merges: u64,
+    pub discard_sectors: u64,
+    pub discard_ms: u64,
+    pub flush_ios: u64,
+    pub flush_ms: u64,
+}
+
+impl DiskStats {
+    /// (ios, bytes) of one stat group.
+    pub fn group(&self, g: StatGroup) -> (u64, u64) {
+        match g {
+            StatGroup::Read => (self.read_ios, self.read_sectors * 512),
+            StatGroup::Write => (self.write_ios, self.write_sectors * 512),
+            StatGroup::Discard => (self.discard_ios, self.discard_sectors * 512),
+            StatGroup::Flush => (self.flush_ios, 0),
+        }
+    }
+}
+
+/// Exact in-kernel aggregate of one (device, op), as snapshotted by the tracer.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AggregateSnapshot {
+    pub major: u32,
+    pub minor: u32,
+    pub op: Option<Op>,
+    /// The block layer's own flush request.
+    pub flush_rq: bool,
+    pub ios: u64,
+    pub bytes: u64,
+    pub total_ns_sum: u64,
+    pub size_log2: Vec<u64>,
+    pub device_latency_log2: Vec<u64>,
+    pub total_latency_log2: Vec<u64>,
+}
+
+impl AggregateSnapshot {
+    pub fn group(&self) -> StatGroup {
+        StatGroup::of(self.op.unwrap_or(Op::Other), if self.flush_rq { flags::FLUSH_RQ } else { 0 })
+    }
+}
+
+/// Per-program kernel statistics (`bpf_prog_info`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProgramStats {
+    pub name: String,
+    pub run_cnt: u64,
+    pub run_time_ns: u64,
+    /// Runs the kernel skipped (BPF recursion protection): IOs possibly missed.
+    pub recursion_misses: u64,
+}
+
+/// The probe's loss and health counters (cumulative since attach).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProbeCounters {
+    /// Records lost because the ring buffer was full (aggregates still counted them).
+    pub ring_drops: u64,
+    /// Requests not tracked because the in-kernel request map was full.
+    pub request_map_full: u64,
+    /// Completions of requests submitted before the tracer attached.
+    pub started_before_attach: u64,
+    pub aggregate_map_full: u64,
+    pub records_written: u64,
+    pub programs: Vec<ProgramStats>,
+}
+
+impl ProbeCounters {
+    pub fn recursion_misses(&self) -> u64 {
+        self.programs.iter().map(|p| p.recursion_misses).sum()
+    }
+}
+
+/// The first frame: describes the run.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TraceHeader {
+    pub format_version: u16,
+    pub tracer_version: String,
+    pub host: String,
+    pub kernel: String,
+    /// Wall-clock time (Unix epoch, ns) at `monotonic_base_ns`.
+    pub wall_clock_start_ns: i64,
+    /// CLOCK_MONOTONIC at the start; all record times are on this clock.
+    pub monotonic_base_ns: u64,
+    pub devices: Vec<DeviceInfo>,
+    pub filters: Filters,
+    pub interval_ms: u64,
+    pub ring_bytes: u64,
+    /// Position of this file in a rotated series (0 for the first or only file).
+    pub sequence: u32,
+    pub diskstats_start: Vec<DiskStats>,
+    pub aggregates_start: Vec<AggregateSnapshot>,
+    pub counters_start: ProbeCounters,
+}
+
+/// Periodic counters, so a file cut short still knows its losses up to its last frame.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatsFrame {
+    pub at_ns: u64,
+    pub counters: ProbeCounters,
+    pub records_in_file: u64,
+    pub filtered_out: u64,
+}
+
+/// The last frame: how the run ended.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TraceTrailer {
+    pub wall_clock_end_ns: i64,
+    pub monotonic_end_ns: u64,
+    /// "duration", "signal", "rotation", "disk-full", "error".
+    pub reason: String,
+    pub diskstats_end: Vec<DiskStats>,
+    pub aggregates_end: Vec<AggregateSnapshot>,
+    pub counters_end: ProbeCounters,
+    /// Records stored in this file.
+    pub records_in_file: u64,
+    /// Records received but not stored because of --pid/--comm/--op filters.
+    pub filtered_out: u64,
+}
+
+/// One IO as stored in (and decoded from) a trace file.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IoRecord {
+    /// CLOCK_MONOTONIC ns at completion.
+    pub complete_ns: u64,
+    /// When it entered the OS queue.
+    pub enter_ns: u64,
+    /// When it was issued to the device; 0 if never issued.
+    pub issue_ns: u64,
+    /// First sector (512-byte units).
+    pub sector: u64,
+    pub bytes: u32,
+    /// Submitting process; with `task` naming its comm.
+    pub pid: u32,
+    /// Index into the reader's task table ([`TraceReader::tasks`]); ignored by the writer.
+    pub task: u32,
+    pub dev_inflight: u32,
+    pub os_inflight: u32,
+    pub error: i32,
+    /// major << 20 | minor.
+    pub dev: u32,
+    pub requeues: u16,
+    /// [`flags`] bits.
+    pub flags: u16,
+    pub op: Op,
+}
+
+impl Default for Op {
+    fn default() -> Self {
+        Op::Read
+    }
+}
+
+impl IoRecord {
+    pub fn total_ns(&self) -> u64 {
+        self.complete_ns.saturating_sub(self.enter_ns)
+    }
+    pub fn device_ns(&self) -> u64 {
+        if self.issue_ns == 0 { 0 } else { self.complete_ns.saturating_sub(self.issue_ns) }
+    }
+    pub fn stat_group(&self) -> StatGroup {
+        StatGroup::of(self.op, self.flags)
+    }
+}
+
+/// A (pid, comm) pair.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Task {
+    pub pid: u32,
+    pub comm: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum FormatError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error("{path}: not a blkprof trace file (bad magic)")]
+    NotATrace { path: PathBuf },
+    #[error("{path}: trace format version {found} is not supported (this build reads version {FORMAT_VERSION}); use a newer blkprof")]
+    UnknownVersion { path: PathBuf, found: u16 },
+    #[error("{path}: corrupt frame {frame} at byte {offset}: {reason}")]
+    Corrupt { path: PathBuf, frame: u64, offset: u64, reason: String },
+    #[error("{path}: the file does not start with a header frame")]
+    NoHeader { path: PathBuf },
+}
+
+// ---------------------------------------------------------------- varints
+
+#[inline]
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+#[inline]
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+#[inline]
+fn unzigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+struct Cursor<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl Cursor<'_> {
+    #[inline]
+    fn varint(&mut self) -> Option<u64> {
+        let mut v = 0u64;
+        let mut shift = 0;
+        loop {
+            let b = *self.buf.get(self.pos)?;
+            self.pos += 1;
+            v |= u64::from(b & 0x7f) << shift;
+            if b < 0x80 {
+                return Some(v);
+            }
+            shift += 7;
+            if shift > 63 {
+                return None;
+            }
+        }
+    }
+    fn bytes(&mut self, n: usize) -> Option<&[u8]> {
+        let s = self.buf.get(self.pos..self.pos.checked_add(n)?)?;
+        self.pos += n;
+        Some(s)
+    }
+}
+
+// ---------------------------------------------------------------- writer
+
+/// Records per chunk before it is compressed and written.
+pub const DEFAULT_CHUNK_RECORDS: usize = 65536;
+
+/// Streams a trace file. Frames are written whole; call [`TraceWriter::flush_chunk`] to bound
+/// what a SIGKILL can lose.
+pub struct TraceWriter {
+    path: PathBuf,
+    out: BufWriter<File>,
+    raw: Vec<u8>,
+    count: u32,
+    base_ns: u64,
+    prev_complete: u64,
+    prev_end_sector: u64,
+    devs: Vec<u32>,
+    dev_index: HashMap<u32, u32>,
+    tasks: Vec<(u32, [u8; 16])>,
+    task_index: HashMap<(u32, [u8; 16]), u32>,
+    body: Vec<u8>,
+    records_in_file: u64,
+    bytes_written: u64,
+    compression_level: i32,
+}
+
+impl TraceWriter {
+    pub fn create(path: &Path, header: &TraceHeader) -> Result<TraceWriter, FormatError> {
+        let io_err = |source| FormatError::Io { path: path.to_owned(), source };
+        let file = File::create(path).map_err(io_err)?;
+        let mut w = TraceWriter {
+            path: path.to_owned(),
+            out: BufWriter::with_capacity(1 << 20, file),
+            raw: Vec::with_capacity(1 << 20),
+            count: 0,
+            base_ns: 0,
+            prev_complete: 0,
+            prev_end_sector: 0,
+            devs: Vec::new(),
+            dev_index: HashMap::new(),
+            tasks: Vec::new(),
+            task_index: HashMap::new(),
+            body: Vec::with_capacity(1 << 20),
+            records_in_file: 0,
+            bytes_written: 0,
+            compression_level: 3,
+        };
+        let mut start = Vec::with_capacity(12);
+        start.extend_from_slice(MAGIC);
+        start.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        start.extend_from_slice(&0u16.to_le_bytes());
+        w.out.write_all(&start).map_err(io_err)?;
+        w.bytes_written += start.len() as u64;
+        let mut header = header.clone();
+        header.format_version = FORMAT_VERSION;
+        w.write_json(FrameKind::Header, &header)?;
+        Ok(w)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Bytes written to the file so far (frames flushed to the OS or buffered).
+    pub fn bytes_written(&self) -> u64 {
+        self.bytes_written
+    }
+
+    pub fn records_in_file(&self) -> u64 {
+        self.records_in_file
+    }
+
+    /// Records buffered in the current chunk.
+    pub fn pending(&self) -> u32 {
+        self.count
+    }
+
+    fn io_err(&self, source: io::Error) -> FormatError {
+        FormatError::Io { path: self.path.clone(), source }
+    }
+
+    fn write_frame(&mut self, kind: FrameKind, payload: &[u8]) -> Result<(), FormatError> {
+        let len = u32::try_from(payload.len()).map_err(|_| {
+            self.io_err(io::Error::new(io::ErrorKind::InvalidInput, "frame larger than 4 GiB"))
+        })?;
+        let mut head = [0u8; 12];
+        head[0] = kind as u8;
+        head[4..8].copy_from_slice(&len.to_le_bytes());
+        head[8..12].copy_from_slice(&crc32fast::hash(payload).to_le_bytes());
+        let r = self.out.write_all(&head).and_then(|()| self.out.write_all(payload));
+        r.map_err(|e| self.io_err(e))?;
+        self.bytes_written += 12 + payload.len() as u64;
+        Ok(())
+    }
+
+    fn write_json<T: Serialize>(&mut self, kind: FrameKind, v: &T) -> Result<(), FormatError> {
+        let json = serde_json::to_vec(v).map_err(|e| self.io_err(io::Error::other(e)))?;
+        self.write_frame(kind, &json)
+    }
+
+    /// Append one IO. `comm` is the submitting task's NUL-padded command.
+    pub fn push(&mut self, r: &IoRecord, comm: &[u8; 16]) -> Result<(), FormatError> {
+        if self.count == 0 {
+            self.base_ns = r.complete_ns;
+            self.prev_complete = r.complete_ns;
+            self.prev_end_sector = 0;
+        }
+        let dev_idx = match self.dev_index.get(&r.dev) {
+            Some(&i) => i,
+            None => {
+                let i = self.devs.len() as u32;
+                self.devs.push(r.dev);
+                self.dev_index.insert(r.dev, i);
+                i
+            }
+        };
+        let task_idx = match self.task_index.get(&(r.pid, *comm)) {
+            Some(&i) => i,
+            None => {
+                let i = self.tasks.len() as u32;
+                self.tasks.push((r.pid, *comm));
+                self.task_index.insert((r.pid, *comm), i);
+                i
+            }
+        };
+        let mut fl = r.flags & !(flags::HAS_ERROR | flags::REQUEUED);
+        if r.error != 0 {
+            fl |= flags::HAS_ERROR;
+        }
+        if r.requeues != 0 {
+            fl |= flags::REQUEUED;
+        }
+        if r.issue_ns == 0 {
+            fl |= flags::NEVER_ISSUED;
+        }
+        let b = &mut self.raw;
+        put_varint(b, u64::from(r.op as u8) | (u64::from(fl) << 4));
+        put_varint(b, zigzag(r.complete_ns.wrapping_sub(self.prev_complete) as i64));
+        if fl & flags::NEVER_ISSUED == 0 {
+            put_varint(b, r.complete_ns.saturating_sub(r.issue_ns));
+            put_varint(b, r.issue_ns.saturating_sub(r.enter_ns));
+        } else {
+            put_varint(b, r.complete_ns.saturating_sub(r.enter_ns));
+        }
+        put_varint(b, u64::from(dev_idx));
+        put_varint(b, zigzag(r.sector.wrapping_sub(self.prev_end_sector) as i64));
+        let size = if r.bytes % 512 == 0 { u64::from(r.bytes / 512) << 1 } else { (u64::from(r.bytes) << 1) | 1 };
+        put_varint(b, size);
+        put_varint(b, u64::from(task_idx));
+        put_varint(b, u64::from(r.dev_inflight));
+        put_varint(b, u64::from(r.os_inflight));
+        if fl & flags::HAS_ERROR != 0 {
+            put_varint(b, zigzag(i64::from(r.error)));
+        }
+        if fl & flags::REQUEUED != 0 {
+            put_varint(b, u64::from(r.requeues));
+        }
+        self.prev_complete = r.complete_ns;
+        self.prev_end_sector = r.sector.wrapping_add(u64::from(r.bytes / 512));
+        self.count += 1;
+        self.records_in_file += 1;
+        if self.count as usize >= DEFAULT_CHUNK_RECORDS {
+            self.flush_chunk()?;
+        }
+        Ok(())
+    }
+
+    /// Compress and write the buffered records as one frame, and hand it to the OS.
+    pub fn flush_chunk(&mut self) -> Result<(), FormatError> {
+        if self.count > 0 {
+            let mut body = std::mem::take(&mut self.body);
+            body.clear();
+            body.extend_from_slice(&self.count.to_le_bytes());
+            body.extend_from_slice(&self.base_ns.to_le_bytes());
+            put_varint(&mut body, self.devs.len() as u64);
+            for &d in &self.devs {
+                put_varint(&mut body, u64::from(d));
+            }
+            put_varint(&mut body, self.tasks.len() as u64);
+            for (pid, comm) in &self.tasks {
+                put_varint(&mut body, u64::from(*pid));
+                let n = comm.iter().position(|&c| c == 0).unwrap_or(16);
+                body.push(n as u8);
+                body.extend_from_slice(&comm[..n]);
+            }
+            body.extend_from_slice(&self.raw);
+            let compressed = zstd::bulk::compress(&body, self.compression_level)
+                .map_err(|e| self.io_err(e))?;
+            let mut payload = Vec::with_capacity(compressed.len() + 4);
+            payload.extend_from_slice(&(body.len() as u32).to_le_bytes());
+            payload.extend_from_slice(&compressed);
+            self.write_frame(FrameKind::Records, &payload)?;
+            self.body = body;
+            self.raw.clear();
+            self.count = 0;
+            self.devs.clear();
+            self.dev_index.clear();
+            self.tasks.clear();
+            self.task_index.clear();
+        }
+        self.out.flush().map_err(|e| self.io_err(e))
+    }
+
+    pub fn write_device(&mut self, dev: &DeviceInfo) -> Result<(), FormatError> {
+        self.write_json(FrameKind::Device, dev)
+    }
+
+    pub fn write_stats(&mut self, stats: &StatsFrame) -> Result<(), FormatError> {
+        self.flush_chunk()?;
+        self.write_json(FrameKind::Stats, stats)?;
+        self.out.flush().map_err(|e| self.io_err(e))
+    }
+
+    /// Write the trailer and close the file (fsync).
+    pub fn finish(mut self, trailer: &TraceTrailer) -> Result<u64, FormatError> {
+        self.flush_chunk()?;
+        self.write_json(FrameKind::Trailer, trailer)?;
+        self.out.flush().map_err(|e| self.io_err(e))?;
+        self.out.get_ref().sync_all().map_err(|e| self.io_err(e))?;
+        Ok(self.bytes_written)
+    }
+}
+
+// ---------------------------------------------------------------- reader
+
+/// How the file ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// Not read to the end yet.
+    Unread,
+    /// A trailer frame: the run ended cleanly.
+    Complete,
+    /// The file stops without a trailer after its last whole frame (tracer killed, disk full,
+    /// or still running): everything before is intact.
+    Truncated { intact_bytes: u64, trailing_bytes: u64 },
+    /// A frame failed its checksum or could not be decoded; frames before it are intact.
+    Corrupt { frame: u64, offset: u64, reason: String },
+}
+
+/// Streams a trace file chunk by chunk; memory use is one chunk.
+pub struct TraceReader {
+    path: PathBuf,
+    input: BufReader<File>,
+    offset: u64,
+    frame_no: u64,
+    header: TraceHeader,
+    devices: Vec<DeviceInfo>,
+    trailer: Option<TraceTrailer>,
+    last_stats: Option<StatsFrame>,
+    tasks: Vec<Task>,
+    task_ids: HashMap<(u32, Vec<u8>), u32>,
+    ending: Ending,
+    payload: Vec<u8>,
+    raw: Vec<u8>,
+    decompressor: zstd::bulk::Decompressor<'static>,
+    records_read: u64,
+    file_len: u64,
+}
+
+enum Frame {
+    Eof,
+    Partial,
+    Frame(FrameKind),
+}
+
+impl TraceReader {
+    pub fn open(path: &Path) -> Result<TraceReader, FormatError> {
+        let io_err = |source| FormatError::Io { path: path.to_owned(), source };
+        let file = File::open(path).map_err(io_err)?;
+        let file_len = file.metadata().map_err(io_err)?.len();
+        let mut input = BufReader::with_capacity(1 << 20, file);
+        let mut start = [0u8; 12];
+        if let Err(e) = input.read_exact(&mut start) {
+            if e.kind() == io::ErrorKind::UnexpectedEof {
+                return Err(FormatError::NotATrace { path: path.to_owned() });
+            }
+            return Err(io_err(e));
+        }
+        if &start[..8] != MAGIC {
+            return Err(FormatError::NotATrace { path: path.to_owned() });
+        }
+        let version = u16::from_le_bytes([start[8], start[9]]);
+        if version != FORMAT_VERSION {
+            return Err(FormatError::UnknownVersion { path: path.to_owned(), found: version });
+        }
+        let mut r = TraceReader {
+            path: path.to_owned(),
+            input,
+            offset: 12,
+            frame_no: 0,
+            header: TraceHeader::default(),
+            devices: Vec::new(),
+            trailer: None,
+            last_stats: None,
+            tasks: Vec::new(),
+            task_ids: HashMap::new(),
+            ending: Ending::Unread,
+            payload: Vec::new(),
+            raw: Vec::new(),
+            decompressor: zstd::bulk::Decompressor::new().map_err(io_err)?,
+            records_read: 0,
+            file_len,
+        };
+        match r.next_frame()? {
+            Frame::Frame(FrameKind::Header) => {
+                r.header = r.parse_json()?;
+                r.offset += 12 + r.payload.len() as u64;
+                r.frame_no += 1;
+                r.devices = r.header.devices.clone();
+            }
+            _ => return Err(FormatError::NoHeader { path: path.to_owned() }),
+        }
+        Ok(r)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    pub fn header(&self) -> &TraceHeader {
+        &self.header
+    }
+    /// Devices from the header and from device frames read so far.
+    pub fn devices(&self) -> &[DeviceInfo] {
+        &self.devices
+    }
+    pub fn tasks(&self) -> &[Task] {
+        &self.tasks
+    }
+    pub fn trailer(&self) -> Option<&TraceTrailer> {
+        self.trailer.as_ref()
+    }
+    /// The last periodic stats frame read (losses up to that point).
+    pub fn last_stats(&self) -> Option<&StatsFrame> {
+        self.last_stats.as_ref()
+    }
+    pub fn ending(&self) -> &Ending {
+        &self.ending
+    }
+    pub fn records_read(&self) -> u64 {
+        self.records_read
+    }
+    pub fn file_len(&self) -> u64 {
+        self.file_len
+    }
+
+    fn corrupt(&self, reason: impl Into<String>) -> FormatError {
+        FormatError::Corrupt { path: self.path.clone(), frame: self.frame_no, offset: self.offset, reason: reason.into() }
+    }
+
+    fn parse_json<T: for<'de> Deserialize<'de>>(&self) -> Result<T, FormatError> {
+        serde_json::from_slice(&self.payload).map_err(|e| self.corrupt(format!("bad JSON: {e}")))
+    }
+
+    fn next_frame(&mut self) -> Result<Frame, FormatError> {
+        let mut head = [0u8; 12];
+        let mut got = 0;
+        while got < head.len() {
+            match self.input.read(&mut head[got..]) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(FormatError::Io { path: self.path.clone(), source: e }),
+            }
+        }
+        if got == 0 {
+            return Ok(Frame::Eof);
+        }
+        if got < head.len() {
+            return Ok(Frame::Partial);
+        }
+        let Some(kind) = FrameKind::from_u8(head[0]) else {
+            return Err(self.corrupt(format!("unknown frame kind {}", head[0])));
+        };
+        let len = u32::from_le_bytes(head[4..8].try_into().expect("4 bytes"));
+        let crc = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes"));
+        if len > MAX_FRAME_BYTES {
+            return Err(self.corrupt(format!("frame length {len} is implausible")));
+        }
+        if self.offset + 12 + u64::from(len) > self.file_len {
+            return Ok(Frame::Partial);
+        }
+        self.payload.resize(len as usize, 0);
+        self.input
+            .read_exact(&mut self.payload)
+            .map_err(|e| FormatError::Io { path: self.path.clone(), source: e })?;
+        if crc32fast::hash(&self.payload) != crc {
+            return Err(self.corrupt("checksum mismatch"));
+        }
+        Ok(Frame::Frame(kind))
+    }
+
+    /// Decode the next records frame into `out` (cleared first). Returns false at the end of
+    /// the file; then [`TraceReader::ending`] says whether it ended cleanly. A corrupt frame
+    /// ends reading too (as [`Ending::Corrupt`]); the records before it stay valid.
+    pub fn next_chunk(&mut self, out: &mut Vec<IoRecord>) -> Result<bool, FormatError> {
+        out.clear();
+        loop {
+            let frame = match self.next_frame() {
+                Ok(f) => f,
+                Err(FormatError::Corrupt { frame, offset, reason, .. }) => {
+                    self.ending = Ending::Corrupt { frame, offset, reason };
+                    return Ok(false);
+                }
+                Err(e) => return Err(e),
+            };
+            let start = self.offset;
+            match frame {
+                Frame::Eof | Frame::Partial => {
+                    if self.trailer.is_some() {
+                        self.ending = Ending::Complete;
+                    } else {
+                        self.ending = Ending::Truncated {
+                            intact_bytes: start,
+                            trailing_bytes: self.file_len.saturating_sub(start),
+                        };
+                    }
+                    return Ok(false);
+                }
+                Frame::Frame(kind) => {
+                    self.offset += 12 + self.payload.len() as u64;
+                    self.frame_no += 1;
+                    let res = match kind {
+                        FrameKind::Records => self.decode_records(out).map(|()| true),
+                        FrameKind::Device => self.parse_json::<DeviceInfo>().map(|d| {
+                            if !self.devices.iter().any(|x| x.dev() == d.dev()) {
+                                self.devices.push(d);
+                            }
+                            false
+                        }),
+                        FrameKind::Stats => self.parse_json::<StatsFrame>().map(|s| {
+                            self.last_stats = Some(s);
+                            false
+                        }),
+                        FrameKind::Trailer => self.parse_json::<TraceTrailer>().map(|t| {
+                            self.trailer = Some(t);
+                            false
+                        }),
+                        FrameKind::Header => Err(self.corrupt("a second header frame")),
+                    };
+                    match res {
+                        Ok(true) => return Ok(true),
+                        Ok(false) => {}
+                        Err(FormatError::Corrupt { frame, offset, reason, .. }) => {
+                            out.clear();
+                            self.ending = Ending::Corrupt { frame, offset, reason };
+                            return Ok(false);
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+        }
+    }
+
+    fn decode_records(&mut self, out: &mut Vec<IoRecord>) -> Result<(), FormatError> {
+        if self.payload.len() < 4 {
+            return Err(self.corrupt("records frame too short"));
+        }
+        let raw_len = u32::from_le_bytes(self.payload[..4].try_into().expect("4 bytes")) as usize;
+        if raw_len > MAX_FRAME_BYTES as usize {
+            return Err(self.corrupt("implausible decompressed size"));
+        }
+        let mut raw = std::mem::take(&mut self.raw);
+        raw.clear();
+        raw.reserve(raw_len);
+        let res = self.decompressor.decompress_to_buffer(&self.payload[4..], &mut raw);
+        let res = match res {
+            Ok(n) if n == raw_len => self.decode_raw(&raw, out),
+            Ok(n) => Err(self.corrupt(format!("decompressed {n} bytes, header says {raw_len}"))),
+            Err(e) => Err(self.corrupt(format!("zstd: {e}"))),
+        };
+        self.raw = raw;
+        res
+    }
+
+    fn decode_raw(&mut self, raw: &[u8], out: &mut Vec<IoRecord>) -> Result<(), FormatError> {
+        let bad = |what: &str| format!("records frame: {what}");
+        let mut c = Cursor { buf: raw, pos: 0 };
+        let count = c.bytes(4).map(|b| u32::from_le_bytes(b.try_into().expect("4")))
+            .ok_or_else(|| self.corrupt(bad("no count")))?;
+        let base = c.bytes(8).map(|b| u64::from_le_bytes(b.try_into().expect("8")))
+            .ok_or_else(|| self.corrupt(bad("no base time")))?;
+        let ndev = c.varint().ok_or_else(|| self.corrupt(bad("no device table")))?;
+        if ndev > 1 << 20 {
+            return Err(self.corrupt(bad("implausible device table")));
+        }
+        let mut devs = Vec::with_capacity(ndev as usize);
+        for _ in 0..ndev {
+            devs.push(c.varint().ok_or_else(|| self.corrupt(bad("short device table")))? as u32);
+        }
+        let ntask = c.varint().ok_or_else(|| self.corrupt(bad("no task table")))?;
+        if ntask > u64::from(count) {
+            return Err(self.corrupt(bad("more tasks than records")));
+        }
+        let mut tasks = Vec::with_capacity(ntask as usize);
+        for _ in 0..ntask {
+            let pid = c.varint().ok_or_else(|| self.corrupt(bad("short task table")))? as u32;
+            let n = *c.bytes(1).and_then(|b| b.first()).ok_or_else(|| self.corrupt(bad("short task table")))? as usize;
+            let comm = c.bytes(n.min(16)).ok_or_else(|| self.corrupt(bad("short task table")))?.to_vec();
+            let next = self.tasks.len() as u32;
+            let id = *self.task_ids.entry((pid, comm.clone())).or_insert(next);
+            if id == next {
+                self.tasks.push(Task { pid, comm: String::from_utf8_lossy(&comm).into_owned() });
+            }
+            tasks.push(id);
+        }
+        out.reserve(count as usize);
+        let mut prev_complete = base;
+        let mut prev_end_sector = 0u64;
+        for _ in 0..count {
+            let r = (|| {
+                let head = c.varint()?;
+                let op = Op::from_code((head & 0xf) as u8);
+                let fl = (head >> 4) as u16;
+                let complete = prev_complete.wrapping_add(unzigzag(c.varint()?) as u64);
+                let (issue, enter) = if fl & flags::NEVER_ISSUED == 0 {
+                    let dev_ns = c.varint()?;
+                    let queue_ns = c.varint()?;
+                    let issue = complete.wrapping_sub(dev_ns);
+                    (issue, issue.wrapping_sub(queue_ns))
+                } else {
+                    (0, complete.wrapping_sub(c.varint()?))
+                };
+                let dev = *devs.get(c.varint()? as usize)?;
+                let sector = prev_end_sector.wrapping_add(unzigzag(c.varint()?) as u64);
+                let size = c.varint()?;
+                let bytes = if size & 1 == 0 { (size >> 1) * 512 } else { size >> 1 };
+                let task_i = c.varint()? as usize;
+                let task = *tasks.get(task_i)?;
+                let dev_inflight = c.varint()? as u32;
+                let os_inflight = c.varint()? as u32;
+                let error = if fl & flags::HAS_ERROR != 0 { unzigzag(c.varint()?) as i32 } else { 0 };
+                let requeues = if fl & flags::REQUEUED != 0 { c.varint()? as u16 } else { 0 };
+                Some(IoRecord {
+                    complete_ns: complete,
+                    enter_ns: enter,
+                    issue_ns: issue,
+                    sector,
+                    bytes: u32::try_from(bytes).ok()?,
+                    pid: self.tasks[task as usize].pid,
+                    task,
+                    dev_inflight,
+                    os_inflight,
+                    error,
+                    dev,
+                    requeues,
+                    flags: fl & !(flags::HAS_ERROR | flags::REQUEUED),
+                    op,
+                })
+            })();
+            let Some(r) = r else {
+                return Err(self.corrupt(bad("record does not decode")));
+            };
+            prev_complete = r.complete_ns;
+            prev_end_sector = r.sector.wrapping_add(u64::from(r.bytes / 512));
+            out.push(r);
+        }
+        if c.pos != raw.len() {
+            return Err(self.corrupt(bad("trailing bytes after the last record")));
+        }
+        self.records_read += u64::from(count);
+        Ok(())
+    }
+}
+
+pub fn comm_bytes(comm: &str) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    let b = comm.as_bytes();
+    let n = b.len().min(15);
+    out[..n].copy_from_slice(&b[..n]);
+    out
+}
+
+pub fn comm_str(comm: &[u8; 16]) -> &str {
+    let n = comm.iter().position(|&c| c == 0).unwrap_or(16);
+    std::str::from_utf8(&comm[..n]).unwrap_or("?")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(i: u64) -> IoRecord {
+        IoRecord {
+            complete_ns: 1_000_000 + i * 7919 + (i % 3) * 100_000,
+            enter_ns: 900_000 + i * 7919,
+            issue_ns: if i % 17 == 0 { 0 } else { 950_000 + i * 7919 },
+            sector: (i * 2654435761) % 4_000_000,
+            bytes: if i % 5 == 0 { 524288 } else if i % 11 == 0 { 1000 } else { 4096 },
+            pid: 100 + (i % 4) as u32,
+            task: 0,
+            dev_inflight: (i % 32) as u32,
+            os_inflight: (i % 40) as u32,
+            error: if i % 97 == 0 { 10 } else { 0 },
+            dev: crate::dev_join(7, (i % 2) as u32),
+            requeues: if i % 101 == 0 { 2 } else { 0 },
+            flags: if i % 17 == 0 { flags::NEVER_ISSUED } else { flags::SYNC },
+            op: Op::from_code((i % 4) as u8),
+        }
+    }
+
+    fn header() -> TraceHeader {
+        TraceHeader { host: "h".into(), devices: vec![DeviceInfo { name: "loop0".into(), major: 7, minor: 0, logical_block_size: 512 }], ..Default::default() }
+    }
+
+    #[test]
+    fn round_trip_is_exact_across_chunks() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.blkp");
+        let mut w = TraceWriter::create(&path, &header()).unwrap();
+        let n = DEFAULT_CHUNK_RECORDS as u64 + 1234;
+        for i in 0..n {
+            let comm = comm_bytes(&format!("task{}", i % 4));
+            w.push(&sample(i), &comm).unwrap();
+        }
+        w.finish(&TraceTrailer { reason: "duration".into(), records_in_file: n, ..Default::default() }).unwrap();
+
+        let mut r = TraceReader::open(&path).unwrap();
+        assert_eq!(r.header().devices[0].name, "loop0");
+        let mut all = Vec::new();
+        let mut buf = Vec::new();
+        while r.next_chunk(&mut buf).unwrap() {
+            all.extend_from_slice(&buf);
+        }
+        assert_eq!(*r.ending(), Ending::Complete);
+        assert_eq!(all.len() as u64, n);
+        for (i, got) in all.iter().enumerate() {
+            let mut want = sample(i as u64);
+            want.task = got.task;
+            assert_eq!(*got, want, "record {i}");
+            assert_eq!(r.tasks()[got.task as usize].comm, format!("task{}", i % 4));
+        }
+        assert_eq!(r.trailer().unwrap().records_in_file, n);
+    }
+
+    #[test]
+    fn cut_file_reads_to_last_whole_frame() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.blkp");
+        let mut w = TraceWriter::create(&path, &header()).unwrap();
+        for i in 0..1000 {
+            w.push(&sample(i), &comm_bytes("a")).unwrap();
+        }
+        w.flush_chunk().unwrap();
+        let first_chunk_end = w.bytes_written();
+        for i in 1000..1500 {
+            w.push(&sample(i), &comm_bytes("a")).unwrap();
+        }
+        w.finish(&TraceTrailer::default()).unwrap();
+        // Cut into the middle of the second records frame.
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        f.set_len(first_chunk_end + 100).unwrap();
+        let mut r = TraceReader::open(&path).unwrap();
+        let mut buf = Vec::new();
+        let mut total = 0;
+        while r.next_chunk(&mut buf).unwrap() {
+            total += buf.len();
+        }
+        assert_eq!(total, 1000);
+        assert!(matches!(r.ending(), Ending::Truncated { .. }), "{:?}", r.ending());
+    }
+
+    #[test]
+    fn flipped_byte_is_reported_as_corrupt() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.blkp");
+        let mut w = TraceWriter::create(&path, &header()).unwrap();
+        for i in 0..1000 {
+            w.push(&sample(i), &comm_bytes("a")).unwrap();
+        }
+        w.finish(&TraceTrailer::default()).unwrap();
+        let mut bytes = std::fs::read(&path).unwrap();
+        let hdr_len = 12 + 12 + u32::from_le_bytes(bytes[16..20].try_into().unwrap()) as usize;
+        bytes[hdr_len + 40] ^= 0xff;
+        std::fs::write(&path, &bytes).unwrap();
+        let mut r = TraceReader::open(&path).unwrap();
+        let mut buf = Vec::new();
+        assert!(!r.next_chunk(&mut buf).unwrap());
+        assert!(matches!(r.ending(), Ending::Corrupt { frame: 1, .. }), "{:?}", r.ending());
+    }
+
+    #[test]
+    fn wrong_magic_and_version_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.blkp");
+        std::fs::write(&path, b"hello world, not a trace").unwrap();
+        assert!(matches!(TraceReader::open(&path), Err(FormatError::NotATrace { .. })));
+        let mut b = MAGIC.to_vec();
+        b.extend_from_slice(&9u16.to_le_bytes());
+        b.extend_from_slice(&[0, 0]);
+        std::fs::write(&path, &b).unwrap();
+        let e = TraceReader::open(&path).err().unwrap();
+        assert!(e.to_string().contains("version 9"), "{e}");
+    }
+
+    #[test]
+    fn compact_on_a_realistic_mix() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.blkp");
+        let mut w = TraceWriter::create(&path, &header()).unwrap();
+        let n = 200_000u64;
+        let mut t = 1_000_000_000u64;
+        let mut x = 12345u64;
+        for i in 0..n {
+            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+            t += 8_000 + x % 4000;
+            let r = IoRecord { complete_ns: t, enter_ns: t - 90_000 - x % 1000, issue_ns: t - 80_000 - x % 997,
+                sector: (x % 4_000_000) & !7, bytes: 4096, pid: 7, dev_inflight: (x % 32) as u32, os_inflight: (x % 32) as u32,
+                dev: crate::dev_join(7, 0), flags: flags::SYNC, op: if i % 2 == 0 { Op::Read } else { Op::Write }, ..Default::default() };
+            w.push(&r, &comm_bytes("fio")).unwrap();
+        }
+        let bytes = w.finish(&TraceTrailer::default()).unwrap();
+        let per_io = bytes as f64 / n as f64;
+        assert!(per_io <= 16.0, "{per_io} bytes per IO");
+    }
+}

@@ -1,0 +1,11 @@
+//! Types shared by the eBPF probe (`no_std`) and user space, plus (feature `format`)
+//! the trace file format that is the contract between tracer and analyzer.
+#![cfg_attr(not(feature = "format"), no_std)]
+
+pub mod abi;
+#[cfg(feature = "format")]
+pub mod format;
+#[cfg(feature = "format")]
+pub mod op;
+
+pub use abi::*;

@@ -1,0 +1,452 @@
+//! blkprof's kernel side: BTF tracepoints on the block layer's request life cycle.
+//!
+//! Attach points are tp_btf (not classic tracepoints): the kernel skips a classic
+//! tracepoint program whenever any BPF program already runs on the CPU, while tp_btf
+//! programs are only skipped on re-entry of the same program (counted in
+//! `bpf_prog_info.recursion_misses`, which user space reads and reports).
+//!
+//! The accounting mirrors the kernel's own /proc/diskstats accounting so that totals can be
+//! checked against it exactly: an IO is closed at `block_io_done` when the kernel accounts it
+//! (`RQF_IO_STAT` set, not inside a flush sequence), and the block layer's own flush request is
+//! closed at its completion (the kernel counts it in `blk_account_io_flush`).
+#![no_std]
+#![no_main]
+// Atomic adds on map values: core's atomics are not available for the BPF target.
+#![feature(core_intrinsics)]
+#![expect(internal_features, reason = "atomic_xadd is the only way to emit BPF atomic adds")]
+
+use core::intrinsics::{AtomicOrdering, atomic_xadd};
+
+use aya_ebpf::{
+    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel},
+    macros::{btf_tracepoint, map},
+    maps::{HashMap, PerCpuArray, RingBuf},
+    programs::BtfTracePointContext,
+};
+use tracer_common::{
+    AGG_FLUSH_RQ, AggKey, Aggregate, COUNTER_SLOTS, Counter, DeviceState, EV_NEVER_ISSUED,
+    EV_STARTED_BEFORE_ATTACH, HIST_BUCKETS, IoEvent, KIND_FLUSH_RQ, KIND_IO, ProbeConfig,
+    RequestState, dev_join, log2_bucket,
+};
+
+/// Offsets and flag values, set by user space from the running kernel's BTF.
+#[unsafe(no_mangle)]
+static CONFIG: ProbeConfig = ProbeConfig {
+    rq_q: 0,
+    rq_sector: 0,
+    rq_data_len: 0,
+    rq_cmd_flags: 0,
+    rq_rq_flags: 0,
+    rq_start_time_ns: 0,
+    q_disk: 0,
+    disk_major: 0,
+    disk_first_minor: 0,
+    rqf_io_stat: 0,
+    rqf_flush_seq: 0,
+    req_op_flush: 0,
+    req_op_mask: 0,
+    filter_devices: 0,
+};
+
+/// Zeroed template for creating aggregate slots (too big for the BPF stack).
+#[unsafe(no_mangle)]
+static ZERO_AGGREGATE: Aggregate = Aggregate {
+    ios: 0,
+    bytes: 0,
+    total_ns_sum: 0,
+    size_log2: [0; HIST_BUCKETS],
+    device_latency_log2: [0; HIST_BUCKETS],
+    total_latency_log2: [0; HIST_BUCKETS],
+};
+
+#[map(name = "EVENTS")]
+static EVENTS: RingBuf = RingBuf::with_byte_size(16 << 20, 0);
+#[map(name = "REQUESTS")]
+static REQUESTS: HashMap<u64, RequestState> = HashMap::with_max_entries(65536, 0);
+#[map(name = "DEVICES")]
+static DEVICES: HashMap<u32, DeviceState> = HashMap::with_max_entries(4096, 0);
+#[map(name = "AGGREGATES")]
+static AGGREGATES: HashMap<AggKey, Aggregate> = HashMap::with_max_entries(4096, 0);
+#[map(name = "COUNTERS")]
+static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_SLOTS, 0);
+#[map(name = "DEVICE_FILTER")]
+static DEVICE_FILTER: HashMap<u32, u8> = HashMap::with_max_entries(256, 0);
+
+const BPF_NOEXIST: u64 = 1;
+
+#[inline(always)]
+fn config() -> ProbeConfig {
+    // SAFETY: CONFIG is a global rewritten by the loader; volatile keeps the compiler from
+    // folding the zero initialiser.
+    unsafe { core::ptr::read_volatile(&CONFIG) }
+}
+
+#[inline(always)]
+fn read<T>(base: *const u8, offset: u32) -> Option<T> {
+    // SAFETY: bpf_probe_read_kernel checks the address; a fault yields Err.
+    unsafe { bpf_probe_read_kernel(base.wrapping_add(offset as usize) as *const T).ok() }
+}
+
+#[inline(always)]
+fn now_ns() -> u64 {
+    // SAFETY: helper without preconditions.
+    unsafe { bpf_ktime_get_ns() }
+}
+
+#[inline(always)]
+fn bump(counter: Counter) {
+    if let Some(p) = COUNTERS.get_ptr_mut(counter as u32) {
+        // SAFETY: per-CPU slot.
+        unsafe { *p += 1 };
+    }
+}
+
+#[inline(always)]
+fn atomic_add(p: *mut u64, v: u64) {
+    // SAFETY: p points into a map value.
+    unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(p, v) };
+}
+
+#[inline(always)]
+fn atomic_sub(p: *mut u64, v: u64) {
+    // SAFETY: p points into a map value.
+    unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(p, v.wrapping_neg()) };
+}
+
+/// Whole-disk `dev_t` of the request, if it should be traced.
+#[inline(always)]
+fn traced_dev(cfg: &ProbeConfig, rq: *const u8) -> Option<u32> {
+    let q: *const u8 = read(rq, cfg.rq_q)?;
+    let disk: *const u8 = read(q, cfg.q_disk)?;
+    if disk.is_null() {
+        return None;
+    }
+    let major: i32 = read(disk, cfg.disk_major)?;
+    let minor: i32 = read(disk, cfg.disk_first_minor)?;
+    let dev = dev_join(major as u32, minor as u32);
+    if cfg.filter_devices != 0 {
+        // SAFETY: read-only lookup.
+        unsafe { DEVICE_FILTER.get(&dev) }?;
+    }
+    Some(dev)
+}
+
+#[inline(always)]
+fn device(dev: u32) -> Option<*mut DeviceState> {
+    if let Some(p) = DEVICES.get_ptr_mut(&dev) {
+        return Some(p);
+    }
+    let _ = DEVICES.insert(&dev, &DeviceState::default(), BPF_NOEXIST);
+    DEVICES.get_ptr_mut(&dev)
+}
+
+#[inline(always)]
+fn current_task(st: &mut RequestState) {
+    st.pid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    st.comm = bpf_get_current_comm().unwrap_or([0; 16]);
+}
+
+/// The request's state; created (with the current task) if submission was not seen.
+#[inline(always)]
+fn state_or_new(key: u64, dev: u32, flags: u16) -> Option<*mut RequestState> {
+    if let Some(p) = REQUESTS.get_ptr_mut(&key) {
+        return Some(p);
+    }
+    let mut st = RequestState { dev, flags, ..Default::default() };
+    current_task(&mut st);
+    if REQUESTS.insert(&key, &st, 0).is_err() {
+        bump(Counter::RequestMapFull);
+        return None;
+    }
+    REQUESTS.get_ptr_mut(&key)
+}
+
+#[btf_tracepoint(function = "block_io_start")]
+pub fn blkprof_io_start(ctx: BtfTracePointContext) -> i32 {
+    try_io_start(&ctx);
+    0
+}
+
+fn try_io_start(ctx: &BtfTracePointContext) -> Option<()> {
+    let cfg = config();
+    let rq: *const u8 = ctx.arg(0);
+    let dev = traced_dev(&cfg, rq)?;
+    let key = rq as u64;
+    if let Some(old) = REQUESTS.get_ptr_mut(&key) {
+        // A stale entry for a recycled request: release what it held.
+        // SAFETY: map value pointer.
+        let old = unsafe { &mut *old };
+        release(old);
+    }
+    let mut st = RequestState {
+        enter_ns: now_ns(),
+        dev,
+        in_os: 1,
+        ..Default::default()
+    };
+    current_task(&mut st);
+    if REQUESTS.insert(&key, &st, 0).is_err() {
+        bump(Counter::RequestMapFull);
+        return None;
+    }
+    let ds = device(dev)?;
+    // SAFETY: map value pointer.
+    atomic_add(unsafe { &raw mut (*ds).os_inflight }, 1);
+    Some(())
+}
+
+/// Give back the in-flight counts a request holds.
+#[inline(always)]
+fn release(st: &mut RequestState) {
+    if st.in_os == 0 && st.issued == 0 {
+        return;
+    }
+    if let Some(ds) = DEVICES.get_ptr_mut(&st.dev) {
+        if st.in_os != 0 {
+            // SAFETY: map value pointer.
+            atomic_sub(unsafe { &raw mut (*ds).os_inflight }, 1);
+        }
+        if st.issued != 0 {
+            // SAFETY: map value pointer.
+            atomic_sub(unsafe { &raw mut (*ds).dev_inflight }, 1);
+        }
+    }
+    st.in_os = 0;
+    st.issued = 0;
+}
+
+#[btf_tracepoint(function = "block_rq_issue")]
+pub fn blkprof_rq_issue(ctx: BtfTracePointContext) -> i32 {
+    try_rq_issue(&ctx);
+    0
+}
+
+fn try_rq_issue(ctx: &BtfTracePointContext) -> Option<()> {
+    let cfg = config();
+    let rq: *const u8 = ctx.arg(0);
+    let dev = traced_dev(&cfg, rq)?;
+    let p = state_or_new(rq as u64, dev, EV_STARTED_BEFORE_ATTACH)?;
+    // SAFETY: map value pointer.
+    let st = unsafe { &mut *p };
+    let ds = device(dev)?;
+    if st.in_os == 0 {
+        st.in_os = 1;
+        // SAFETY: map value pointer.
+        atomic_add(unsafe { &raw mut (*ds).os_inflight }, 1);
+    }
+    if st.issued == 0 {
+        st.issued = 1;
+        // SAFETY: map value pointer.
+        atomic_add(unsafe { &raw mut (*ds).dev_inflight }, 1);
+    }
+    st.issue_ns = now_ns();
+    st.sector = read(rq, cfg.rq_sector).unwrap_or(0);
+    // SAFETY: map value pointer; a racy read is fine for a sample.
+    unsafe {
+        st.dev_inflight = core::ptr::read_volatile(&raw const (*ds).dev_inflight) as u32;
+        st.os_inflight = core::ptr::read_volatile(&raw const (*ds).os_inflight) as u32;
+    }
+    Some(())
+}
+
+#[btf_tracepoint(function = "block_rq_requeue")]
+pub fn blkprof_rq_requeue(ctx: BtfTracePointContext) -> i32 {
+    try_rq_requeue(&ctx);
+    0
+}
+
+fn try_rq_requeue(ctx: &BtfTracePointContext) -> Option<()> {
+    let rq: *const u8 = ctx.arg(0);
+    let p = REQUESTS.get_ptr_mut(&(rq as u64))?;
+    // SAFETY: map value pointer.
+    let st = unsafe { &mut *p };
+    st.requeues = st.requeues.wrapping_add(1);
+    if st.issued != 0 {
+        st.issued = 0;
+        if let Some(ds) = DEVICES.get_ptr_mut(&st.dev) {
+            // SAFETY: map value pointer.
+            atomic_sub(unsafe { &raw mut (*ds).dev_inflight }, 1);
+        }
+    }
+    Some(())
+}
+
+/// `rq` was merged into another request and is freed without completing.
+#[btf_tracepoint(function = "block_rq_merge")]
+pub fn blkprof_rq_merge(ctx: BtfTracePointContext) -> i32 {
+    try_rq_merge(&ctx);
+    0
+}
+
+fn try_rq_merge(ctx: &BtfTracePointContext) -> Option<()> {
+    let rq: *const u8 = ctx.arg(0);
+    let key = rq as u64;
+    let p = REQUESTS.get_ptr_mut(&key)?;
+    // SAFETY: map value pointer.
+    release(unsafe { &mut *p });
+    let _ = REQUESTS.remove(&key);
+    Some(())
+}
+
+#[btf_tracepoint(function = "block_rq_complete")]
+pub fn blkprof_rq_complete(ctx: BtfTracePointContext) -> i32 {
+    try_rq_complete(&ctx);
+    0
+}
+
+fn try_rq_complete(ctx: &BtfTracePointContext) -> Option<()> {
+    let cfg = config();
+    let rq: *const u8 = ctx.arg(0);
+    let error: i32 = ctx.arg::<u64>(1) as u8 as i32;
+    let nr_bytes: u32 = ctx.arg::<u64>(2) as u32;
+    let dev = traced_dev(&cfg, rq)?;
+    let key = rq as u64;
+    let p = state_or_new(key, dev, EV_STARTED_BEFORE_ATTACH)?;
+    // SAFETY: map value pointer.
+    let st = unsafe { &mut *p };
+    if st.issued != 0 {
+        st.issued = 0;
+        if let Some(ds) = DEVICES.get_ptr_mut(&dev) {
+            // SAFETY: map value pointer.
+            atomic_sub(unsafe { &raw mut (*ds).dev_inflight }, 1);
+        }
+    }
+    if st.complete_ns == 0 {
+        st.complete_ns = now_ns();
+    }
+    st.bytes_done = st.bytes_done.wrapping_add(nr_bytes);
+    if error != 0 {
+        st.error = error;
+    }
+    let cmd_flags: u32 = read(rq, cfg.rq_cmd_flags)?;
+    let rq_flags: u32 = read(rq, cfg.rq_rq_flags)?;
+    if cmd_flags & cfg.req_op_mask == cfg.req_op_flush && rq_flags & cfg.rqf_flush_seq != 0 {
+        // The block layer's own flush request: the kernel accounts it in flush_end_io.
+        finish(&cfg, rq, st, KIND_FLUSH_RQ, cmd_flags);
+        let _ = REQUESTS.remove(&key);
+    }
+    Some(())
+}
+
+#[btf_tracepoint(function = "block_io_done")]
+pub fn blkprof_io_done(ctx: BtfTracePointContext) -> i32 {
+    try_io_done(&ctx);
+    0
+}
+
+fn try_io_done(ctx: &BtfTracePointContext) -> Option<()> {
+    let cfg = config();
+    let rq: *const u8 = ctx.arg(0);
+    let rq_flags: u32 = read(rq, cfg.rq_rq_flags)?;
+    if rq_flags & cfg.rqf_flush_seq != 0 {
+        // Data part of a flush sequence, or the flush request itself: not accounted yet.
+        return None;
+    }
+    let key = rq as u64;
+    if rq_flags & cfg.rqf_io_stat == 0 {
+        // Not accounted by the kernel (passthrough): forget it.
+        if let Some(p) = REQUESTS.get_ptr_mut(&key) {
+            // SAFETY: map value pointer.
+            release(unsafe { &mut *p });
+            let _ = REQUESTS.remove(&key);
+        }
+        return None;
+    }
+    let dev = traced_dev(&cfg, rq)?;
+    let p = state_or_new(key, dev, EV_STARTED_BEFORE_ATTACH)?;
+    // SAFETY: map value pointer.
+    let st = unsafe { &mut *p };
+    let cmd_flags: u32 = read(rq, cfg.rq_cmd_flags)?;
+    finish(&cfg, rq, st, KIND_IO, cmd_flags);
+    let _ = REQUESTS.remove(&key);
+    Some(())
+}
+
+/// Close an IO: exact aggregates first, then the ring record (which may be dropped).
+#[inline(always)]
+fn finish(cfg: &ProbeConfig, rq: *const u8, st: &mut RequestState, kind: u16, cmd_flags: u32) {
+    let now = now_ns();
+    let complete_ns = if st.complete_ns != 0 { st.complete_ns } else { now };
+    // The kernel's own start stamp is what /proc/diskstats measures from.
+    let kernel_start: u64 = read(rq, cfg.rq_start_time_ns).unwrap_or(0);
+    let enter_ns = if kernel_start != 0 && kernel_start <= complete_ns { kernel_start } else { st.enter_ns };
+    let mut flags = st.flags;
+    if st.issue_ns == 0 {
+        flags |= EV_NEVER_ISSUED;
+    }
+    if flags & EV_STARTED_BEFORE_ATTACH != 0 {
+        bump(Counter::StartedBeforeAttach);
+    }
+    release(st);
+
+    let op = cmd_flags & cfg.req_op_mask;
+    let agg_key = AggKey { dev: st.dev, op: if kind == KIND_FLUSH_RQ { op | AGG_FLUSH_RQ } else { op } };
+    let total_ns = complete_ns.saturating_sub(enter_ns);
+    let device_ns = if st.issue_ns != 0 { complete_ns.saturating_sub(st.issue_ns) } else { 0 };
+    let agg = match AGGREGATES.get_ptr_mut(&agg_key) {
+        Some(a) => Some(a),
+        None => {
+            let _ = AGGREGATES.insert(&agg_key, &ZERO_AGGREGATE, BPF_NOEXIST);
+            AGGREGATES.get_ptr_mut(&agg_key)
+        }
+    };
+    match agg {
+        Some(a) => {
+            // SAFETY: map value pointer; bucket indices are clamped below HIST_BUCKETS.
+            unsafe {
+                atomic_add(&raw mut (*a).ios, 1);
+                atomic_add(&raw mut (*a).bytes, st.bytes_done as u64);
+                atomic_add(&raw mut (*a).total_ns_sum, total_ns);
+                let b = log2_bucket(st.bytes_done as u64);
+                if b < HIST_BUCKETS {
+                    atomic_add(&raw mut (*a).size_log2[b], 1);
+                }
+                let b = log2_bucket(device_ns);
+                if b < HIST_BUCKETS {
+                    atomic_add(&raw mut (*a).device_latency_log2[b], 1);
+                }
+                let b = log2_bucket(total_ns);
+                if b < HIST_BUCKETS {
+                    atomic_add(&raw mut (*a).total_latency_log2[b], 1);
+                }
+            }
+        }
+        None => bump(Counter::AggregateMapFull),
+    }
+
+    let Some(mut entry) = EVENTS.reserve::<IoEvent>(0) else {
+        bump(Counter::RingDrops);
+        return;
+    };
+    let sector = if st.issue_ns != 0 { st.sector } else { read(rq, cfg.rq_sector).unwrap_or(0) };
+    entry.write(IoEvent {
+        enter_ns,
+        issue_ns: st.issue_ns,
+        complete_ns,
+        sector,
+        dev: st.dev,
+        bytes: st.bytes_done,
+        cmd_flags,
+        pid: st.pid,
+        dev_inflight: st.dev_inflight,
+        os_inflight: st.os_inflight,
+        error: st.error,
+        requeues: st.requeues,
+        kind,
+        flags,
+        _pad: [0; 6],
+        comm: st.comm,
+    });
+    entry.submit(0);
+    bump(Counter::RecordsWritten);
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 4] = *b"GPL\0";
