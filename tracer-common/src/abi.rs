@@ -116,7 +116,7 @@ pub struct IoEvent {
 const _: () = assert!(core::mem::size_of::<IoEvent>() == 88);
 
 /// Number of log2 buckets in the in-kernel histograms.
-pub const HIST_BUCKETS: usize = 48;
+pub const HIST_BUCKETS: usize = 64;
 
 /// Key of [`MAP_AGGREGATES`].
 #[repr(C)]

@@ -7,5 +7,7 @@ pub mod abi;
 pub mod format;
 #[cfg(feature = "format")]
 pub mod op;
+#[cfg(feature = "format")]
+pub mod coverage;
 
 pub use abi::*;

@@ -87,6 +87,15 @@ fn read<T>(base: *const u8, offset: u32) -> Option<T> {
     unsafe { bpf_probe_read_kernel(base.wrapping_add(offset as usize) as *const T).ok() }
 }
 
+/// log2 bucket, masked in a way the verifier can see (the compiler would drop a plain clamp).
+#[inline(always)]
+fn bucket(v: u64) -> usize {
+    let b = log2_bucket(v);
+    // SAFETY: reading a local.
+    let b = unsafe { core::ptr::read_volatile(&b) };
+    b & (HIST_BUCKETS - 1)
+}
+
 #[inline(always)]
 fn now_ns() -> u64 {
     // SAFETY: helper without preconditions.
@@ -392,23 +401,14 @@ fn finish(cfg: &ProbeConfig, rq: *const u8, st: &mut RequestState, kind: u16, cm
     };
     match agg {
         Some(a) => {
-            // SAFETY: map value pointer; bucket indices are clamped below HIST_BUCKETS.
+            // SAFETY: map value pointer; bucket indices are masked below HIST_BUCKETS.
             unsafe {
                 atomic_add(&raw mut (*a).ios, 1);
                 atomic_add(&raw mut (*a).bytes, st.bytes_done as u64);
                 atomic_add(&raw mut (*a).total_ns_sum, total_ns);
-                let b = log2_bucket(st.bytes_done as u64);
-                if b < HIST_BUCKETS {
-                    atomic_add(&raw mut (*a).size_log2[b], 1);
-                }
-                let b = log2_bucket(device_ns);
-                if b < HIST_BUCKETS {
-                    atomic_add(&raw mut (*a).device_latency_log2[b], 1);
-                }
-                let b = log2_bucket(total_ns);
-                if b < HIST_BUCKETS {
-                    atomic_add(&raw mut (*a).total_latency_log2[b], 1);
-                }
+                atomic_add(&raw mut (*a).size_log2[bucket(st.bytes_done as u64)], 1);
+                atomic_add(&raw mut (*a).device_latency_log2[bucket(device_ns)], 1);
+                atomic_add(&raw mut (*a).total_latency_log2[bucket(total_ns)], 1);
             }
         }
         None => bump(Counter::AggregateMapFull),

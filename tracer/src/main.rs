@@ -1,1 +1,26 @@
-fn main() {}
+use clap::Parser as _;
+
+fn main() -> std::process::ExitCode {
+    let args = tracer::cli::Args::parse();
+    let cfg = match args.into_config() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("blkprof-trace: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("blkprof-trace: cannot start the runtime: {e}");
+            return std::process::ExitCode::from(1);
+        }
+    };
+    match rt.block_on(tracer::daemon::run(cfg)) {
+        Ok(code) => std::process::ExitCode::from(code as u8),
+        Err(e) => {
+            eprintln!("blkprof-trace: {e:#}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,155 @@
+//! A minimal reader of the kernel's BTF (`/sys/kernel/btf/vmlinux`): just enough to find
+//! struct member offsets and enum values, so the probe needs no compiled-in kernel layout.
+
+use std::collections::HashMap;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BtfError {
+    #[error("cannot read {path}: {source} (the kernel needs CONFIG_DEBUG_INFO_BTF=y)")]
+    Read { path: String, source: std::io::Error },
+    #[error("BTF is malformed: {0}")]
+    Malformed(&'static str),
+    #[error("kernel BTF has no struct {0}")]
+    NoStruct(String),
+    #[error("kernel BTF: struct {0} has no member {1}")]
+    NoMember(String, String),
+    #[error("kernel BTF has no enumerator {0}")]
+    NoEnumerator(String),
+}
+
+const KIND_INT: u32 = 1;
+const KIND_ARRAY: u32 = 3;
+const KIND_STRUCT: u32 = 4;
+const KIND_UNION: u32 = 5;
+const KIND_ENUM: u32 = 6;
+const KIND_FUNC_PROTO: u32 = 13;
+const KIND_VAR: u32 = 14;
+const KIND_DATASEC: u32 = 15;
+const KIND_DECL_TAG: u32 = 17;
+const KIND_ENUM64: u32 = 19;
+
+pub struct KernelBtf {
+    /// struct name -> member name -> bit offset
+    structs: HashMap<String, HashMap<String, u32>>,
+    enumerators: HashMap<String, i64>,
+}
+
+impl KernelBtf {
+    pub fn from_sys() -> Result<KernelBtf, BtfError> {
+        let path = "/sys/kernel/btf/vmlinux";
+        let data = std::fs::read(path).map_err(|source| BtfError::Read { path: path.into(), source })?;
+        Self::parse(&data)
+    }
+
+    pub fn parse(data: &[u8]) -> Result<KernelBtf, BtfError> {
+        let u16_at = |o: usize| data.get(o..o + 2).map(|b| u16::from_le_bytes([b[0], b[1]]));
+        let u32_at = |o: usize| data.get(o..o + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+        if u16_at(0) != Some(0xeb9f) {
+            return Err(BtfError::Malformed("bad magic (big-endian BTF is not supported)"));
+        }
+        let short = BtfError::Malformed("short header");
+        let hdr_len = u32_at(4).ok_or(BtfError::Malformed("short header"))? as usize;
+        let type_off = u32_at(8).ok_or(BtfError::Malformed("short header"))? as usize;
+        let type_len = u32_at(12).ok_or(BtfError::Malformed("short header"))? as usize;
+        let str_off = u32_at(16).ok_or(short)? as usize;
+        let str_len = u32_at(20).ok_or(BtfError::Malformed("short header"))? as usize;
+        let types = data
+            .get(hdr_len + type_off..hdr_len + type_off + type_len)
+            .ok_or(BtfError::Malformed("type section out of bounds"))?;
+        let strings = data
+            .get(hdr_len + str_off..hdr_len + str_off + str_len)
+            .ok_or(BtfError::Malformed("string section out of bounds"))?;
+        let name = |off: u32| -> &str {
+            let s = strings.get(off as usize..).unwrap_or(&[]);
+            let n = s.iter().position(|&c| c == 0).unwrap_or(s.len());
+            std::str::from_utf8(&s[..n]).unwrap_or("")
+        };
+        let t32 = |o: usize| types.get(o..o + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+        let mut structs = HashMap::new();
+        let mut enumerators = HashMap::new();
+        let mut pos = 0usize;
+        while pos + 12 <= types.len() {
+            let name_off = t32(pos).ok_or(BtfError::Malformed("short type"))?;
+            let info = t32(pos + 4).ok_or(BtfError::Malformed("short type"))?;
+            let kind = (info >> 24) & 0x1f;
+            let vlen = (info & 0xffff) as usize;
+            let kind_flag = info >> 31;
+            pos += 12;
+            match kind {
+                KIND_INT | KIND_VAR | KIND_DECL_TAG => pos += 4,
+                KIND_ARRAY => pos += 12,
+                KIND_STRUCT | KIND_UNION => {
+                    let sname = name(name_off);
+                    let mut members = HashMap::new();
+                    for i in 0..vlen {
+                        let m = pos + i * 12;
+                        let mname = t32(m).ok_or(BtfError::Malformed("short member"))?;
+                        let off = t32(m + 8).ok_or(BtfError::Malformed("short member"))?;
+                        let bit_off = if kind_flag != 0 { off & 0xff_ffff } else { off };
+                        members.insert(name(mname).to_string(), bit_off);
+                    }
+                    pos += vlen * 12;
+                    if kind == KIND_STRUCT && !sname.is_empty() {
+                        structs.entry(sname.to_string()).or_insert(members);
+                    }
+                }
+                KIND_ENUM => {
+                    for i in 0..vlen {
+                        let e = pos + i * 8;
+                        let ename = t32(e).ok_or(BtfError::Malformed("short enum"))?;
+                        let val = t32(e + 4).ok_or(BtfError::Malformed("short enum"))?;
+                        let val = if kind_flag != 0 { i64::from(val as i32) } else { i64::from(val) };
+                        enumerators.insert(name(ename).to_string(), val);
+                    }
+                    pos += vlen * 8;
+                }
+                KIND_ENUM64 => {
+                    for i in 0..vlen {
+                        let e = pos + i * 12;
+                        let ename = t32(e).ok_or(BtfError::Malformed("short enum64"))?;
+                        let lo = t32(e + 4).ok_or(BtfError::Malformed("short enum64"))?;
+                        let hi = t32(e + 8).ok_or(BtfError::Malformed("short enum64"))?;
+                        enumerators.insert(name(ename).to_string(), ((u64::from(hi) << 32) | u64::from(lo)) as i64);
+                    }
+                    pos += vlen * 12;
+                }
+                KIND_FUNC_PROTO => pos += vlen * 8,
+                KIND_DATASEC => pos += vlen * 12,
+                _ => {}
+            }
+        }
+        Ok(KernelBtf { structs, enumerators })
+    }
+
+    /// Byte offset of `member` in `struct name` (not for bitfields).
+    pub fn member_offset(&self, name: &str, member: &str) -> Result<u32, BtfError> {
+        let s = self.structs.get(name).ok_or_else(|| BtfError::NoStruct(name.into()))?;
+        let bits = s.get(member).ok_or_else(|| BtfError::NoMember(name.into(), member.into()))?;
+        Ok(bits / 8)
+    }
+
+    pub fn enumerator(&self, name: &str) -> Result<i64, BtfError> {
+        self.enumerators.get(name).copied().ok_or_else(|| BtfError::NoEnumerator(name.into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn running_kernel_has_what_the_probe_needs() {
+        let Ok(btf) = KernelBtf::from_sys() else { return };
+        // Field offsets are nonzero except for the first member; q is first-ish.
+        assert!(btf.member_offset("request", "cmd_flags").is_ok());
+        assert!(btf.member_offset("request", "__sector").unwrap() > 0);
+        assert_eq!(btf.enumerator("REQ_OP_READ").unwrap(), 0);
+        assert_eq!(btf.enumerator("REQ_OP_WRITE").unwrap(), 1);
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        assert!(KernelBtf::parse(b"nope").is_err());
+        assert!(KernelBtf::parse(&[0x9f, 0xeb, 1, 0, 24, 0, 0, 0, 0, 0, 0, 0, 255, 255, 0, 0]).is_err());
+    }
+}

@@ -1,0 +1,196 @@
+//! Command line, turned into one validated [`Config`] before any work starts.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use tracer_common::op::Op;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "blkprof-trace",
+    version,
+    about = "Trace every block IO with eBPF: live per-device stats, exact totals, and a compact trace file.",
+    long_about = "Trace every block IO with eBPF: live per-device stats, exact totals, and a compact trace file.\n\n\
+Every request's submission, issue and completion is captured (device, sector, size, op and flags, \
+submitting pid/comm, queue and device latency, in-flight counts). Totals are kept exactly in the kernel \
+even if the ring buffer overflows, and checked against /proc/diskstats at the end.\n\n\
+Needs root (or CAP_BPF + CAP_PERFMON) and a kernel with BTF (Linux 6.10+).",
+    after_help = "Examples:\n  \
+blkprof-trace --device loop3 --duration 30s --output run.blkp\n  \
+blkprof-trace --device nvme0n1 --json --interval 5s\n  \
+blkprof-trace --device sdb --output /var/log/blkprof/db.blkp --rotate-size 1G --keep 48\n\n\
+Then: blkprof report run.blkp"
+)]
+pub struct Args {
+    /// Device to trace: a name (loop0, /dev/nvme0n1) or MAJ:MIN (7:0). Repeatable. Default: all.
+    #[arg(short, long = "device", value_name = "DEV")]
+    pub devices: Vec<String>,
+    /// Keep only IOs submitted by this process id. Repeatable.
+    #[arg(long = "pid", value_name = "PID")]
+    pub pids: Vec<u32>,
+    /// Keep only IOs submitted by a task with this command name (exact, as in /proc/PID/comm). Repeatable.
+    #[arg(long = "comm", value_name = "COMM")]
+    pub comms: Vec<String>,
+    /// Keep only these operations: read, write, flush, discard, write-zeroes, secure-erase, ... Repeatable.
+    #[arg(long = "op", value_name = "OP")]
+    pub ops: Vec<String>,
+    /// Stop after this long (e.g. 30s, 5m, 2h). Default: until Ctrl-C or SIGTERM.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Interval of the live view and the time series.
+    #[arg(long, default_value = "1s", value_name = "DURATION", value_parser = parse_duration)]
+    pub interval: Duration,
+    /// Write the trace here (blkprof's compact format); HDR histograms go next to it as .hlog.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Print the live view as JSON lines instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// No live view; only the end summary.
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// Continuous mode: start a new trace file when the current one reaches this size (e.g. 1G).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub rotate_size: Option<u64>,
+    /// Continuous mode: start a new trace file after this long (e.g. 1h).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub rotate_time: Option<Duration>,
+    /// Continuous mode: keep only the newest N trace files (older ones are deleted).
+    #[arg(long, value_name = "N")]
+    pub keep: Option<usize>,
+    /// Size of the kernel ring buffer (power of two, at least 4K). Larger rides out longer stalls.
+    #[arg(long, default_value = "16M", value_name = "SIZE", value_parser = parse_size)]
+    pub ring_size: u64,
+}
+
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let v: f64 = num.parse().map_err(|_| format!("{s:?} is not a duration (try 30s, 5m, 2h, 500ms)"))?;
+    let secs = match unit {
+        "" | "s" => v,
+        "ms" => v / 1e3,
+        "m" | "min" => v * 60.0,
+        "h" => v * 3600.0,
+        "d" => v * 86400.0,
+        _ => return Err(format!("{s:?}: unknown unit {unit:?} (use ms, s, m, h, d)")),
+    };
+    if !(secs > 0.0) || !secs.is_finite() {
+        return Err(format!("{s:?}: a duration must be positive"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let v: u64 = num.parse().map_err(|_| format!("{s:?} is not a size (try 64K, 16M, 1G)"))?;
+    let mult: u64 = match unit.to_ascii_uppercase().trim_end_matches('B').trim_end_matches('I') {
+        "" => 1,
+        "K" => 1 << 10,
+        "M" => 1 << 20,
+        "G" => 1 << 30,
+        "T" => 1 << 40,
+        _ => return Err(format!("{s:?}: unknown unit {unit:?} (use K, M, G, T)")),
+    };
+    v.checked_mul(mult).filter(|&b| b > 0).ok_or_else(|| format!("{s:?}: size must be positive and fit in 64 bits"))
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub devices: Vec<String>,
+    pub pids: Vec<u32>,
+    pub comms: Vec<String>,
+    pub ops: Vec<Op>,
+    pub duration: Option<Duration>,
+    pub interval: Duration,
+    pub output: Option<PathBuf>,
+    pub json: bool,
+    pub quiet: bool,
+    pub rotate_size: Option<u64>,
+    pub rotate_time: Option<Duration>,
+    pub keep: Option<usize>,
+    pub ring_bytes: u32,
+}
+
+impl Args {
+    pub fn into_config(self) -> Result<Config, String> {
+        let mut ops = Vec::new();
+        for o in &self.ops {
+            let op = Op::parse(o).ok_or_else(|| {
+                let names: Vec<_> = Op::ALL.iter().map(|o| o.name()).collect();
+                format!("--op {o:?}: unknown operation (one of: {})", names.join(", "))
+            })?;
+            ops.push(op);
+        }
+        for c in &self.comms {
+            if c.len() > 15 {
+                return Err(format!("--comm {c:?}: the kernel keeps at most 15 characters of a command name"));
+            }
+        }
+        if !self.ring_size.is_power_of_two() || self.ring_size < 4096 || self.ring_size > 1 << 30 {
+            return Err(format!("--ring-size {}: must be a power of two between 4K and 1G", self.ring_size));
+        }
+        let rotating = self.rotate_size.is_some() || self.rotate_time.is_some();
+        if (rotating || self.keep.is_some()) && self.output.is_none() {
+            return Err("--rotate-size, --rotate-time and --keep need --output FILE".into());
+        }
+        if self.keep == Some(0) {
+            return Err("--keep must be at least 1".into());
+        }
+        if self.keep.is_some() && !rotating {
+            return Err("--keep needs --rotate-size or --rotate-time".into());
+        }
+        if self.interval < Duration::from_millis(10) {
+            return Err("--interval must be at least 10ms".into());
+        }
+        Ok(Config {
+            devices: self.devices,
+            pids: self.pids,
+            comms: self.comms,
+            ops,
+            duration: self.duration,
+            interval: self.interval,
+            output: self.output,
+            json: self.json,
+            quiet: self.quiet,
+            rotate_size: self.rotate_size,
+            rotate_time: self.rotate_time,
+            keep: self.keep,
+            ring_bytes: self.ring_size as u32,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_and_sizes() {
+        assert_eq!(parse_duration("30s").unwrap(), Duration::from_secs(30));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("2h").unwrap(), Duration::from_secs(7200));
+        assert_eq!(parse_duration("5").unwrap(), Duration::from_secs(5));
+        assert!(parse_duration("abc").is_err());
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("5y").is_err());
+        assert_eq!(parse_size("16M").unwrap(), 16 << 20);
+        assert_eq!(parse_size("1GiB").unwrap(), 1 << 30);
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert!(parse_size("12Q").is_err());
+    }
+
+    #[test]
+    fn bad_combinations_are_refused() {
+        let a = Args::parse_from(["blkprof-trace", "--keep", "3", "-o", "x.blkp"]);
+        assert!(a.into_config().unwrap_err().contains("--keep needs"));
+        let a = Args::parse_from(["blkprof-trace", "--op", "wrte"]);
+        assert!(a.into_config().unwrap_err().contains("unknown operation"));
+        let a = Args::parse_from(["blkprof-trace", "--ring-size", "5000"]);
+        assert!(a.into_config().unwrap_err().contains("power of two"));
+    }
+}

@@ -1,0 +1,546 @@
+//! The tracing daemon: attach, stream the ring buffer, keep live statistics, write trace files
+//! (rotating if asked), and end the same way on --duration, SIGINT and SIGTERM.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail};
+use tokio::io::unix::AsyncFd;
+use tokio::signal::unix::{SignalKind, signal};
+use tracer_common::coverage::{coverage, describe, thousands};
+use tracer_common::format::{
+    AggregateSnapshot, DeviceInfo, DiskStats, FormatError, Filters, IoRecord, ProbeCounters, StatsFrame, TraceHeader,
+    TraceTrailer, TraceWriter,
+};
+use tracer_common::op::{StatGroup, flags};
+use tracer_common::{EV_NEVER_ISSUED, EV_STARTED_BEFORE_ATTACH, IoEvent, KIND_FLUSH_RQ, dev_split};
+
+use crate::cli::Config;
+use crate::clock;
+use crate::devices;
+use crate::probe::{Probe, ProbeOptions};
+use crate::stats::{HlogWriter, Stats, print_header, print_line};
+
+/// Decode one ring record; None if it is too short (never happens with a matching probe).
+fn decode_event(bytes: &[u8]) -> Option<IoEvent> {
+    if bytes.len() < std::mem::size_of::<IoEvent>() {
+        return None;
+    }
+    // SAFETY: length checked; IoEvent is plain old data for which any bit pattern is valid.
+    Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<IoEvent>()) })
+}
+
+struct Filter {
+    pids: Vec<u32>,
+    comms: Vec<[u8; 16]>,
+    ops: Vec<tracer_common::op::Op>,
+}
+
+impl Filter {
+    fn keep(&self, r: &IoRecord, comm: &[u8; 16]) -> bool {
+        (self.pids.is_empty() || self.pids.contains(&r.pid))
+            && (self.comms.is_empty() || self.comms.contains(comm))
+            && (self.ops.is_empty() || self.ops.contains(&r.op))
+    }
+}
+
+/// One open trace file (and its .hlog), with rotation bookkeeping.
+struct Output {
+    writer: TraceWriter,
+    hlog: Option<HlogWriter>,
+    opened: Instant,
+}
+
+struct Run {
+    cfg: Config,
+    probe: Probe,
+    wall_start_ns: i64,
+    mono_base_ns: u64,
+    host: String,
+    kernel: String,
+    devices: Vec<DeviceInfo>,
+    names: HashMap<u32, String>,
+    stats: Stats,
+    filter: Filter,
+    output: Option<Output>,
+    seq: u32,
+    files: VecDeque<PathBuf>,
+    /// Per file: header written at open.
+    header: TraceHeader,
+    received: BTreeMap<(u32, StatGroup), (u64, u64)>,
+    received_total: u64,
+    filtered_out: u64,
+    filtered_out_file: u64,
+    malformed: u64,
+    write_error: Option<String>,
+    stdout: std::io::Stdout,
+}
+
+fn read_file(p: &str) -> String {
+    std::fs::read_to_string(p).map(|s| s.trim().to_string()).unwrap_or_default()
+}
+
+impl Run {
+    fn snapshot_diskstats(&self) -> Result<Vec<DiskStats>> {
+        let all = devices::read_diskstats()?;
+        let mut out: Vec<DiskStats> = if self.cfg.devices.is_empty() {
+            // All whole disks.
+            all.into_values().filter(|d| Path::new(&format!("/sys/block/{}", d.name)).exists()).collect()
+        } else {
+            self.devices.iter().filter_map(|d| all.get(&(d.major, d.minor)).cloned()).collect()
+        };
+        out.sort_by_key(|d| (d.major, d.minor));
+        Ok(out)
+    }
+
+    fn file_path(&self, seq: u32) -> Option<PathBuf> {
+        let base = self.cfg.output.as_ref()?;
+        if self.cfg.rotate_size.is_none() && self.cfg.rotate_time.is_none() {
+            return Some(base.clone());
+        }
+        let stem = base.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "trace".into());
+        let ext = base.extension().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "blkp".into());
+        Some(base.with_file_name(format!("{stem}.{seq:06}.{ext}")))
+    }
+
+    fn open_output(&mut self) -> Result<()> {
+        let Some(path) = self.file_path(self.seq) else { return Ok(()) };
+        self.header = TraceHeader {
+            format_version: tracer_common::format::FORMAT_VERSION,
+            tracer_version: env!("CARGO_PKG_VERSION").into(),
+            host: self.host.clone(),
+            kernel: self.kernel.clone(),
+            wall_clock_start_ns: self.wall_start_ns,
+            monotonic_base_ns: self.mono_base_ns,
+            devices: self.devices.clone(),
+            filters: Filters {
+                devices: self.cfg.devices.clone(),
+                pids: self.cfg.pids.clone(),
+                comms: self.cfg.comms.clone(),
+                ops: self.cfg.ops.iter().map(|o| o.name().to_string()).collect(),
+            },
+            interval_ms: self.cfg.interval.as_millis() as u64,
+            ring_bytes: u64::from(self.cfg.ring_bytes),
+            sequence: self.seq,
+            diskstats_start: self.snapshot_diskstats()?,
+            aggregates_start: self.probe.aggregates()?,
+            counters_start: self.probe.counters()?,
+        };
+        if self.seq > 0 {
+            // A rotated file starts now, on the same clocks.
+            let (w, m) = clock::clock_pair();
+            self.header.wall_clock_start_ns = w;
+            self.header.monotonic_base_ns = m;
+        }
+        let writer = TraceWriter::create(&path, &self.header).map_err(|e| match e {
+            FormatError::Io { path, source } => anyhow::anyhow!(
+                "cannot write the trace file {}: {source} (choose a writable --output path)",
+                path.display()
+            ),
+            e => e.into(),
+        })?;
+        let hlog_path = path.with_extension("hlog");
+        let hlog = HlogWriter::create(&hlog_path, self.header.wall_clock_start_ns)
+            .with_context(|| format!("cannot write {}", hlog_path.display()))?;
+        self.output = Some(Output { writer, hlog: Some(hlog), opened: Instant::now() });
+        self.files.push_back(path);
+        self.filtered_out_file = 0;
+        Ok(())
+    }
+
+    /// Close the current file with a trailer. Returns the path.
+    fn close_output(&mut self, reason: &str, diskstats_end: Vec<DiskStats>, aggregates_end: Vec<AggregateSnapshot>, counters_end: ProbeCounters) -> Option<(PathBuf, u64, u64)> {
+        let out = self.output.take()?;
+        let path = out.writer.path().to_owned();
+        let records = out.writer.records_in_file();
+        let (w, m) = clock::clock_pair();
+        let trailer = TraceTrailer {
+            wall_clock_end_ns: w,
+            monotonic_end_ns: m,
+            reason: reason.into(),
+            diskstats_end,
+            aggregates_end,
+            counters_end,
+            records_in_file: records,
+            filtered_out: self.filtered_out_file,
+        };
+        if let Some(mut h) = out.hlog {
+            if let Err(e) = h.flush() {
+                eprintln!("blkprof-trace: warning: writing the .hlog failed: {e}");
+            }
+        }
+        match out.writer.finish(&trailer) {
+            Ok(bytes) => Some((path, records, bytes)),
+            Err(e) => {
+                eprintln!("blkprof-trace: {e}; the file is readable up to its last complete chunk");
+                Some((path, records, 0))
+            }
+        }
+    }
+
+    fn rotate(&mut self) -> Result<()> {
+        let ds = self.snapshot_diskstats()?;
+        let ag = self.probe.aggregates()?;
+        let ct = self.probe.counters()?;
+        self.close_output("rotation", ds, ag, ct);
+        self.seq += 1;
+        self.open_output()?;
+        if let Some(keep) = self.cfg.keep {
+            while self.files.len() > keep {
+                if let Some(old) = self.files.pop_front() {
+                    let _ = std::fs::remove_file(&old);
+                    let _ = std::fs::remove_file(old.with_extension("hlog"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn handle(&mut self, bytes: &[u8]) {
+        let Some(ev) = decode_event(bytes) else {
+            self.malformed += 1;
+            return;
+        };
+        let (op, mut fl) = self.probe.decoder.decode(ev.cmd_flags);
+        if ev.kind == KIND_FLUSH_RQ {
+            fl |= flags::FLUSH_RQ;
+        }
+        if ev.flags & EV_NEVER_ISSUED != 0 {
+            fl |= flags::NEVER_ISSUED;
+        }
+        if ev.flags & EV_STARTED_BEFORE_ATTACH != 0 {
+            fl |= flags::STARTED_BEFORE;
+        }
+        let r = IoRecord {
+            complete_ns: ev.complete_ns,
+            enter_ns: ev.enter_ns,
+            issue_ns: ev.issue_ns,
+            sector: ev.sector,
+            bytes: ev.bytes,
+            pid: ev.pid,
+            task: 0,
+            dev_inflight: ev.dev_inflight,
+            os_inflight: ev.os_inflight,
+            error: ev.error,
+            dev: ev.dev,
+            requeues: ev.requeues,
+            flags: fl,
+            op,
+        };
+        self.received_total += 1;
+        let e = self.received.entry((r.dev, r.stat_group())).or_default();
+        e.0 += 1;
+        e.1 += u64::from(r.bytes);
+        if !self.names.contains_key(&r.dev) {
+            self.new_device(r.dev);
+        }
+        if !self.filter.keep(&r, &ev.comm) {
+            self.filtered_out += 1;
+            self.filtered_out_file += 1;
+            return;
+        }
+        self.stats.record(&r);
+        if let Some(out) = &mut self.output {
+            if self.write_error.is_none() {
+                if let Err(e) = out.writer.push(&r, &ev.comm) {
+                    self.write_error = Some(e.to_string());
+                }
+            }
+        }
+    }
+
+    fn new_device(&mut self, dev: u32) {
+        let (ma, mi) = dev_split(dev);
+        let info = devices::name_of(ma, mi)
+            .and_then(|n| devices::info(&n).ok())
+            .unwrap_or(DeviceInfo { name: format!("{ma}:{mi}"), major: ma, minor: mi, logical_block_size: 512 });
+        self.names.insert(dev, info.name.clone());
+        if !self.devices.iter().any(|d| d.dev() == dev) {
+            self.devices.push(info.clone());
+            if let Some(out) = &mut self.output {
+                if let Err(e) = out.writer.write_device(&info) {
+                    self.write_error.get_or_insert(e.to_string());
+                }
+            }
+        }
+    }
+
+    fn tick(&mut self, interval_start_wall: i64, t_s: f64, len_ns: u64) {
+        let names = self.names.clone();
+        let name_of = move |dev: u32| {
+            names.get(&dev).cloned().unwrap_or_else(|| {
+                let (ma, mi) = dev_split(dev);
+                format!("{ma}:{mi}")
+            })
+        };
+        let hlog = self.output.as_mut().and_then(|o| o.hlog.as_mut());
+        let lines = self.stats.end_interval(interval_start_wall, t_s, len_ns, &name_of, hlog);
+        if !self.cfg.quiet {
+            let mut out = self.stdout.lock();
+            for l in &lines {
+                if self.cfg.json {
+                    let _ = serde_json::to_writer(&mut out, l);
+                    let _ = writeln!(out);
+                } else {
+                    print_line(&mut out, l);
+                }
+            }
+            let _ = out.flush();
+        }
+        // Bound what a SIGKILL can lose to one interval, and record losses so far.
+        if let Ok(counters) = self.probe.counters() {
+            if let Some(o) = &mut self.output {
+                let stats = StatsFrame {
+                    at_ns: clock::monotonic_ns(),
+                    counters,
+                    records_in_file: o.writer.records_in_file(),
+                    filtered_out: self.filtered_out_file,
+                };
+                if let Err(e) = o.writer.write_stats(&stats) {
+                    self.write_error.get_or_insert(e.to_string());
+                }
+            }
+        }
+    }
+}
+
+fn is_disk_full(msg: &str) -> bool {
+    msg.contains("No space left") || msg.contains("os error 28") || msg.contains("quota")
+}
+
+pub async fn run(cfg: Config) -> Result<i32> {
+    let mut devices = Vec::new();
+    for spec in &cfg.devices {
+        let d = devices::resolve(spec)?;
+        if !devices.iter().any(|x: &DeviceInfo| x.dev() == d.dev()) {
+            devices.push(d);
+        }
+    }
+    if let Some(out) = &cfg.output {
+        if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
+            if !parent.is_dir() {
+                bail!("cannot write the trace file {}: directory {} does not exist", out.display(), parent.display());
+            }
+        }
+    }
+    let mut probe = Probe::load(&ProbeOptions {
+        ring_bytes: cfg.ring_bytes,
+        devices: devices.iter().map(DeviceInfo::dev).collect(),
+    })?;
+    let ring = probe.take_ring()?;
+    let names = devices.iter().map(|d| (d.dev(), d.name.clone())).collect();
+    let filter = Filter {
+        pids: cfg.pids.clone(),
+        comms: cfg.comms.iter().map(|c| tracer_common::format::comm_bytes(c)).collect(),
+        ops: cfg.ops.clone(),
+    };
+    let mut run = Run {
+        host: read_file("/proc/sys/kernel/hostname"),
+        kernel: read_file("/proc/sys/kernel/osrelease"),
+        cfg,
+        probe,
+        wall_start_ns: 0,
+        mono_base_ns: 0,
+        devices,
+        names,
+        stats: Stats::new(),
+        filter,
+        output: None,
+        seq: 0,
+        files: VecDeque::new(),
+        header: TraceHeader::default(),
+        received: BTreeMap::new(),
+        received_total: 0,
+        filtered_out: 0,
+        filtered_out_file: 0,
+        malformed: 0,
+        write_error: None,
+        stdout: std::io::stdout(),
+    };
+    run.probe.attach()?;
+    let (w, m) = clock::clock_pair();
+    run.wall_start_ns = w;
+    run.mono_base_ns = m;
+    if run.cfg.output.is_some() {
+        run.open_output()?;
+    } else {
+        run.header = TraceHeader {
+            wall_clock_start_ns: w,
+            monotonic_base_ns: m,
+            diskstats_start: run.snapshot_diskstats()?,
+            aggregates_start: run.probe.aggregates()?,
+            ..Default::default()
+        };
+    }
+    let what = if run.devices.is_empty() {
+        "all block devices".to_string()
+    } else {
+        run.devices.iter().map(|d| format!("{} ({}:{})", d.name, d.major, d.minor)).collect::<Vec<_>>().join(", ")
+    };
+    eprintln!("blkprof-trace: tracing {what}; Ctrl-C to stop");
+    if !run.cfg.quiet && !run.cfg.json {
+        print_header(&mut run.stdout.lock());
+    }
+
+    // SAFETY: the RingBuf owns its map fd, which stays open and unchanged while the AsyncFd lives.
+    let mut ring = unsafe { AsyncFd::register(ring) }
+        .map_err(|e| anyhow::anyhow!("polling the ring buffer: {e}"))?;
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let started = Instant::now();
+    let deadline = run.cfg.duration.map(|d| tokio::time::Instant::now() + d);
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + run.cfg.interval, run.cfg.interval);
+    let mut interval_start_wall = run.wall_start_ns;
+    let mut interval_start = Instant::now();
+    let reason: &str = loop {
+        let sleep = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            guard = ring.readable_mut() => {
+                let mut guard = guard?;
+                let rb = guard.get_inner_mut();
+                while let Some(item) = rb.next() {
+                    let bytes: &[u8] = &item;
+                    let copy: [u8; std::mem::size_of::<IoEvent>()] = match bytes.get(..std::mem::size_of::<IoEvent>()) {
+                        Some(b) => b.try_into().expect("sized"),
+                        None => { run.malformed += 1; continue; }
+                    };
+                    drop(item);
+                    run.handle(&copy);
+                }
+                guard.clear_ready();
+            }
+            _ = ticker.tick() => {
+                let len = interval_start.elapsed().as_nanos() as u64;
+                run.tick(interval_start_wall, started.elapsed().as_secs_f64(), len);
+                interval_start = Instant::now();
+                interval_start_wall = clock::realtime_ns();
+                let rotate = run.output.as_ref().is_some_and(|o| {
+                    run.cfg.rotate_size.is_some_and(|s| o.writer.bytes_written() >= s)
+                        || run.cfg.rotate_time.is_some_and(|t| o.opened.elapsed() >= t)
+                });
+                if rotate && run.write_error.is_none() {
+                    run.rotate()?;
+                }
+            }
+            _ = sleep => break "duration",
+            _ = sigint.recv() => break "signal",
+            _ = sigterm.recv() => break "signal",
+        }
+        if let Some(e) = &run.write_error {
+            if is_disk_full(e) {
+                eprintln!("blkprof-trace: disk full while writing the trace ({e}); stopping cleanly");
+                break "disk-full";
+            }
+            eprintln!("blkprof-trace: writing the trace failed ({e}); stopping cleanly");
+            break "error";
+        }
+    };
+
+    // End: kernel counters first (the IO window), then detach and drain what is in flight.
+    let diskstats_end = run.snapshot_diskstats()?;
+    run.probe.detach();
+    let rb = ring.get_mut();
+    while let Some(item) = rb.next() {
+        let bytes: &[u8] = &item;
+        if let Some(b) = bytes.get(..std::mem::size_of::<IoEvent>()) {
+            let copy: [u8; std::mem::size_of::<IoEvent>()] = b.try_into().expect("sized");
+            drop(item);
+            run.handle(&copy);
+        }
+    }
+    let len = interval_start.elapsed().as_nanos() as u64;
+    run.tick(interval_start_wall, started.elapsed().as_secs_f64(), len.max(1));
+    let counters = run.probe.counters()?;
+    let aggregates = run.probe.aggregates()?;
+    let closed = run.close_output(reason, diskstats_end.clone(), aggregates.clone(), counters.clone());
+    summary(&run, &diskstats_end, &aggregates, &counters, closed.as_ref(), reason);
+    Ok(if reason == "disk-full" || reason == "error" { 1 } else { 0 })
+}
+
+fn summary(
+    run: &Run,
+    diskstats_end: &[DiskStats],
+    aggregates: &[AggregateSnapshot],
+    counters: &ProbeCounters,
+    closed: Option<&(PathBuf, u64, u64)>,
+    reason: &str,
+) {
+    let mut out = run.stdout.lock();
+    let trailer = TraceTrailer { diskstats_end: diskstats_end.to_vec(), aggregates_end: aggregates.to_vec(), ..Default::default() };
+    let cov = coverage(&run.header, &trailer);
+    let misses = counters.recursion_misses();
+    let _ = writeln!(out, "\nblkprof-trace: stopped ({reason})");
+    for d in &cov {
+        let any = d.groups.iter().any(|g| g.kernel_ios > 0 || g.aggregate_ios > 0);
+        if !any && run.cfg.devices.is_empty() {
+            continue;
+        }
+        let _ = writeln!(out, "{} ({}:{}):", d.name, d.major, d.minor);
+        let _ = writeln!(out, "  {:<8} {:>12} {:>14} {:>12} {:>14} {:>12}", "op", "IOs", "bytes", "kernel IOs", "kernel bytes", "records");
+        let dev = tracer_common::dev_join(d.major, d.minor);
+        for g in &d.groups {
+            let grp = g.group.unwrap_or(StatGroup::Read);
+            let rec = run.received.get(&(dev, grp)).copied().unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "  {:<8} {:>12} {:>14} {:>12} {:>14} {:>12}",
+                grp.name(),
+                thousands(g.aggregate_ios),
+                thousands(g.aggregate_bytes),
+                thousands(g.kernel_ios),
+                thousands(g.kernel_bytes),
+                thousands(rec.0)
+            );
+        }
+        for g in &d.groups {
+            if g.kernel_ios > 0 || g.aggregate_ios > 0 {
+                let gap = g.unaccounted(misses);
+                let extra = g.aggregate_ios.saturating_sub(g.kernel_ios);
+                let note = if gap > 0 {
+                    format!("  <- {gap} IOs unaccounted")
+                } else if extra > 0 {
+                    format!("  <- {extra} more than the kernel counted (IOs in flight at the ends of the run)")
+                } else {
+                    String::new()
+                };
+                let _ = writeln!(out, "  coverage: {}{note}", describe(g));
+            }
+        }
+        let _ = writeln!(
+            out,
+            "  mean queue size (requests in OS): {:.3} traced, {:.3} by /proc/diskstats",
+            d.aggregate_mean_queue, d.kernel_mean_queue
+        );
+    }
+    let _ = writeln!(
+        out,
+        "records: {} received, {} dropped (ring full), {} filtered out, {} missed by the kernel (BPF recursion), {} untracked (request map full)",
+        thousands(run.received_total),
+        thousands(counters.ring_drops),
+        thousands(run.filtered_out),
+        thousands(misses),
+        thousands(counters.request_map_full)
+    );
+    if counters.started_before_attach > 0 {
+        let _ = writeln!(out, "note: {} IOs were submitted before tracing started (no submitter or queue time)", counters.started_before_attach);
+    }
+    if run.malformed > 0 {
+        let _ = writeln!(out, "warning: {} malformed ring records", run.malformed);
+    }
+    if let Some((path, records, bytes)) = closed {
+        let per_io = if *records > 0 { *bytes as f64 / *records as f64 } else { 0.0 };
+        let _ = writeln!(out, "trace: {} ({} records, {} bytes, {per_io:.1} bytes/IO); histograms: {}", path.display(), thousands(*records), thousands(*bytes), path.with_extension("hlog").display());
+        if run.files.len() > 1 {
+            let _ = writeln!(out, "rotated files kept: {}", run.files.len());
+        }
+    }
+    let _ = out.flush();
+    let _ = Duration::ZERO;
+}

@@ -1,0 +1,111 @@
+//! What the probe needs to know about the running kernel, read from its BTF: struct offsets
+//! and the values of request ops and flags. Also translates the kernel's `blk_opf_t` into
+//! blkprof's own stable op and flag encoding.
+
+use tracer_common::{ProbeConfig, op::{Op, flags}};
+
+use crate::btf::{BtfError, KernelBtf};
+
+/// Kernels that work: the probe needs the `block_io_start`/`block_io_done` tracepoints (Linux
+/// 6.5) and `enum rqf_flags` in BTF (Linux 6.10).
+pub const KERNEL_REQUIREMENT: &str =
+    "Linux 6.10 or newer with CONFIG_DEBUG_INFO_BTF=y (block_io_start/block_io_done tracepoints and enum rqf_flags in BTF)";
+
+#[derive(Clone, Debug)]
+pub struct OpDecoder {
+    op_mask: u32,
+    ops: Vec<(u32, Op)>,
+    flag_bits: Vec<(u32, u16)>,
+}
+
+impl OpDecoder {
+    pub fn decode(&self, cmd_flags: u32) -> (Op, u16) {
+        let code = cmd_flags & self.op_mask;
+        let op = self.ops.iter().find(|(c, _)| *c == code).map_or(Op::Other, |(_, op)| *op);
+        let mut fl = 0;
+        for &(mask, bit) in &self.flag_bits {
+            if cmd_flags & mask != 0 {
+                fl |= bit;
+            }
+        }
+        (op, fl)
+    }
+}
+
+pub fn probe_config(btf: &KernelBtf) -> Result<(ProbeConfig, OpDecoder), BtfError> {
+    let bit = |name: &str| -> Result<u32, BtfError> { Ok(1u32 << btf.enumerator(name)?) };
+    let op_bits = btf.enumerator("__REQ_FAILFAST_DEV")?; // == REQ_OP_BITS
+    let op_mask = (1u32 << op_bits) - 1;
+    let cfg = ProbeConfig {
+        rq_q: btf.member_offset("request", "q")?,
+        rq_sector: btf.member_offset("request", "__sector")?,
+        rq_data_len: btf.member_offset("request", "__data_len")?,
+        rq_cmd_flags: btf.member_offset("request", "cmd_flags")?,
+        rq_rq_flags: btf.member_offset("request", "rq_flags")?,
+        rq_start_time_ns: btf.member_offset("request", "start_time_ns")?,
+        q_disk: btf.member_offset("request_queue", "disk")?,
+        disk_major: btf.member_offset("gendisk", "major")?,
+        disk_first_minor: btf.member_offset("gendisk", "first_minor")?,
+        rqf_io_stat: bit("__RQF_IO_STAT")?,
+        rqf_flush_seq: bit("__RQF_FLUSH_SEQ")?,
+        req_op_flush: btf.enumerator("REQ_OP_FLUSH")? as u32,
+        req_op_mask: op_mask,
+        filter_devices: 0,
+    };
+    let mut ops = Vec::new();
+    for (name, op) in [
+        ("REQ_OP_READ", Op::Read),
+        ("REQ_OP_WRITE", Op::Write),
+        ("REQ_OP_FLUSH", Op::Flush),
+        ("REQ_OP_DISCARD", Op::Discard),
+        ("REQ_OP_SECURE_ERASE", Op::SecureErase),
+        ("REQ_OP_WRITE_ZEROES", Op::WriteZeroes),
+        ("REQ_OP_ZONE_APPEND", Op::ZoneAppend),
+        ("REQ_OP_ZONE_OPEN", Op::ZoneMgmt),
+        ("REQ_OP_ZONE_CLOSE", Op::ZoneMgmt),
+        ("REQ_OP_ZONE_FINISH", Op::ZoneMgmt),
+        ("REQ_OP_ZONE_RESET", Op::ZoneMgmt),
+        ("REQ_OP_ZONE_RESET_ALL", Op::ZoneMgmt),
+        ("REQ_OP_DRV_IN", Op::DrvIn),
+        ("REQ_OP_DRV_OUT", Op::DrvOut),
+    ] {
+        // Ops a kernel lacks are simply not decoded (they become "other").
+        if let Ok(v) = btf.enumerator(name) {
+            ops.push((v as u32, op));
+        }
+    }
+    let mut flag_bits = Vec::new();
+    for (name, bitv) in [
+        ("__REQ_SYNC", flags::SYNC),
+        ("__REQ_META", flags::META),
+        ("__REQ_FUA", flags::FUA),
+        ("__REQ_PREFLUSH", flags::PREFLUSH),
+        ("__REQ_RAHEAD", flags::RAHEAD),
+        ("__REQ_PRIO", flags::PRIO),
+        ("__REQ_NOMERGE", flags::NOMERGE),
+        ("__REQ_IDLE", flags::IDLE),
+        ("__REQ_BACKGROUND", flags::BACKGROUND),
+    ] {
+        if let Ok(v) = btf.enumerator(name) {
+            flag_bits.push((1u32 << v, bitv));
+        }
+    }
+    Ok((cfg, OpDecoder { op_mask, ops, flag_bits }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_the_running_kernels_flags() {
+        let Ok(btf) = KernelBtf::from_sys() else { return };
+        let (cfg, dec) = probe_config(&btf).expect("this kernel is supported");
+        assert_eq!(cfg.req_op_mask, 0xff);
+        let sync = 1u32 << btf.enumerator("__REQ_SYNC").unwrap();
+        let fua = 1u32 << btf.enumerator("__REQ_FUA").unwrap();
+        assert_eq!(dec.decode(1 | sync | fua), (Op::Write, flags::SYNC | flags::FUA));
+        assert_eq!(dec.decode(3).0, Op::Discard);
+        assert_eq!(dec.decode(0xfe).0, Op::Other);
+    }
+}

@@ -1,0 +1,11 @@
+//! blkprof-trace: load the eBPF probe, stream its records, keep live statistics, and write
+//! trace files (format in `tracer_common::format`).
+
+pub mod btf;
+pub mod cli;
+pub mod clock;
+pub mod daemon;
+pub mod devices;
+pub mod kernel;
+pub mod probe;
+pub mod stats;

@@ -1,0 +1,242 @@
+//! Loading and attaching the eBPF probe, and reading its maps and program statistics.
+
+use std::os::fd::{AsFd, AsRawFd};
+
+use aya::{
+    Btf, Ebpf, EbpfLoader,
+    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
+    programs::BtfTracePoint,
+};
+use tracer_common::{
+    AGG_FLUSH_RQ, AggKey, Aggregate, COUNTER_SLOTS, Counter, DeviceState, GLOBAL_CONFIG, MAP_AGGREGATES,
+    MAP_COUNTERS, MAP_DEVICE_FILTER, MAP_DEVICES, MAP_EVENTS, PROGRAMS, ProbeConfig, dev_split,
+    format::{AggregateSnapshot, ProbeCounters, ProgramStats},
+};
+
+use crate::kernel::{KERNEL_REQUIREMENT, OpDecoder, probe_config};
+
+static PROBE_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/blkprof"));
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error(
+        "blkprof-trace needs root, or the CAP_BPF and CAP_PERFMON capabilities, to load its eBPF probe: run it with sudo"
+    )]
+    NotPrivileged,
+    #[error("this kernel is not supported ({KERNEL_REQUIREMENT} is needed): {0}")]
+    Kernel(#[from] crate::btf::BtfError),
+    #[error("loading the eBPF probe failed: {0}")]
+    Load(String),
+    #[error("attaching to tracepoint {tracepoint} failed: {reason}")]
+    Attach { tracepoint: String, reason: String },
+    #[error("reading probe map {map} failed: {reason}")]
+    Map { map: String, reason: String },
+}
+
+/// Effective capabilities of this process include CAP_BPF+CAP_PERFMON (or CAP_SYS_ADMIN).
+pub fn privileged() -> bool {
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else { return false };
+    let cap_eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0);
+    const CAP_SYS_ADMIN: u64 = 21;
+    const CAP_PERFMON: u64 = 38;
+    const CAP_BPF: u64 = 39;
+    cap_eff & (1 << CAP_SYS_ADMIN) != 0 || (cap_eff & (1 << CAP_BPF) != 0 && cap_eff & (1 << CAP_PERFMON) != 0)
+}
+
+pub struct ProbeOptions {
+    pub ring_bytes: u32,
+    /// Kernel dev_t values to trace; empty = all devices.
+    pub devices: Vec<u32>,
+}
+
+pub struct Probe {
+    ebpf: Ebpf,
+    pub decoder: OpDecoder,
+    pub config: ProbeConfig,
+    links: Vec<(String, aya::programs::tp_btf::BtfTracePointLinkId)>,
+}
+
+impl Probe {
+    pub fn load(opts: &ProbeOptions) -> Result<Probe, ProbeError> {
+        if !privileged() {
+            return Err(ProbeError::NotPrivileged);
+        }
+        // Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK.
+        let rlim = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
+        // SAFETY: valid rlimit pointer.
+        unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &rlim) };
+
+        let kbtf = crate::btf::KernelBtf::from_sys()?;
+        let (mut config, decoder) = probe_config(&kbtf)?;
+        config.filter_devices = u32::from(!opts.devices.is_empty());
+        let btf = Btf::from_sys_fs().map_err(|e| ProbeError::Load(format!("kernel BTF: {e}")))?;
+        let mut ebpf = EbpfLoader::new()
+            .btf(Some(&btf))
+            .override_global(GLOBAL_CONFIG, &config, true)
+            .map_max_entries(MAP_EVENTS, opts.ring_bytes)
+            .load(PROBE_OBJECT)
+            .map_err(|e| ProbeError::Load(format!("{e:#}")))?;
+        if !opts.devices.is_empty() {
+            let mut filter: BpfHashMap<_, u32, u8> = BpfHashMap::try_from(
+                ebpf.map_mut(MAP_DEVICE_FILTER).ok_or_else(|| ProbeError::Load("no device filter map".into()))?,
+            )
+            .map_err(|e| ProbeError::Load(e.to_string()))?;
+            for &dev in &opts.devices {
+                filter.insert(dev, 1, 0).map_err(|e| ProbeError::Load(e.to_string()))?;
+            }
+        }
+        for (prog, tracepoint) in PROGRAMS {
+            let p: &mut BtfTracePoint = ebpf
+                .program_mut(prog)
+                .ok_or_else(|| ProbeError::Load(format!("program {prog} missing from the object")))?
+                .try_into()
+                .map_err(|e: aya::programs::ProgramError| ProbeError::Load(e.to_string()))?;
+            p.load(tracepoint, &btf).map_err(|e| ProbeError::Attach {
+                tracepoint: tracepoint.into(),
+                reason: format!("{e:#}"),
+            })?;
+        }
+        Ok(Probe { ebpf, decoder, config, links: Vec::new() })
+    }
+
+    /// Attach in the order that keeps the in-flight counts consistent: completion side first,
+    /// submission last.
+    pub fn attach(&mut self) -> Result<(), ProbeError> {
+        for (prog, tracepoint) in PROGRAMS.iter().rev() {
+            let p: &mut BtfTracePoint = self
+                .ebpf
+                .program_mut(prog)
+                .and_then(|p| p.try_into().ok())
+                .ok_or_else(|| ProbeError::Load(format!("program {prog} missing")))?;
+            let link = p.attach().map_err(|e| ProbeError::Attach {
+                tracepoint: (*tracepoint).into(),
+                reason: format!("{e:#}"),
+            })?;
+            self.links.push((prog.to_string(), link));
+        }
+        Ok(())
+    }
+
+    /// Detach, submission side first, so requests in flight can still complete in the probe.
+    pub fn detach(&mut self) {
+        let mut links = std::mem::take(&mut self.links);
+        links.reverse();
+        for (prog, link) in links {
+            if let Some(p) = self.ebpf.program_mut(&prog) {
+                let p: Result<&mut BtfTracePoint, _> = p.try_into();
+                if let Ok(p) = p {
+                    let _ = p.detach(link);
+                }
+            }
+        }
+    }
+
+    pub fn take_ring(&mut self) -> Result<RingBuf<MapData>, ProbeError> {
+        let map = self.ebpf.take_map(MAP_EVENTS).ok_or_else(|| ProbeError::Map {
+            map: MAP_EVENTS.into(),
+            reason: "missing".into(),
+        })?;
+        RingBuf::try_from(map).map_err(|e| ProbeError::Map { map: MAP_EVENTS.into(), reason: e.to_string() })
+    }
+
+    pub fn counters(&self) -> Result<ProbeCounters, ProbeError> {
+        let err = |e: aya::maps::MapError| ProbeError::Map { map: MAP_COUNTERS.into(), reason: e.to_string() };
+        let arr: PerCpuArray<_, u64> = PerCpuArray::try_from(
+            self.ebpf.map(MAP_COUNTERS).ok_or_else(|| ProbeError::Map { map: MAP_COUNTERS.into(), reason: "missing".into() })?,
+        )
+        .map_err(err)?;
+        let mut sums = [0u64; COUNTER_SLOTS as usize];
+        for (i, s) in sums.iter_mut().enumerate() {
+            let vals = arr.get(&(i as u32), 0).map_err(err)?;
+            *s = vals.iter().sum();
+        }
+        let mut programs = Vec::new();
+        for (prog, tracepoint) in PROGRAMS {
+            if let Some(p) = self.ebpf.program(prog) {
+                let p: Result<&BtfTracePoint, _> = p.try_into();
+                if let Ok(fd) = p.map_err(|_| ()).and_then(|p| p.fd().map_err(|_| ())) {
+                    let (run_cnt, run_time_ns, recursion_misses) = prog_stats(fd.as_fd().as_raw_fd());
+                    programs.push(ProgramStats { name: tracepoint.to_string(), run_cnt, run_time_ns, recursion_misses });
+                }
+            }
+        }
+        Ok(ProbeCounters {
+            ring_drops: sums[Counter::RingDrops as usize],
+            request_map_full: sums[Counter::RequestMapFull as usize],
+            started_before_attach: sums[Counter::StartedBeforeAttach as usize],
+            aggregate_map_full: sums[Counter::AggregateMapFull as usize],
+            records_written: sums[Counter::RecordsWritten as usize],
+            programs,
+        })
+    }
+
+    pub fn aggregates(&self) -> Result<Vec<AggregateSnapshot>, ProbeError> {
+        let err = |e: aya::maps::MapError| ProbeError::Map { map: MAP_AGGREGATES.into(), reason: e.to_string() };
+        let map: BpfHashMap<_, AggKey, Aggregate> = BpfHashMap::try_from(
+            self.ebpf.map(MAP_AGGREGATES).ok_or_else(|| ProbeError::Map { map: MAP_AGGREGATES.into(), reason: "missing".into() })?,
+        )
+        .map_err(err)?;
+        let mut out = Vec::new();
+        for item in map.iter() {
+            let (k, v) = item.map_err(err)?;
+            let (major, minor) = dev_split(k.dev);
+            let (op, _) = self.decoder.decode(k.op & !AGG_FLUSH_RQ);
+            out.push(AggregateSnapshot {
+                major,
+                minor,
+                op: Some(op),
+                flush_rq: k.op & AGG_FLUSH_RQ != 0,
+                ios: v.ios,
+                bytes: v.bytes,
+                total_ns_sum: v.total_ns_sum,
+                size_log2: v.size_log2.to_vec(),
+                device_latency_log2: v.device_latency_log2.to_vec(),
+                total_latency_log2: v.total_latency_log2.to_vec(),
+            });
+        }
+        out.sort_by_key(|a| (a.major, a.minor, a.op, a.flush_rq));
+        Ok(out)
+    }
+
+    /// Current in-flight counts per device (for diagnostics).
+    pub fn device_states(&self) -> Vec<(u32, DeviceState)> {
+        let Some(m) = self.ebpf.map(MAP_DEVICES) else { return Vec::new() };
+        let Ok(map) = BpfHashMap::<_, u32, DeviceState>::try_from(m) else { return Vec::new() };
+        map.iter().filter_map(Result::ok).collect()
+    }
+}
+
+/// (run_cnt, run_time_ns, recursion_misses) of a loaded program, from `bpf_prog_info`.
+/// run_cnt and run_time_ns are only counted while `kernel.bpf_stats_enabled` is 1.
+fn prog_stats(fd: i32) -> (u64, u64, u64) {
+    // bpf_prog_info (UAPI, stable layout): run_time_ns @192, run_cnt @200, recursion_misses @208.
+    let mut info = [0u8; 232];
+    #[repr(C)]
+    struct InfoAttr {
+        bpf_fd: u32,
+        info_len: u32,
+        info: u64,
+    }
+    let mut attr = InfoAttr { bpf_fd: fd as u32, info_len: info.len() as u32, info: info.as_mut_ptr() as u64 };
+    const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
+    // SAFETY: attr and info outlive the call; sizes are passed.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_OBJ_GET_INFO_BY_FD,
+            &mut attr as *mut InfoAttr,
+            std::mem::size_of::<InfoAttr>() as u32,
+        )
+    };
+    if rc != 0 {
+        return (0, 0, 0);
+    }
+    let at = |o: usize| u64::from_le_bytes(info[o..o + 8].try_into().expect("8 bytes"));
+    let len = attr.info_len as usize;
+    let get = |o: usize| if len >= o + 8 { at(o) } else { 0 };
+    (get(200), get(192), get(208))
+}

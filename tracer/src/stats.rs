@@ -1,0 +1,341 @@
+//! Streaming statistics: per-interval time series for the live view, and HDR histograms per
+//! (device, op group) for size and latency, written as a standard HdrHistogram interval log.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use hdrhistogram::Histogram;
+use hdrhistogram::serialization::{Serializer, V2DeflateSerializer};
+use serde::Serialize;
+use tracer_common::format::IoRecord;
+use tracer_common::op::StatGroup;
+
+/// Histograms of one (device, group).
+pub struct Hists {
+    pub size_bytes: Histogram<u64>,
+    pub device_latency_ns: Histogram<u64>,
+    pub total_latency_ns: Histogram<u64>,
+}
+
+impl Hists {
+    fn new() -> Hists {
+        // 3 significant digits; sizes up to 4 GiB, latencies up to 1 hour (auto-resize beyond).
+        let mk = |hi: u64| {
+            let mut h = Histogram::new_with_bounds(1, hi, 3).expect("valid bounds");
+            h.auto(true);
+            h
+        };
+        Hists { size_bytes: mk(1 << 32), device_latency_ns: mk(3_600_000_000_000), total_latency_ns: mk(3_600_000_000_000) }
+    }
+    fn record(&mut self, r: &IoRecord) {
+        let _ = self.size_bytes.record(u64::from(r.bytes).max(1));
+        if r.issue_ns != 0 {
+            let _ = self.device_latency_ns.record(r.device_ns().max(1));
+        }
+        let _ = self.total_latency_ns.record(r.total_ns().max(1));
+    }
+    fn reset(&mut self) {
+        self.size_bytes.reset();
+        self.device_latency_ns.reset();
+        self.total_latency_ns.reset();
+    }
+    fn add(&mut self, o: &Hists) {
+        let _ = self.size_bytes.add(&o.size_bytes);
+        let _ = self.device_latency_ns.add(&o.device_latency_ns);
+        let _ = self.total_latency_ns.add(&o.total_latency_ns);
+    }
+}
+
+#[derive(Default, Clone, Copy)]
+struct Counts {
+    ios: u64,
+    bytes: u64,
+}
+
+/// One device's current interval.
+struct DevInterval {
+    groups: [Counts; 4],
+    hists: BTreeMap<StatGroup, Hists>,
+    total_ns_sum: u64,
+    max_os_inflight: u32,
+    max_dev_inflight: u32,
+}
+
+impl DevInterval {
+    fn new() -> DevInterval {
+        DevInterval { groups: [Counts::default(); 4], hists: BTreeMap::new(), total_ns_sum: 0, max_os_inflight: 0, max_dev_inflight: 0 }
+    }
+}
+
+#[derive(Serialize)]
+pub struct OpRate {
+    pub iops: f64,
+    pub mb_per_s: f64,
+}
+
+#[derive(Serialize)]
+pub struct Percentiles {
+    pub p50: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+}
+
+/// One live line: one device, one interval.
+#[derive(Serialize)]
+pub struct IntervalLine {
+    pub time: String,
+    pub t_s: f64,
+    pub device: String,
+    pub read: OpRate,
+    pub write: OpRate,
+    pub discard: OpRate,
+    pub flush: OpRate,
+    /// Device latency (issue to complete) over all ops, microseconds.
+    pub device_latency_us: Percentiles,
+    /// Total latency (OS queue entry to complete) over all ops, microseconds.
+    pub total_latency_us: Percentiles,
+    /// Time-weighted mean of requests in the OS (as iostat's aqu-sz), and the most seen at an issue.
+    pub queue_depth_mean: f64,
+    pub queue_depth_max: u32,
+    pub device_inflight_max: u32,
+}
+
+pub struct Stats {
+    interval: BTreeMap<u32, DevInterval>,
+    pub cumulative: BTreeMap<(u32, StatGroup), Hists>,
+}
+
+impl Stats {
+    pub fn new() -> Stats {
+        Stats { interval: BTreeMap::new(), cumulative: BTreeMap::new() }
+    }
+
+    pub fn record(&mut self, r: &IoRecord) {
+        let d = self.interval.entry(r.dev).or_insert_with(DevInterval::new);
+        let g = r.stat_group();
+        let c = &mut d.groups[g as usize];
+        c.ios += 1;
+        c.bytes += u64::from(r.bytes);
+        d.hists.entry(g).or_insert_with(Hists::new).record(r);
+        d.total_ns_sum += r.total_ns();
+        d.max_os_inflight = d.max_os_inflight.max(r.os_inflight);
+        d.max_dev_inflight = d.max_dev_inflight.max(r.dev_inflight);
+    }
+
+    /// Close the interval [start, start+len): live lines for devices with IO, and the
+    /// interval histograms to the .hlog.
+    pub fn end_interval(
+        &mut self,
+        start_wall_ns: i64,
+        t_s: f64,
+        len_ns: u64,
+        name_of: &dyn Fn(u32) -> String,
+        hlog: Option<&mut HlogWriter>,
+    ) -> Vec<IntervalLine> {
+        let secs = len_ns as f64 / 1e9;
+        let mut lines = Vec::new();
+        let mut hlog = hlog;
+        for (&dev, d) in &mut self.interval {
+            let ios: u64 = d.groups.iter().map(|c| c.ios).sum();
+            if ios == 0 {
+                continue;
+            }
+            let rate = |c: Counts| OpRate { iops: c.ios as f64 / secs, mb_per_s: c.bytes as f64 / 1e6 / secs };
+            let mut dev_lat = Histogram::<u64>::new(3).expect("valid");
+            let mut tot_lat = Histogram::<u64>::new(3).expect("valid");
+            for h in d.hists.values() {
+                let _ = dev_lat.add(&h.device_latency_ns);
+                let _ = tot_lat.add(&h.total_latency_ns);
+            }
+            let pct = |h: &Histogram<u64>| Percentiles {
+                p50: h.value_at_quantile(0.5) as f64 / 1e3,
+                p99: h.value_at_quantile(0.99) as f64 / 1e3,
+                p999: h.value_at_quantile(0.999) as f64 / 1e3,
+                max: h.max() as f64 / 1e3,
+            };
+            let name = name_of(dev);
+            lines.push(IntervalLine {
+                time: tracer_common::format::rfc3339(start_wall_ns),
+                t_s,
+                device: name.clone(),
+                read: rate(d.groups[StatGroup::Read as usize]),
+                write: rate(d.groups[StatGroup::Write as usize]),
+                discard: rate(d.groups[StatGroup::Discard as usize]),
+                flush: rate(d.groups[StatGroup::Flush as usize]),
+                device_latency_us: pct(&dev_lat),
+                total_latency_us: pct(&tot_lat),
+                queue_depth_mean: d.total_ns_sum as f64 / len_ns as f64,
+                queue_depth_max: d.max_os_inflight,
+                device_inflight_max: d.max_dev_inflight,
+            });
+            for (&g, h) in &mut d.hists {
+                if let Some(w) = hlog.as_deref_mut() {
+                    let tag = format!("{name}.{}", g.name());
+                    w.write(&format!("{tag}.size_bytes"), start_wall_ns, len_ns, &h.size_bytes);
+                    w.write(&format!("{tag}.device_latency_ns"), start_wall_ns, len_ns, &h.device_latency_ns);
+                    w.write(&format!("{tag}.total_latency_ns"), start_wall_ns, len_ns, &h.total_latency_ns);
+                }
+                self.cumulative.entry((dev, g)).or_insert_with(Hists::new).add(h);
+                h.reset();
+            }
+            d.groups = [Counts::default(); 4];
+            d.total_ns_sum = 0;
+            d.max_os_inflight = 0;
+            d.max_dev_inflight = 0;
+        }
+        lines
+    }
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+pub fn print_header(out: &mut dyn Write) {
+    let _ = writeln!(
+        out,
+        "{:<8} {:<10} {:>9} {:>8} {:>9} {:>8} {:>7} {:>8} {:>6} {:>9} {:>9} {:>9} {:>9} {:>7} {:>6}",
+        "time", "device", "r/s", "rMB/s", "w/s", "wMB/s", "d/s", "dMB/s", "f/s", "p50_us", "p99_us", "p99.9_us", "max_us", "qd_avg", "qd_max"
+    );
+}
+
+pub fn print_line(out: &mut dyn Write, l: &IntervalLine) {
+    let hms = l.time.get(11..19).unwrap_or("");
+    let _ = writeln!(
+        out,
+        "{:<8} {:<10} {:>9.0} {:>8.1} {:>9.0} {:>8.1} {:>7.0} {:>8.1} {:>6.0} {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>7.2} {:>6}",
+        hms,
+        l.device,
+        l.read.iops,
+        l.read.mb_per_s,
+        l.write.iops,
+        l.write.mb_per_s,
+        l.discard.iops,
+        l.discard.mb_per_s,
+        l.flush.iops,
+        l.device_latency_us.p50,
+        l.device_latency_us.p99,
+        l.device_latency_us.p999,
+        l.device_latency_us.max,
+        l.queue_depth_mean,
+        l.queue_depth_max,
+    );
+}
+
+/// Writes an HdrHistogram interval log (.hlog, format 1.3) that standard readers
+/// (HistogramLogReader, HistogramLogAnalyzer, hdrhistogram's IntervalLogIterator) read.
+pub struct HlogWriter {
+    out: std::io::BufWriter<std::fs::File>,
+    serializer: V2DeflateSerializer,
+    buf: Vec<u8>,
+    base_wall_ns: i64,
+    pub error: Option<std::io::Error>,
+}
+
+impl HlogWriter {
+    pub fn create(path: &std::path::Path, base_wall_ns: i64) -> std::io::Result<HlogWriter> {
+        let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+        let secs = base_wall_ns as f64 / 1e9;
+        writeln!(out, "#[blkprof-trace {}: tags are DEVICE.OP.METRIC; values in ns or bytes]", env!("CARGO_PKG_VERSION"))?;
+        writeln!(out, "#[Histogram log format version 1.3]")?;
+        writeln!(out, "#[StartTime: {secs:.3} (seconds since epoch), {}]", tracer_common::format::rfc3339(base_wall_ns))?;
+        writeln!(out, "#[BaseTime: {secs:.3} (seconds since epoch)]")?;
+        writeln!(out, "\"StartTimestamp\",\"Interval_Length\",\"Interval_Max\",\"Interval_Compressed_Histogram\"")?;
+        Ok(HlogWriter { out, serializer: V2DeflateSerializer::new(), buf: Vec::new(), base_wall_ns, error: None })
+    }
+
+    pub fn write(&mut self, tag: &str, start_wall_ns: i64, len_ns: u64, h: &Histogram<u64>) {
+        if h.is_empty() || self.error.is_some() {
+            return;
+        }
+        self.buf.clear();
+        if let Err(e) = self.serializer.serialize(h, &mut self.buf) {
+            self.error = Some(std::io::Error::other(format!("{e:?}")));
+            return;
+        }
+        let start = (start_wall_ns - self.base_wall_ns) as f64 / 1e9;
+        let r = writeln!(
+            self.out,
+            "Tag={tag},{start:.3},{:.3},{:.3},{}",
+            len_ns as f64 / 1e9,
+            h.max() as f64 / 1e9,
+            base64(&self.buf)
+        );
+        if let Err(e) = r {
+            self.error = Some(e);
+        }
+    }
+
+    pub fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
+}
+
+fn base64(data: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut s = String::with_capacity(data.len().div_ceil(3) * 4);
+    for c in data.chunks(3) {
+        let n = (u32::from(c[0]) << 16) | (u32::from(*c.get(1).unwrap_or(&0)) << 8) | u32::from(*c.get(2).unwrap_or(&0));
+        s.push(A[(n >> 18) as usize & 63] as char);
+        s.push(A[(n >> 12) as usize & 63] as char);
+        s.push(if c.len() > 1 { A[(n >> 6) as usize & 63] as char } else { '=' });
+        s.push(if c.len() > 2 { A[n as usize & 63] as char } else { '=' });
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
+
+    #[test]
+    fn hlog_reads_back_with_hdrhistograms_own_reader() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.hlog");
+        let mut w = HlogWriter::create(&path, 1_700_000_000_000_000_000).unwrap();
+        let mut h = Histogram::<u64>::new(3).unwrap();
+        for v in [1000u64, 2000, 3000, 1_000_000] {
+            h.record(v).unwrap();
+        }
+        w.write("loop0.read.device_latency_ns", 1_700_000_001_000_000_000, 1_000_000_000, &h);
+        w.flush().unwrap();
+        let text = std::fs::read(&path).unwrap();
+        let mut n = 0;
+        let mut deser = hdrhistogram::serialization::Deserializer::new();
+        for e in IntervalLogIterator::new(&text) {
+            if let Ok(LogEntry::Interval(i)) = e {
+                n += 1;
+                assert_eq!(i.tag().unwrap().as_str(), "loop0.read.device_latency_ns");
+                let bytes = decode64(i.encoded_histogram());
+                let back: Histogram<u64> = deser.deserialize(&mut &bytes[..]).unwrap();
+                assert_eq!(back.len(), 4);
+                assert_eq!(back.max(), h.max());
+            }
+        }
+        assert_eq!(n, 1);
+    }
+
+    fn decode64(s: &str) -> Vec<u8> {
+        let val = |c: u8| match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            _ => 63,
+        };
+        let mut out = Vec::new();
+        for chunk in s.as_bytes().chunks(4) {
+            let n = chunk.iter().take_while(|&&c| c != b'=').fold(0u32, |a, &c| (a << 6) | u32::from(val(c)));
+            let k = chunk.iter().take_while(|&&c| c != b'=').count();
+            let n = n << (6 * (4 - k));
+            for i in 0..k - 1 {
+                out.push((n >> (16 - 8 * i)) as u8);
+            }
+        }
+        out
+    }
+}
