@@ -1,1 +1,255 @@
+//! Helpers for blkprof's root end-to-end tests: scratch loop devices, the real tracer binary,
+//! real fio, and /proc/diskstats.
 
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use tracer_common::format::{DiskStats, Ending, IoRecord, TraceHeader, TraceReader, TraceTrailer, parse_diskstats};
+use tracer_common::op::StatGroup;
+
+pub fn bin(name: &str) -> PathBuf {
+    let dir = std::env::var_os("BLKPROF_BIN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release"));
+    let p = dir.join(name);
+    assert!(p.exists(), "{} not built: run `cargo xtask test`", p.display());
+    p
+}
+
+pub fn sh(cmd: &str) -> String {
+    let out = Command::new("sh").args(["-c", cmd]).output().expect("sh");
+    assert!(out.status.success(), "`{cmd}` failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+pub fn scratch_dir() -> PathBuf {
+    let d = std::env::temp_dir().join(format!("blkprof-e2e-{}", std::process::id()));
+    std::fs::create_dir_all(&d).expect("scratch dir");
+    d
+}
+
+/// A loop device over a sparse file, detached and removed on drop.
+pub struct Scratch {
+    pub name: String,
+    pub path: String,
+    img: PathBuf,
+}
+
+impl Scratch {
+    /// `direct_io`: loop reads/writes the backing file with O_DIRECT (realistic latency);
+    /// `in_shm`: back it by /dev/shm (fastest device for overhead tests).
+    pub fn new(tag: &str, size_mb: u64, direct_io: bool, in_shm: bool) -> Scratch {
+        let dir = if in_shm { PathBuf::from("/dev/shm") } else { scratch_dir() };
+        let img = dir.join(format!("blkprof-{tag}-{}.img", std::process::id()));
+        sh(&format!("truncate -s {size_mb}M {}", img.display()));
+        let dio = if direct_io { "--direct-io=on" } else { "" };
+        let path = sh(&format!("losetup -f --show {dio} {}", img.display()));
+        let name = path.trim_start_matches("/dev/").to_string();
+        Scratch { name, path, img }
+    }
+
+    /// 2 = no merging at all: every bio becomes its own request.
+    pub fn set_nomerges(&self, v: u32) {
+        std::fs::write(format!("/sys/block/{}/queue/nomerges", self.name), v.to_string()).expect("nomerges");
+    }
+
+    pub fn diskstats(&self) -> DiskStats {
+        let text = std::fs::read_to_string("/proc/diskstats").expect("diskstats");
+        parse_diskstats(&text, 0).into_values().find(|d| d.name == self.name).expect("device in diskstats")
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").args(["-d", &self.path]).status();
+        let _ = std::fs::remove_file(&self.img);
+    }
+}
+
+/// A running blkprof-trace.
+pub struct Tracer {
+    child: Child,
+    stdout: mpsc::Receiver<String>,
+    stderr_lines: mpsc::Receiver<String>,
+    pub stderr: String,
+}
+
+pub struct Finished {
+    pub status: std::process::ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Tracer {
+    /// Start and wait until the probe is attached.
+    pub fn start(args: &[&str]) -> Tracer {
+        let mut child = Command::new(bin("blkprof-trace"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn blkprof-trace");
+        let (tx, stdout) = mpsc::channel();
+        let mut out = child.stdout.take().expect("stdout");
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = out.read_to_string(&mut s);
+            let _ = tx.send(s);
+        });
+        let (etx, stderr_lines) = mpsc::channel();
+        let err = child.stderr.take().expect("stderr");
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                if etx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut t = Tracer { child, stdout, stderr_lines, stderr: String::new() };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match t.stderr_lines.recv_timeout(Duration::from_millis(100)) {
+                Ok(line) => {
+                    t.stderr.push_str(&line);
+                    t.stderr.push('\n');
+                    if line.contains("tracing ") {
+                        break;
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    if let Ok(Some(status)) = t.child.try_wait() {
+                        panic!("blkprof-trace exited ({status}) before attaching: {}", t.stderr);
+                    }
+                    assert!(Instant::now() < deadline, "blkprof-trace did not attach: {}", t.stderr);
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    let _ = t.child.wait();
+                    panic!("blkprof-trace exited before attaching: {}", t.stderr);
+                }
+            }
+        }
+        t
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: plain kill(2) on our child.
+        unsafe { libc::kill(self.pid(), sig) };
+    }
+
+    /// SIGINT, then wait for it to finish.
+    pub fn stop(self) -> Finished {
+        self.signal(libc::SIGINT);
+        self.wait()
+    }
+
+    /// Wait up to 20 s for it to stop by itself, then SIGINT it.
+    pub fn wait_or_stop(mut self) -> Finished {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return self.wait();
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        self.signal(libc::SIGINT);
+        self.wait()
+    }
+
+    pub fn wait(mut self) -> Finished {
+        let status = self.child.wait().expect("wait");
+        let stdout = self.stdout.recv_timeout(Duration::from_secs(10)).unwrap_or_default();
+        while let Ok(l) = self.stderr_lines.recv_timeout(Duration::from_millis(200)) {
+            self.stderr.push_str(&l);
+            self.stderr.push('\n');
+        }
+        Finished { status, stdout, stderr: self.stderr }
+    }
+}
+
+/// Run a fio job with JSON output; panics if fio fails.
+pub fn fio(args: &[&str]) -> serde_json::Value {
+    let out = Command::new("fio").args(args).arg("--output-format=json").output().expect("fio is installed (cargo xtask setup)");
+    assert!(out.status.success(), "fio {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    // fio may print notes before the JSON document.
+    let start = text.find('{').expect("fio JSON");
+    serde_json::from_str(&text[start..]).expect("fio JSON parses")
+}
+
+/// Everything a test wants from a trace file.
+pub struct Trace {
+    pub header: TraceHeader,
+    pub trailer: Option<TraceTrailer>,
+    pub ending: Ending,
+    pub records: Vec<IoRecord>,
+}
+
+impl Trace {
+    pub fn read(path: &Path) -> Trace {
+        let mut r = TraceReader::open(path).expect("trace opens");
+        let mut records = Vec::new();
+        let mut buf = Vec::new();
+        while r.next_chunk(&mut buf).expect("trace reads") {
+            records.extend_from_slice(&buf);
+        }
+        Trace { header: r.header().clone(), trailer: r.trailer().cloned(), ending: r.ending().clone(), records }
+    }
+
+    /// (ios, bytes) per diskstats group.
+    pub fn groups(&self) -> BTreeMap<StatGroup, (u64, u64)> {
+        let mut m = BTreeMap::new();
+        for r in &self.records {
+            let e = m.entry(r.stat_group()).or_insert((0, 0));
+            e.0 += 1;
+            e.1 += u64::from(r.bytes);
+        }
+        m
+    }
+
+    /// Diskstats delta of one device over the trace (the tracer's own snapshots).
+    pub fn kernel_delta(&self, name: &str) -> BTreeMap<StatGroup, (u64, u64)> {
+        let t = self.trailer.as_ref().expect("trailer");
+        let a = self.header.diskstats_start.iter().find(|d| d.name == name).expect("start diskstats");
+        let b = t.diskstats_end.iter().find(|d| d.name == name).expect("end diskstats");
+        StatGroup::ALL
+            .iter()
+            .map(|&g| {
+                let (i0, b0) = a.group(g);
+                let (i1, b1) = b.group(g);
+                (g, (i1 - i0, b1 - b0))
+            })
+            .collect()
+    }
+}
+
+pub fn delta(a: &DiskStats, b: &DiskStats) -> BTreeMap<StatGroup, (u64, u64)> {
+    StatGroup::ALL
+        .iter()
+        .map(|&g| {
+            let (i0, b0) = a.group(g);
+            let (i1, b1) = b.group(g);
+            (g, (i1 - i0, b1 - b0))
+        })
+        .collect()
+}
+
+/// Parse fio's iolog v2 (`--write_iolog`): (action, offset, length) of every IO fio issued.
+pub fn fio_iolog(path: &Path) -> Vec<(String, u64, u64)> {
+    let text = std::fs::read_to_string(path).expect("iolog");
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() == 4 && matches!(f[1], "read" | "write" | "trim") {
+            out.push((f[1].to_string(), f[2].parse().expect("offset"), f[3].parse().expect("length")));
+        }
+    }
+    out
+}

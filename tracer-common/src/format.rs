@@ -147,12 +147,22 @@ pub struct ProbeCounters {
     pub started_before_attach: u64,
     pub aggregate_map_full: u64,
     pub records_written: u64,
+    /// Requests whose completion the probe's programs never saw (detected when the kernel
+    /// reused the request): IOs the kernel counted that the trace cannot have.
+    #[serde(default)]
+    pub missed_completions: u64,
     pub programs: Vec<ProgramStats>,
 }
 
 impl ProbeCounters {
     pub fn recursion_misses(&self) -> u64 {
         self.programs.iter().map(|p| p.recursion_misses).sum()
+    }
+
+    /// Every IO the probe knows it may have missed in its exact aggregates: program runs the
+    /// kernel skipped, completions never seen, and requests it could not track.
+    pub fn reported_misses(&self) -> u64 {
+        self.recursion_misses() + self.missed_completions + self.request_map_full
     }
 }
 
@@ -1036,6 +1046,46 @@ mod tests {
     }
 }
 
+/// Parse /proc/diskstats text.
+pub fn parse_diskstats(text: &str, at_ns: u64) -> HashMap<(u32, u32), DiskStats> {
+    let mut out = HashMap::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 14 {
+            continue;
+        }
+        let n = |i: usize| f.get(i).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
+        let (Ok(major), Ok(minor)) = (f[0].parse(), f[1].parse()) else { continue };
+        out.insert(
+            (major, minor),
+            DiskStats {
+                name: f[2].to_string(),
+                major,
+                minor,
+                at_ns,
+                read_ios: n(3),
+                read_merges: n(4),
+                read_sectors: n(5),
+                read_ms: n(6),
+                write_ios: n(7),
+                write_merges: n(8),
+                write_sectors: n(9),
+                write_ms: n(10),
+                in_flight: n(11),
+                io_ms: n(12),
+                weighted_ms: n(13),
+                discard_ios: n(14),
+                discard_merges: n(15),
+                discard_sectors: n(16),
+                discard_ms: n(17),
+                flush_ios: n(18),
+                flush_ms: n(19),
+            },
+        );
+    }
+    out
+}
+
 /// RFC 3339 UTC time with milliseconds for a Unix-epoch nanosecond timestamp.
 pub fn rfc3339(unix_ns: i64) -> String {
     let secs = unix_ns.div_euclid(1_000_000_000);
@@ -1057,6 +1107,15 @@ pub fn rfc3339(unix_ns: i64) -> String {
 
 #[cfg(test)]
 mod time_tests {
+    #[test]
+    fn parses_a_kernel_6_line() {
+        let s = "   7       3 loop3 183647 0 1469176 41234 2 0 16 1 0 53000 41235 5 0 80 2 7 3\n";
+        let m = super::parse_diskstats(s, 5);
+        let d = &m[&(7, 3)];
+        assert_eq!((d.name.as_str(), d.read_ios, d.read_sectors, d.write_ios), ("loop3", 183647, 1469176, 2));
+        assert_eq!((d.discard_ios, d.discard_sectors, d.flush_ios, d.flush_ms, d.weighted_ms), (5, 80, 7, 3, 41235));
+    }
+
     #[test]
     fn rfc3339_known_instants() {
         assert_eq!(super::rfc3339(0), "1970-01-01T00:00:00.000Z");

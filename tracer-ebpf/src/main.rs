@@ -46,6 +46,7 @@ static CONFIG: ProbeConfig = ProbeConfig {
     req_op_flush: 0,
     req_op_mask: 0,
     filter_devices: 0,
+    wakeup_bytes: 0,
 };
 
 /// Zeroed template for creating aggregate slots (too big for the BPF stack).
@@ -73,6 +74,9 @@ static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_SLOTS,
 static DEVICE_FILTER: HashMap<u32, u8> = HashMap::with_max_entries(256, 0);
 
 const BPF_NOEXIST: u64 = 1;
+const BPF_RB_NO_WAKEUP: u64 = 1;
+const BPF_RB_FORCE_WAKEUP: u64 = 2;
+const BPF_RB_AVAIL_DATA: u64 = 0;
 
 #[inline(always)]
 fn config() -> ProbeConfig {
@@ -182,9 +186,11 @@ fn try_io_start(ctx: &BtfTracePointContext) -> Option<()> {
     let dev = traced_dev(&cfg, rq)?;
     let key = rq as u64;
     if let Some(old) = REQUESTS.get_ptr_mut(&key) {
-        // A stale entry for a recycled request: release what it held.
+        // The request was freed and reused, so it completed, but the completion programs did
+        // not run for it: count the loss and release what it held.
         // SAFETY: map value pointer.
         let old = unsafe { &mut *old };
+        bump(Counter::MissedCompletion);
         release(old);
     }
     let mut st = RequestState {
@@ -437,7 +443,8 @@ fn finish(cfg: &ProbeConfig, rq: *const u8, st: &mut RequestState, kind: u16, cm
         _pad: [0; 6],
         comm: st.comm,
     });
-    entry.submit(0);
+    let pending = EVENTS.query(BPF_RB_AVAIL_DATA);
+    entry.submit(if pending >= u64::from(cfg.wakeup_bytes) { BPF_RB_FORCE_WAKEUP } else { BPF_RB_NO_WAKEUP });
     bump(Counter::RecordsWritten);
 }
 

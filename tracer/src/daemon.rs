@@ -392,6 +392,9 @@ pub async fn run(cfg: Config) -> Result<i32> {
     let started = Instant::now();
     let deadline = run.cfg.duration.map(|d| tokio::time::Instant::now() + d);
     let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + run.cfg.interval, run.cfg.interval);
+    // The probe wakes us only when the ring fills up to its threshold; drain it on a timer too.
+    let mut drain = tokio::time::interval(Duration::from_millis(20));
+    drain.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut interval_start_wall = run.wall_start_ns;
     let mut interval_start = Instant::now();
     let reason: &str = loop {
@@ -415,6 +418,18 @@ pub async fn run(cfg: Config) -> Result<i32> {
                     run.handle(&copy);
                 }
                 guard.clear_ready();
+            }
+            _ = drain.tick() => {
+                let rb = ring.get_mut();
+                while let Some(item) = rb.next() {
+                    let bytes: &[u8] = &item;
+                    let copy: [u8; std::mem::size_of::<IoEvent>()] = match bytes.get(..std::mem::size_of::<IoEvent>()) {
+                        Some(b) => b.try_into().expect("sized"),
+                        None => { run.malformed += 1; continue; }
+                    };
+                    drop(item);
+                    run.handle(&copy);
+                }
             }
             _ = ticker.tick() => {
                 let len = interval_start.elapsed().as_nanos() as u64;
@@ -475,7 +490,7 @@ fn summary(
     let mut out = run.stdout.lock();
     let trailer = TraceTrailer { diskstats_end: diskstats_end.to_vec(), aggregates_end: aggregates.to_vec(), ..Default::default() };
     let cov = coverage(&run.header, &trailer);
-    let misses = counters.recursion_misses();
+    let misses = counters.reported_misses();
     let _ = writeln!(out, "\nblkprof-trace: stopped ({reason})");
     for d in &cov {
         let any = d.groups.iter().any(|g| g.kernel_ios > 0 || g.aggregate_ios > 0);
@@ -503,8 +518,11 @@ fn summary(
             if g.kernel_ios > 0 || g.aggregate_ios > 0 {
                 let gap = g.unaccounted(misses);
                 let extra = g.aggregate_ios.saturating_sub(g.kernel_ios);
+                let missed = g.kernel_ios.saturating_sub(g.aggregate_ios);
                 let note = if gap > 0 {
                     format!("  <- {gap} IOs unaccounted")
+                } else if missed > 0 {
+                    format!("  <- {missed} missed, reported below")
                 } else if extra > 0 {
                     format!("  <- {extra} more than the kernel counted (IOs in flight at the ends of the run)")
                 } else {
@@ -521,11 +539,12 @@ fn summary(
     }
     let _ = writeln!(
         out,
-        "records: {} received, {} dropped (ring full), {} filtered out, {} missed by the kernel (BPF recursion), {} untracked (request map full)",
+        "records: {} received, {} dropped (ring full), {} filtered out; missed IOs: {} completions not seen by the probe, {} program runs skipped by the kernel (BPF recursion), {} untracked (request map full)",
         thousands(run.received_total),
         thousands(counters.ring_drops),
         thousands(run.filtered_out),
-        thousands(misses),
+        thousands(counters.missed_completions),
+        thousands(counters.recursion_misses()),
         thousands(counters.request_map_full)
     );
     if counters.started_before_attach > 0 {

@@ -69,65 +69,16 @@ pub fn name_of(major: u32, minor: u32) -> Option<String> {
     Some(link.file_name()?.to_string_lossy().into_owned())
 }
 
-/// Parse /proc/diskstats text.
-pub fn parse_diskstats(text: &str, at_ns: u64) -> HashMap<(u32, u32), DiskStats> {
-    let mut out = HashMap::new();
-    for line in text.lines() {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        if f.len() < 14 {
-            continue;
-        }
-        let n = |i: usize| f.get(i).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
-        let (Ok(major), Ok(minor)) = (f[0].parse(), f[1].parse()) else { continue };
-        out.insert(
-            (major, minor),
-            DiskStats {
-                name: f[2].to_string(),
-                major,
-                minor,
-                at_ns,
-                read_ios: n(3),
-                read_merges: n(4),
-                read_sectors: n(5),
-                read_ms: n(6),
-                write_ios: n(7),
-                write_merges: n(8),
-                write_sectors: n(9),
-                write_ms: n(10),
-                in_flight: n(11),
-                io_ms: n(12),
-                weighted_ms: n(13),
-                discard_ios: n(14),
-                discard_merges: n(15),
-                discard_sectors: n(16),
-                discard_ms: n(17),
-                flush_ios: n(18),
-                flush_ms: n(19),
-            },
-        );
-    }
-    out
-}
-
 pub fn read_diskstats() -> Result<HashMap<(u32, u32), DiskStats>, DeviceError> {
     let at = crate::clock::monotonic_ns();
     let text = std::fs::read_to_string("/proc/diskstats")
         .map_err(|source| DeviceError::Read { path: "/proc/diskstats".into(), source })?;
-    Ok(parse_diskstats(&text, at))
+    Ok(tracer_common::format::parse_diskstats(&text, at))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parses_a_kernel_6_line() {
-        let s = "   7       3 loop3 183647 0 1469176 41234 2 0 16 1 0 53000 41235 5 0 80 2 7 3\n";
-        let m = parse_diskstats(s, 5);
-        let d = &m[&(7, 3)];
-        assert_eq!((d.name.as_str(), d.read_ios, d.read_sectors, d.write_ios), ("loop3", 183647, 1469176, 2));
-        assert_eq!((d.discard_ios, d.discard_sectors, d.flush_ios, d.flush_ms, d.weighted_ms), (5, 80, 7, 3, 41235));
-    }
 
     #[test]
     fn bad_specs_are_named() {

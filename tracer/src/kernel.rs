@@ -51,6 +51,7 @@ pub fn probe_config(btf: &KernelBtf) -> Result<(ProbeConfig, OpDecoder), BtfErro
         req_op_flush: btf.enumerator("REQ_OP_FLUSH")? as u32,
         req_op_mask: op_mask,
         filter_devices: 0,
+        wakeup_bytes: 0,
     };
     let mut ops = Vec::new();
     for (name, op) in [

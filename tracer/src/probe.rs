@@ -73,6 +73,7 @@ impl Probe {
         let kbtf = crate::btf::KernelBtf::from_sys()?;
         let (mut config, decoder) = probe_config(&kbtf)?;
         config.filter_devices = u32::from(!opts.devices.is_empty());
+        config.wakeup_bytes = (opts.ring_bytes / 8).min(256 << 10);
         let btf = Btf::from_sys_fs().map_err(|e| ProbeError::Load(format!("kernel BTF: {e}")))?;
         let mut ebpf = EbpfLoader::new()
             .btf(Some(&btf))
@@ -170,6 +171,7 @@ impl Probe {
             started_before_attach: sums[Counter::StartedBeforeAttach as usize],
             aggregate_map_full: sums[Counter::AggregateMapFull as usize],
             records_written: sums[Counter::RecordsWritten as usize],
+            missed_completions: sums[Counter::MissedCompletion as usize],
             programs,
         })
     }

@@ -1,1 +1,72 @@
-fn main() {}
+//! What cargo cannot do by itself: set up the eBPF toolchain, run the root end-to-end tests,
+//! benchmark, and run the demo.
+//!
+//!   cargo xtask setup   install what a fresh machine lacks (idempotent; seconds when done)
+//!   cargo xtask demo    trace a Cassandra-shaped fio workload on a scratch loop device, report
+//!   cargo xtask test    all tests, the root end-to-end ones included
+//!   cargo xtask bench   overhead and throughput figures (BENCHMARKS.md)
+
+mod bench;
+mod demo;
+mod setup;
+mod util;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "blkprof's project tasks")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Install what a fresh machine lacks: nightly rust-src, bpf-linker built against the
+    /// nightly's own LLVM, fio and the peer tools. Idempotent.
+    Setup,
+    /// Set up, then trace a built-in Cassandra-shaped fio workload on a scratch loop device
+    /// and print the report.
+    Demo {
+        /// Length of the traced workload in seconds.
+        #[arg(long, default_value_t = 30)]
+        seconds: u64,
+        /// Keep the trace here (default: a temporary directory that is removed).
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+    },
+    /// Set up, then run every test: unit, CLI and the root end-to-end tests on loop devices.
+    Test {
+        /// Only run end-to-end tests whose name contains this.
+        filter: Option<String>,
+    },
+    /// Set up, then measure: tracer overhead vs untraced and vs biolatency, bytes per IO,
+    /// analyzer throughput. Prints a table.
+    Bench {
+        /// Seconds per fio run.
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        /// Alternating traced/untraced rounds.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+    },
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().cmd {
+        Cmd::Setup => setup::setup(),
+        Cmd::Demo { seconds, out } => {
+            setup::setup()?;
+            demo::demo(seconds, out)
+        }
+        Cmd::Test { filter } => {
+            setup::setup()?;
+            util::test(filter)
+        }
+        Cmd::Bench { seconds, rounds } => {
+            setup::setup()?;
+            bench::bench(seconds, rounds)
+        }
+    }
+}

@@ -1,0 +1,3 @@
+pub fn bench(_seconds: u64, _rounds: usize) -> anyhow::Result<()> {
+    anyhow::bail!("not yet")
+}

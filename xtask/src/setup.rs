@@ -1,0 +1,111 @@
+//! `cargo xtask setup`: everything a fresh machine lacks, idempotently.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use anyhow::{Context as _, Result, bail};
+
+use crate::util::{have, output, run};
+
+pub fn setup() -> Result<()> {
+    nightly()?;
+    bpf_linker()?;
+    packages()?;
+    tracefs();
+    Ok(())
+}
+
+fn nightly() -> Result<()> {
+    let toolchains = output(Command::new("rustup").args(["toolchain", "list"]))
+        .context("rustup is needed (https://rustup.rs); it manages the nightly toolchain the eBPF probe builds with")?;
+    if !toolchains.lines().any(|l| l.starts_with("nightly")) {
+        eprintln!("setup: installing the nightly toolchain");
+        run(Command::new("rustup").args(["toolchain", "install", "nightly", "--profile", "minimal"]))?;
+    }
+    let comps = output(Command::new("rustup").args(["component", "list", "--installed", "--toolchain", "nightly"]))?;
+    if !comps.lines().any(|l| l.starts_with("rust-src")) {
+        eprintln!("setup: adding rust-src to nightly");
+        run(Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", "nightly"]))?;
+    }
+    Ok(())
+}
+
+fn cargo_home() -> PathBuf {
+    std::env::var_os("CARGO_HOME").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into())).join(".cargo")
+    })
+}
+
+/// bpf-linker must link the same LLVM major as the nightly rustc; build it against the
+/// nightly's own libLLVM (no system LLVM needed).
+fn bpf_linker() -> Result<()> {
+    let vv = output(Command::new("rustup").args(["run", "nightly", "rustc", "-vV"]))?;
+    let llvm = vv
+        .lines()
+        .find_map(|l| l.strip_prefix("LLVM version: "))
+        .context("nightly rustc -vV shows no LLVM version")?
+        .trim()
+        .to_string();
+    let major = llvm.split('.').next().unwrap_or("").to_string();
+    let stamp = cargo_home().join("blkprof-bpf-linker-llvm");
+    let linker = cargo_home().join("bin/bpf-linker");
+    if linker.exists() && std::fs::read_to_string(&stamp).ok().as_deref() == Some(major.as_str()) {
+        return Ok(());
+    }
+    if linker.exists() && !stamp.exists() {
+        // Installed by hand: trust it if it runs; record what it was presumably built for.
+        // It links the nightly's libLLVM, so it only runs under `rustup run nightly`.
+        if Command::new("rustup").args(["run", "nightly", "bpf-linker", "--version"]).output().is_ok_and(|o| o.status.success()) {
+            std::fs::write(&stamp, &major)?;
+            return Ok(());
+        }
+    }
+    let sysroot = output(Command::new("rustup").args(["run", "nightly", "rustc", "--print", "sysroot"]))?;
+    let libdir = PathBuf::from(sysroot.trim()).join("lib");
+    let lib = std::fs::read_dir(&libdir)?
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .find(|n| n.starts_with(&format!("libLLVM.so.{major}")) || (n.starts_with("libLLVM") && n.contains(&format!("-{major}"))))
+        .with_context(|| format!("no libLLVM for LLVM {major} in {}", libdir.display()))?;
+    let shim = std::env::temp_dir().join(format!("blkprof-llvm-{major}"));
+    std::fs::create_dir_all(shim.join("lib"))?;
+    let link = shim.join("lib/libLLVM.so");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(libdir.join(&lib), &link)?;
+    eprintln!("setup: building bpf-linker against the nightly's LLVM {llvm} (about 75 s)");
+    run(Command::new("cargo").args([
+        "install",
+        "bpf-linker",
+        "--locked",
+        "--force",
+        "--no-default-features",
+        "--features",
+        &format!("llvm-{major}"),
+    ])
+    .env("LLVM_PREFIX", &shim))
+    .context("building bpf-linker failed")?;
+    std::fs::write(&stamp, &major)?;
+    Ok(())
+}
+
+fn packages() -> Result<()> {
+    // (command that proves it is there, Debian package)
+    let wanted = [("fio", "fio"), ("bpftool", "bpftool"), ("biolatency", "libbpf-tools"), ("losetup", "mount"), ("mkfs.ext4", "e2fsprogs")];
+    let missing: Vec<&str> = wanted.iter().filter(|(cmd, _)| !have(cmd)).map(|(_, pkg)| *pkg).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    if !have("apt-get") {
+        bail!("missing {}: install them with your package manager", missing.join(", "));
+    }
+    eprintln!("setup: installing {}", missing.join(" "));
+    run(Command::new("apt-get").args(["update", "-qq"]))?;
+    run(Command::new("apt-get").args(["install", "-y", "-qq"]).args(&missing).env("DEBIAN_FRONTEND", "noninteractive"))
+}
+
+/// The ftrace `blk` tracer and peer tools need tracefs; blkprof itself does not (tp_btf).
+fn tracefs() {
+    if std::path::Path::new("/sys/kernel/tracing/events").exists() {
+        return;
+    }
+    let _ = Command::new("mount").args(["-t", "tracefs", "tracefs", "/sys/kernel/tracing"]).status();
+}
