@@ -241,12 +241,14 @@ pub fn delta(a: &DiskStats, b: &DiskStats) -> BTreeMap<StatGroup, (u64, u64)> {
         .collect()
 }
 
-/// Parse fio's iolog v2 (`--write_iolog`): (action, offset, length) of every IO fio issued.
+/// Parse fio's iolog (`--write_iolog`, version 2 `file action offset length` or version 3
+/// with a leading timestamp): (action, offset, length) of every IO fio issued.
 pub fn fio_iolog(path: &Path) -> Vec<(String, u64, u64)> {
     let text = std::fs::read_to_string(path).expect("iolog");
     let mut out = Vec::new();
     for line in text.lines() {
         let f: Vec<&str> = line.split_whitespace().collect();
+        let f = if f.len() == 5 { &f[1..] } else { &f[..] };
         if f.len() == 4 && matches!(f[1], "read" | "write" | "trim") {
             out.push((f[1].to_string(), f[2].parse().expect("offset"), f[3].parse().expect("length")));
         }

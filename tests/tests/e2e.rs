@@ -80,10 +80,18 @@ fn random_4k_reads_match_diskstats_and_fio() {
     assert_exact(&trace, &dev, &own);
     let fio_reads = job["jobs"][0]["read"]["total_ios"].as_u64().unwrap();
     let reads = sizes(&trace, Op::Read);
-    assert_eq!(reads, BTreeMap::from([(4096, fio_reads)]), "every fio read is one 4 KB request");
+    let traced_reads = reads.get(&4096).copied().unwrap_or(0);
+    assert_eq!(reads.len(), 1, "only 4 KB requests: {reads:?}");
+    let misses = trace.trailer.as_ref().unwrap().counters_end.reported_misses();
+    assert!(traced_reads <= fio_reads && traced_reads + misses >= fio_reads,
+        "every fio read is one 4 KB request: traced {traced_reads} (+{misses} reported misses) vs fio {fio_reads}");
     assert!(fio_reads > 1000);
     assert!(stdout.contains("coverage: read"), "{stdout}");
-    assert!(stdout.contains("100.000%"), "{stdout}");
+    if misses == 0 {
+        assert!(stdout.contains("read") && stdout.contains("100.000%"), "{stdout}");
+    } else {
+        assert!(stdout.contains(&format!("{misses} completions not seen by the probe")), "{stdout}");
+    }
     // Submitter is fio, taken at submission.
     let fio_pids: std::collections::BTreeSet<u32> = trace.records.iter().map(|r| r.pid).collect();
     assert!(!fio_pids.contains(&0));
@@ -203,7 +211,7 @@ fn mean_queue_size_matches_diskstats_within_5_percent() {
     // In-flight counts sampled at issue are plausible: at least this IO, at most fio's iodepth
     // (plus a few requests whose completion the probe missed, if any were reported).
     let slack = t.counters_end.reported_misses() as u32;
-    let bad: Vec<_> = trace.records.iter().filter(|r| r.os_inflight < 1 || r.os_inflight > 32 + slack || r.dev_inflight > r.os_inflight).take(5).collect();
+    let bad: Vec<_> = trace.records.iter().filter(|r| r.os_inflight < 1 || r.os_inflight > 32 + slack || r.dev_inflight > r.os_inflight || r.dev_inflight < 1).take(5).collect();
     assert!(bad.is_empty(), "implausible in-flight counts: {bad:?}");
     assert!(trace.records.iter().any(|r| r.os_inflight >= 16));
 }

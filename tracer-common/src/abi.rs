@@ -9,7 +9,7 @@ pub const MAP_REQUESTS: &str = "REQUESTS";
 pub const MAP_DEVICES: &str = "DEVICES";
 /// Exact per-(device, op) aggregates, kept even when ring records are dropped.
 pub const MAP_AGGREGATES: &str = "AGGREGATES";
-/// Per-CPU counters indexed by [`Counter`].
+/// Per-CPU counters indexed by [`Counter`]; aggregates are per-CPU too (summed by user space).
 pub const MAP_COUNTERS: &str = "COUNTERS";
 /// Devices to trace (key `dev_t`), used when [`ProbeConfig::filter_devices`] is 1.
 pub const MAP_DEVICE_FILTER: &str = "DEVICE_FILTER";
@@ -17,13 +17,12 @@ pub const MAP_DEVICE_FILTER: &str = "DEVICE_FILTER";
 pub const GLOBAL_CONFIG: &str = "CONFIG";
 
 /// Program names (the eBPF function names), one per tracepoint.
-pub const PROGRAMS: [(&str, &str); 6] = [
+pub const PROGRAMS: [(&str, &str); 5] = [
     ("blkprof_io_start", "block_io_start"),
     ("blkprof_rq_issue", "block_rq_issue"),
     ("blkprof_rq_requeue", "block_rq_requeue"),
     ("blkprof_rq_merge", "block_rq_merge"),
     ("blkprof_rq_complete", "block_rq_complete"),
-    ("blkprof_io_done", "block_io_done"),
 ];
 
 /// Slots of the per-CPU counter array.
@@ -38,8 +37,6 @@ pub enum Counter {
     StartedBeforeAttach = 2,
     /// A request whose aggregate slot could not be created (aggregate map full).
     AggregateMapFull = 3,
-    /// Records written to the ring.
-    RecordsWritten = 4,
     /// A request whose completion the probe never saw: its `struct request` was reused for a
     /// new submission while still tracked. The kernel ran the completion tracepoints but the
     /// programs did not run for it (observed at about 1 in 30,000 completions on Linux 6.18
@@ -60,6 +57,7 @@ pub struct ProbeConfig {
     pub rq_cmd_flags: u32,
     pub rq_rq_flags: u32,
     pub rq_start_time_ns: u32,
+    pub rq_bio: u32,
     /// `struct request_queue::disk`.
     pub q_disk: u32,
     /// `struct gendisk::major` and `first_minor`.

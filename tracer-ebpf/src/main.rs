@@ -1,14 +1,19 @@
 //! blkprof's kernel side: BTF tracepoints on the block layer's request life cycle.
 //!
-//! Attach points are tp_btf (not classic tracepoints): the kernel skips a classic
-//! tracepoint program whenever any BPF program already runs on the CPU, while tp_btf
-//! programs are only skipped on re-entry of the same program (counted in
-//! `bpf_prog_info.recursion_misses`, which user space reads and reports).
+//! Attach points are tp_btf (not classic tracepoints): the kernel skips a classic tracepoint
+//! program whenever any BPF program already runs on the CPU, while tp_btf programs are only
+//! skipped on re-entry of the same program (counted in `bpf_prog_info.recursion_misses`, which
+//! user space reads and reports).
 //!
 //! The accounting mirrors the kernel's own /proc/diskstats accounting so that totals can be
-//! checked against it exactly: an IO is closed at `block_io_done` when the kernel accounts it
-//! (`RQF_IO_STAT` set, not inside a flush sequence), and the block layer's own flush request is
-//! closed at its completion (the kernel counts it in `blk_account_io_flush`).
+//! checked against it exactly. The kernel counts a request in `blk_account_io_done` when it
+//! ends with `RQF_IO_STAT` set and outside a flush sequence, right after its last
+//! `block_rq_complete`; the block layer's own flush request is counted in
+//! `blk_account_io_flush`. The probe closes IOs at that same `block_rq_complete`.
+//!
+//! Kernel struct fields are loaded directly through the BTF-typed `struct request *` at
+//! offsets that user space reads from the running kernel's BTF and stores in the read-only
+//! CONFIG global, which the verifier treats as constants.
 #![no_std]
 #![no_main]
 // Atomic adds on map values: core's atomics are not available for the BPF target.
@@ -18,9 +23,9 @@
 use core::intrinsics::{AtomicOrdering, atomic_xadd};
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel},
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, generated::bpf_get_current_comm},
     macros::{btf_tracepoint, map},
-    maps::{HashMap, PerCpuArray, RingBuf},
+    maps::{HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
     programs::BtfTracePointContext,
 };
 use tracer_common::{
@@ -38,6 +43,7 @@ static CONFIG: ProbeConfig = ProbeConfig {
     rq_cmd_flags: 0,
     rq_rq_flags: 0,
     rq_start_time_ns: 0,
+    rq_bio: 0,
     q_disk: 0,
     disk_major: 0,
     disk_first_minor: 0,
@@ -67,7 +73,7 @@ static REQUESTS: HashMap<u64, RequestState> = HashMap::with_max_entries(65536, 0
 #[map(name = "DEVICES")]
 static DEVICES: HashMap<u32, DeviceState> = HashMap::with_max_entries(4096, 0);
 #[map(name = "AGGREGATES")]
-static AGGREGATES: HashMap<AggKey, Aggregate> = HashMap::with_max_entries(4096, 0);
+static AGGREGATES: PerCpuHashMap<AggKey, Aggregate> = PerCpuHashMap::with_max_entries(4096, 0);
 #[map(name = "COUNTERS")]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_SLOTS, 0);
 #[map(name = "DEVICE_FILTER")]
@@ -79,25 +85,23 @@ const BPF_RB_FORCE_WAKEUP: u64 = 2;
 const BPF_RB_AVAIL_DATA: u64 = 0;
 
 #[inline(always)]
-fn config() -> ProbeConfig {
-    // SAFETY: CONFIG is a global rewritten by the loader; volatile keeps the compiler from
-    // folding the zero initialiser.
-    unsafe { core::ptr::read_volatile(&CONFIG) }
+fn config() -> &'static ProbeConfig {
+    &CONFIG
+}
+
+/// Load a field of a BTF-typed kernel object at a load-time constant offset.
+#[inline(always)]
+fn load<T: Copy>(base: *const u8, offset: u32) -> T {
+    // SAFETY: base is a BTF-typed kernel pointer and the offset a member's offset from the
+    // running kernel's BTF; the verifier checks the access against BTF (faults read as 0).
+    unsafe { core::ptr::read_volatile(base.wrapping_add(offset as usize).cast::<T>()) }
 }
 
 #[inline(always)]
-fn read<T>(base: *const u8, offset: u32) -> Option<T> {
-    // SAFETY: bpf_probe_read_kernel checks the address; a fault yields Err.
-    unsafe { bpf_probe_read_kernel(base.wrapping_add(offset as usize) as *const T).ok() }
-}
-
-/// log2 bucket, masked in a way the verifier can see (the compiler would drop a plain clamp).
-#[inline(always)]
-fn bucket(v: u64) -> usize {
-    let b = log2_bucket(v);
-    // SAFETY: reading a local.
-    let b = unsafe { core::ptr::read_volatile(&b) };
-    b & (HIST_BUCKETS - 1)
+fn cfg_u32(field: &u32) -> u32 {
+    // SAFETY: a field of the CONFIG global; volatile keeps the zero initialiser from being
+    // folded into the code (the loader rewrites the value).
+    unsafe { core::ptr::read_volatile(field) }
 }
 
 #[inline(always)]
@@ -120,24 +124,30 @@ fn atomic_add(p: *mut u64, v: u64) {
     unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(p, v) };
 }
 
+/// log2 bucket, masked in a way the verifier can see (the compiler would drop a plain clamp).
 #[inline(always)]
-fn atomic_sub(p: *mut u64, v: u64) {
-    // SAFETY: p points into a map value.
-    unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(p, v.wrapping_neg()) };
+fn bucket(v: u64) -> usize {
+    let b = log2_bucket(v);
+    // SAFETY: reading a local.
+    let b = unsafe { core::ptr::read_volatile(&b) };
+    b & (HIST_BUCKETS - 1)
 }
 
 /// Whole-disk `dev_t` of the request, if it should be traced.
 #[inline(always)]
 fn traced_dev(cfg: &ProbeConfig, rq: *const u8) -> Option<u32> {
-    let q: *const u8 = read(rq, cfg.rq_q)?;
-    let disk: *const u8 = read(q, cfg.q_disk)?;
+    let q: *const u8 = load(rq, cfg_u32(&cfg.rq_q));
+    if q.is_null() {
+        return None;
+    }
+    let disk: *const u8 = load(q, cfg_u32(&cfg.q_disk));
     if disk.is_null() {
         return None;
     }
-    let major: i32 = read(disk, cfg.disk_major)?;
-    let minor: i32 = read(disk, cfg.disk_first_minor)?;
+    let major: i32 = load(disk, cfg_u32(&cfg.disk_major));
+    let minor: i32 = load(disk, cfg_u32(&cfg.disk_first_minor));
     let dev = dev_join(major as u32, minor as u32);
-    if cfg.filter_devices != 0 {
+    if cfg_u32(&cfg.filter_devices) != 0 {
         // SAFETY: read-only lookup.
         unsafe { DEVICE_FILTER.get(&dev) }?;
     }
@@ -156,16 +166,39 @@ fn device(dev: u32) -> Option<*mut DeviceState> {
 #[inline(always)]
 fn current_task(st: &mut RequestState) {
     st.pid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    st.comm = bpf_get_current_comm().unwrap_or([0; 16]);
+    // SAFETY: writes at most 16 bytes into st.comm.
+    unsafe { bpf_get_current_comm(st.comm.as_mut_ptr().cast(), 16) };
 }
 
-/// The request's state; created (with the current task) if submission was not seen.
+/// Give back the in-flight counts a request holds.
 #[inline(always)]
-fn state_or_new(key: u64, dev: u32, flags: u16) -> Option<*mut RequestState> {
+fn release(st: &mut RequestState) {
+    if st.in_os == 0 && st.issued == 0 {
+        return;
+    }
+    if let Some(ds) = DEVICES.get_ptr_mut(&st.dev) {
+        if st.in_os != 0 {
+            // SAFETY: map value pointer.
+            atomic_add(unsafe { &raw mut (*ds).os_inflight }, u64::MAX);
+        }
+        if st.issued != 0 {
+            // SAFETY: map value pointer.
+            atomic_add(unsafe { &raw mut (*ds).dev_inflight }, u64::MAX);
+        }
+    }
+    st.in_os = 0;
+    st.issued = 0;
+}
+
+/// The request's state; created (with the current task) if its submission was not seen.
+#[inline(always)]
+fn state_or_new(cfg: &ProbeConfig, rq: *const u8) -> Option<*mut RequestState> {
+    let key = rq as u64;
     if let Some(p) = REQUESTS.get_ptr_mut(&key) {
         return Some(p);
     }
-    let mut st = RequestState { dev, flags, ..Default::default() };
+    let dev = traced_dev(cfg, rq)?;
+    let mut st = RequestState { dev, flags: EV_STARTED_BEFORE_ATTACH, ..Default::default() };
     current_task(&mut st);
     if REQUESTS.insert(&key, &st, 0).is_err() {
         bump(Counter::RequestMapFull);
@@ -183,51 +216,31 @@ pub fn blkprof_io_start(ctx: BtfTracePointContext) -> i32 {
 fn try_io_start(ctx: &BtfTracePointContext) -> Option<()> {
     let cfg = config();
     let rq: *const u8 = ctx.arg(0);
-    let dev = traced_dev(&cfg, rq)?;
+    let dev = traced_dev(cfg, rq)?;
     let key = rq as u64;
-    if let Some(old) = REQUESTS.get_ptr_mut(&key) {
-        // The request was freed and reused, so it completed, but the completion programs did
-        // not run for it: count the loss and release what it held.
-        // SAFETY: map value pointer.
-        let old = unsafe { &mut *old };
-        bump(Counter::MissedCompletion);
-        release(old);
-    }
-    let mut st = RequestState {
-        enter_ns: now_ns(),
-        dev,
-        in_os: 1,
-        ..Default::default()
-    };
+    let mut st = RequestState { enter_ns: now_ns(), dev, in_os: 1, ..Default::default() };
     current_task(&mut st);
-    if REQUESTS.insert(&key, &st, 0).is_err() {
-        bump(Counter::RequestMapFull);
-        return None;
+    if REQUESTS.insert(&key, &st, BPF_NOEXIST).is_err() {
+        match REQUESTS.get_ptr_mut(&key) {
+            Some(old) => {
+                // The request was freed and reused, so it completed, but the completion
+                // program did not run for it: count the loss and release what it held.
+                bump(Counter::MissedCompletion);
+                // SAFETY: map value pointer.
+                release(unsafe { &mut *old });
+                // SAFETY: map value pointer.
+                unsafe { *old = st };
+            }
+            None => {
+                bump(Counter::RequestMapFull);
+                return None;
+            }
+        }
     }
     let ds = device(dev)?;
     // SAFETY: map value pointer.
     atomic_add(unsafe { &raw mut (*ds).os_inflight }, 1);
     Some(())
-}
-
-/// Give back the in-flight counts a request holds.
-#[inline(always)]
-fn release(st: &mut RequestState) {
-    if st.in_os == 0 && st.issued == 0 {
-        return;
-    }
-    if let Some(ds) = DEVICES.get_ptr_mut(&st.dev) {
-        if st.in_os != 0 {
-            // SAFETY: map value pointer.
-            atomic_sub(unsafe { &raw mut (*ds).os_inflight }, 1);
-        }
-        if st.issued != 0 {
-            // SAFETY: map value pointer.
-            atomic_sub(unsafe { &raw mut (*ds).dev_inflight }, 1);
-        }
-    }
-    st.in_os = 0;
-    st.issued = 0;
 }
 
 #[btf_tracepoint(function = "block_rq_issue")]
@@ -239,11 +252,10 @@ pub fn blkprof_rq_issue(ctx: BtfTracePointContext) -> i32 {
 fn try_rq_issue(ctx: &BtfTracePointContext) -> Option<()> {
     let cfg = config();
     let rq: *const u8 = ctx.arg(0);
-    let dev = traced_dev(&cfg, rq)?;
-    let p = state_or_new(rq as u64, dev, EV_STARTED_BEFORE_ATTACH)?;
+    let p = state_or_new(cfg, rq)?;
     // SAFETY: map value pointer.
     let st = unsafe { &mut *p };
-    let ds = device(dev)?;
+    let ds = device(st.dev)?;
     if st.in_os == 0 {
         st.in_os = 1;
         // SAFETY: map value pointer.
@@ -255,12 +267,17 @@ fn try_rq_issue(ctx: &BtfTracePointContext) -> Option<()> {
         atomic_add(unsafe { &raw mut (*ds).dev_inflight }, 1);
     }
     st.issue_ns = now_ns();
-    st.sector = read(rq, cfg.rq_sector).unwrap_or(0);
-    // SAFETY: map value pointer; a racy read is fine for a sample.
-    unsafe {
-        st.dev_inflight = core::ptr::read_volatile(&raw const (*ds).dev_inflight) as u32;
-        st.os_inflight = core::ptr::read_volatile(&raw const (*ds).os_inflight) as u32;
-    }
+    st.sector = load(rq, cfg_u32(&cfg.rq_sector));
+    // SAFETY: map value pointer. The two counters move concurrently on other CPUs: read each
+    // once and keep the invariant (issued requests are a subset of those in the OS).
+    let (dev_n, os_n) = unsafe {
+        (
+            core::ptr::read_volatile(&raw const (*ds).dev_inflight) as u32,
+            core::ptr::read_volatile(&raw const (*ds).os_inflight) as u32,
+        )
+    };
+    st.os_inflight = if os_n < dev_n { dev_n } else { os_n };
+    st.dev_inflight = dev_n;
     Some(())
 }
 
@@ -280,7 +297,7 @@ fn try_rq_requeue(ctx: &BtfTracePointContext) -> Option<()> {
         st.issued = 0;
         if let Some(ds) = DEVICES.get_ptr_mut(&st.dev) {
             // SAFETY: map value pointer.
-            atomic_sub(unsafe { &raw mut (*ds).dev_inflight }, 1);
+            atomic_add(unsafe { &raw mut (*ds).dev_inflight }, u64::MAX);
         }
     }
     Some(())
@@ -314,18 +331,10 @@ fn try_rq_complete(ctx: &BtfTracePointContext) -> Option<()> {
     let rq: *const u8 = ctx.arg(0);
     let error: i32 = ctx.arg::<u64>(1) as u8 as i32;
     let nr_bytes: u32 = ctx.arg::<u64>(2) as u32;
-    let dev = traced_dev(&cfg, rq)?;
     let key = rq as u64;
-    let p = state_or_new(key, dev, EV_STARTED_BEFORE_ATTACH)?;
+    let p = state_or_new(cfg, rq)?;
     // SAFETY: map value pointer.
     let st = unsafe { &mut *p };
-    if st.issued != 0 {
-        st.issued = 0;
-        if let Some(ds) = DEVICES.get_ptr_mut(&dev) {
-            // SAFETY: map value pointer.
-            atomic_sub(unsafe { &raw mut (*ds).dev_inflight }, 1);
-        }
-    }
     if st.complete_ns == 0 {
         st.complete_ns = now_ns();
     }
@@ -333,46 +342,40 @@ fn try_rq_complete(ctx: &BtfTracePointContext) -> Option<()> {
     if error != 0 {
         st.error = error;
     }
-    let cmd_flags: u32 = read(rq, cfg.rq_cmd_flags)?;
-    let rq_flags: u32 = read(rq, cfg.rq_rq_flags)?;
-    if cmd_flags & cfg.req_op_mask == cfg.req_op_flush && rq_flags & cfg.rqf_flush_seq != 0 {
+    let cmd_flags: u32 = load(rq, cfg_u32(&cfg.rq_cmd_flags));
+    let rq_flags: u32 = load(rq, cfg_u32(&cfg.rq_rq_flags));
+    let flush_seq = rq_flags & cfg_u32(&cfg.rqf_flush_seq) != 0;
+    if cmd_flags & cfg_u32(&cfg.req_op_mask) == cfg_u32(&cfg.req_op_flush) && flush_seq {
         // The block layer's own flush request: the kernel accounts it in flush_end_io.
-        finish(&cfg, rq, st, KIND_FLUSH_RQ, cmd_flags);
+        finish(cfg, rq, st, KIND_FLUSH_RQ, cmd_flags);
         let _ = REQUESTS.remove(&key);
+        return Some(());
     }
-    Some(())
-}
-
-#[btf_tracepoint(function = "block_io_done")]
-pub fn blkprof_io_done(ctx: BtfTracePointContext) -> i32 {
-    try_io_done(&ctx);
-    0
-}
-
-fn try_io_done(ctx: &BtfTracePointContext) -> Option<()> {
-    let cfg = config();
-    let rq: *const u8 = ctx.arg(0);
-    let rq_flags: u32 = read(rq, cfg.rq_rq_flags)?;
-    if rq_flags & cfg.rqf_flush_seq != 0 {
-        // Data part of a flush sequence, or the flush request itself: not accounted yet.
-        return None;
+    // Partial completion: the request goes on (blk_update_request returns true).
+    let bio: *const u8 = load(rq, cfg_u32(&cfg.rq_bio));
+    let remaining: u32 = load(rq, cfg_u32(&cfg.rq_data_len));
+    if !bio.is_null() && nr_bytes < remaining {
+        return Some(());
     }
-    let key = rq as u64;
-    if rq_flags & cfg.rqf_io_stat == 0 {
-        // Not accounted by the kernel (passthrough): forget it.
-        if let Some(p) = REQUESTS.get_ptr_mut(&key) {
-            // SAFETY: map value pointer.
-            release(unsafe { &mut *p });
-            let _ = REQUESTS.remove(&key);
+    if flush_seq {
+        // Data part of a flush sequence: the kernel accounts the request when the sequence
+        // ends, with another block_rq_complete.
+        if st.issued != 0 {
+            st.issued = 0;
+            if let Some(ds) = DEVICES.get_ptr_mut(&st.dev) {
+                // SAFETY: map value pointer.
+                atomic_add(unsafe { &raw mut (*ds).dev_inflight }, u64::MAX);
+            }
         }
-        return None;
+        return Some(());
     }
-    let dev = traced_dev(&cfg, rq)?;
-    let p = state_or_new(key, dev, EV_STARTED_BEFORE_ATTACH)?;
-    // SAFETY: map value pointer.
-    let st = unsafe { &mut *p };
-    let cmd_flags: u32 = read(rq, cfg.rq_cmd_flags)?;
-    finish(&cfg, rq, st, KIND_IO, cmd_flags);
+    if rq_flags & cfg_u32(&cfg.rqf_io_stat) == 0 {
+        // Not accounted by the kernel (passthrough): forget it.
+        release(st);
+        let _ = REQUESTS.remove(&key);
+        return Some(());
+    }
+    finish(cfg, rq, st, KIND_IO, cmd_flags);
     let _ = REQUESTS.remove(&key);
     Some(())
 }
@@ -380,10 +383,9 @@ fn try_io_done(ctx: &BtfTracePointContext) -> Option<()> {
 /// Close an IO: exact aggregates first, then the ring record (which may be dropped).
 #[inline(always)]
 fn finish(cfg: &ProbeConfig, rq: *const u8, st: &mut RequestState, kind: u16, cmd_flags: u32) {
-    let now = now_ns();
-    let complete_ns = if st.complete_ns != 0 { st.complete_ns } else { now };
+    let complete_ns = st.complete_ns;
     // The kernel's own start stamp is what /proc/diskstats measures from.
-    let kernel_start: u64 = read(rq, cfg.rq_start_time_ns).unwrap_or(0);
+    let kernel_start: u64 = load(rq, cfg_u32(&cfg.rq_start_time_ns));
     let enter_ns = if kernel_start != 0 && kernel_start <= complete_ns { kernel_start } else { st.enter_ns };
     let mut flags = st.flags;
     if st.issue_ns == 0 {
@@ -394,7 +396,7 @@ fn finish(cfg: &ProbeConfig, rq: *const u8, st: &mut RequestState, kind: u16, cm
     }
     release(st);
 
-    let op = cmd_flags & cfg.req_op_mask;
+    let op = cmd_flags & cfg_u32(&cfg.req_op_mask);
     let agg_key = AggKey { dev: st.dev, op: if kind == KIND_FLUSH_RQ { op | AGG_FLUSH_RQ } else { op } };
     let total_ns = complete_ns.saturating_sub(enter_ns);
     let device_ns = if st.issue_ns != 0 { complete_ns.saturating_sub(st.issue_ns) } else { 0 };
@@ -406,17 +408,17 @@ fn finish(cfg: &ProbeConfig, rq: *const u8, st: &mut RequestState, kind: u16, cm
         }
     };
     match agg {
-        Some(a) => {
-            // SAFETY: map value pointer; bucket indices are masked below HIST_BUCKETS.
-            unsafe {
-                atomic_add(&raw mut (*a).ios, 1);
-                atomic_add(&raw mut (*a).bytes, st.bytes_done as u64);
-                atomic_add(&raw mut (*a).total_ns_sum, total_ns);
-                atomic_add(&raw mut (*a).size_log2[bucket(st.bytes_done as u64)], 1);
-                atomic_add(&raw mut (*a).device_latency_log2[bucket(device_ns)], 1);
-                atomic_add(&raw mut (*a).total_latency_log2[bucket(total_ns)], 1);
-            }
-        }
+        // Per-CPU slot: plain adds. Programs do not nest on one (dev, op) slot: a nested run of
+        // this program is skipped by the kernel, and the flush request has its own key.
+        // SAFETY: map value pointer; bucket indices are masked below HIST_BUCKETS.
+        Some(a) => unsafe {
+            (*a).ios += 1;
+            (*a).bytes += u64::from(st.bytes_done);
+            (*a).total_ns_sum += total_ns;
+            (*a).size_log2[bucket(u64::from(st.bytes_done))] += 1;
+            (*a).device_latency_log2[bucket(device_ns)] += 1;
+            (*a).total_latency_log2[bucket(total_ns)] += 1;
+        },
         None => bump(Counter::AggregateMapFull),
     }
 
@@ -424,12 +426,11 @@ fn finish(cfg: &ProbeConfig, rq: *const u8, st: &mut RequestState, kind: u16, cm
         bump(Counter::RingDrops);
         return;
     };
-    let sector = if st.issue_ns != 0 { st.sector } else { read(rq, cfg.rq_sector).unwrap_or(0) };
     entry.write(IoEvent {
         enter_ns,
         issue_ns: st.issue_ns,
         complete_ns,
-        sector,
+        sector: if st.issue_ns != 0 { st.sector } else { load(rq, cfg_u32(&cfg.rq_sector)) },
         dev: st.dev,
         bytes: st.bytes_done,
         cmd_flags,
@@ -444,8 +445,7 @@ fn finish(cfg: &ProbeConfig, rq: *const u8, st: &mut RequestState, kind: u16, cm
         comm: st.comm,
     });
     let pending = EVENTS.query(BPF_RB_AVAIL_DATA);
-    entry.submit(if pending >= u64::from(cfg.wakeup_bytes) { BPF_RB_FORCE_WAKEUP } else { BPF_RB_NO_WAKEUP });
-    bump(Counter::RecordsWritten);
+    entry.submit(if pending >= u64::from(cfg_u32(&cfg.wakeup_bytes)) { BPF_RB_FORCE_WAKEUP } else { BPF_RB_NO_WAKEUP });
 }
 
 #[cfg(not(test))]

@@ -180,6 +180,20 @@ impl Run {
         }
     }
 
+    /// Requests the probe still counts as issued beyond what the kernel has in flight: their
+    /// completion was missed (the kernel's /sys/block/DEV/inflight counts issued requests).
+    fn stuck_requests(&self) -> u64 {
+        let mut stuck = 0;
+        for (dev, st) in self.probe.device_states() {
+            let Some(name) = self.names.get(&dev) else { continue };
+            let kernel: u64 = std::fs::read_to_string(format!("/sys/block/{name}/inflight"))
+                .map(|s| s.split_whitespace().filter_map(|v| v.parse::<u64>().ok()).sum())
+                .unwrap_or(0);
+            stuck += st.dev_inflight.saturating_sub(kernel);
+        }
+        stuck
+    }
+
     fn rotate(&mut self) -> Result<()> {
         let ds = self.snapshot_diskstats()?;
         let ag = self.probe.aggregates()?;
@@ -460,6 +474,7 @@ pub async fn run(cfg: Config) -> Result<i32> {
 
     // End: kernel counters first (the IO window), then detach and drain what is in flight.
     let diskstats_end = run.snapshot_diskstats()?;
+    let stuck = run.stuck_requests();
     run.probe.detach();
     let rb = ring.get_mut();
     while let Some(item) = rb.next() {
@@ -472,7 +487,8 @@ pub async fn run(cfg: Config) -> Result<i32> {
     }
     let len = interval_start.elapsed().as_nanos() as u64;
     run.tick(interval_start_wall, started.elapsed().as_secs_f64(), len.max(1));
-    let counters = run.probe.counters()?;
+    let mut counters = run.probe.counters()?;
+    counters.missed_completions += stuck;
     let aggregates = run.probe.aggregates()?;
     let closed = run.close_output(reason, diskstats_end.clone(), aggregates.clone(), counters.clone());
     summary(&run, &diskstats_end, &aggregates, &counters, closed.as_ref(), reason);

@@ -6,10 +6,10 @@ use tracer_common::{ProbeConfig, op::{Op, flags}};
 
 use crate::btf::{BtfError, KernelBtf};
 
-/// Kernels that work: the probe needs the `block_io_start`/`block_io_done` tracepoints (Linux
-/// 6.5) and `enum rqf_flags` in BTF (Linux 6.10).
+/// Kernels that work: the probe needs the `block_io_start` tracepoint (Linux 6.5) and
+/// `enum rqf_flags` in BTF (Linux 6.10).
 pub const KERNEL_REQUIREMENT: &str =
-    "Linux 6.10 or newer with CONFIG_DEBUG_INFO_BTF=y (block_io_start/block_io_done tracepoints and enum rqf_flags in BTF)";
+    "Linux 6.10 or newer with CONFIG_DEBUG_INFO_BTF=y (the block_io_start tracepoint and enum rqf_flags in BTF)";
 
 #[derive(Clone, Debug)]
 pub struct OpDecoder {
@@ -43,6 +43,7 @@ pub fn probe_config(btf: &KernelBtf) -> Result<(ProbeConfig, OpDecoder), BtfErro
         rq_cmd_flags: btf.member_offset("request", "cmd_flags")?,
         rq_rq_flags: btf.member_offset("request", "rq_flags")?,
         rq_start_time_ns: btf.member_offset("request", "start_time_ns")?,
+        rq_bio: btf.member_offset("request", "bio")?,
         q_disk: btf.member_offset("request_queue", "disk")?,
         disk_major: btf.member_offset("gendisk", "major")?,
         disk_first_minor: btf.member_offset("gendisk", "first_minor")?,

@@ -4,7 +4,7 @@ use std::os::fd::{AsFd, AsRawFd};
 
 use aya::{
     Btf, Ebpf, EbpfLoader,
-    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
+    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
     programs::BtfTracePoint,
 };
 use tracer_common::{
@@ -170,7 +170,7 @@ impl Probe {
             request_map_full: sums[Counter::RequestMapFull as usize],
             started_before_attach: sums[Counter::StartedBeforeAttach as usize],
             aggregate_map_full: sums[Counter::AggregateMapFull as usize],
-            records_written: sums[Counter::RecordsWritten as usize],
+            records_written: 0,
             missed_completions: sums[Counter::MissedCompletion as usize],
             programs,
         })
@@ -178,13 +178,24 @@ impl Probe {
 
     pub fn aggregates(&self) -> Result<Vec<AggregateSnapshot>, ProbeError> {
         let err = |e: aya::maps::MapError| ProbeError::Map { map: MAP_AGGREGATES.into(), reason: e.to_string() };
-        let map: BpfHashMap<_, AggKey, Aggregate> = BpfHashMap::try_from(
+        let map: PerCpuHashMap<_, AggKey, Aggregate> = PerCpuHashMap::try_from(
             self.ebpf.map(MAP_AGGREGATES).ok_or_else(|| ProbeError::Map { map: MAP_AGGREGATES.into(), reason: "missing".into() })?,
         )
         .map_err(err)?;
         let mut out = Vec::new();
         for item in map.iter() {
-            let (k, v) = item.map_err(err)?;
+            let (k, per_cpu) = item.map_err(err)?;
+            let mut v = Aggregate::default();
+            for c in per_cpu.iter() {
+                v.ios += c.ios;
+                v.bytes += c.bytes;
+                v.total_ns_sum += c.total_ns_sum;
+                for i in 0..v.size_log2.len() {
+                    v.size_log2[i] += c.size_log2[i];
+                    v.device_latency_log2[i] += c.device_latency_log2[i];
+                    v.total_latency_log2[i] += c.total_latency_log2[i];
+                }
+            }
             let (major, minor) = dev_split(k.dev);
             let (op, _) = self.decoder.decode(k.op & !AGG_FLUSH_RQ);
             out.push(AggregateSnapshot {
