@@ -1,3 +1,288 @@
-pub fn bench(_seconds: u64, _rounds: usize) -> anyhow::Result<()> {
-    anyhow::bail!("not yet")
+//! `cargo xtask bench`: the tracer's overhead, measured side by side in one run.
+//!
+//! fio 4 KB random reads at iodepth 32 on a loop device over /dev/shm (the fastest blk-mq
+//! device here), alternating untraced and traced runs; the in-kernel cost per IO of our
+//! programs (bpf_stats) next to libbpf-tools `biolatency -Q -D` measured the same way; the
+//! daemon's CPU and peak RSS; bytes per IO on disk.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail};
+use tracer_common::format::TraceReader;
+
+use crate::util::{build_release, is_root, output, root, run};
+
+struct Loop {
+    dev: String,
+    img: PathBuf,
+}
+
+impl Loop {
+    fn new(img: &Path, size: &str, direct: bool) -> Result<Loop> {
+        run(Command::new("truncate").args(["-s", size]).arg(img))?;
+        let mut c = Command::new("losetup");
+        c.args(["-f", "--show"]);
+        if direct {
+            c.arg("--direct-io=on");
+        }
+        let dev = output(c.arg(img))?.trim().to_string();
+        Ok(Loop { dev, img: img.to_owned() })
+    }
+    fn name(&self) -> &str {
+        self.dev.trim_start_matches("/dev/")
+    }
+}
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").args(["-d", &self.dev]).status();
+        let _ = std::fs::remove_file(&self.img);
+    }
+}
+
+fn fio_iops(dev: &str, seconds: u64) -> Result<f64> {
+    let out = output(Command::new("fio").args([
+        "--name=bench",
+        &format!("--filename={dev}"),
+        "--rw=randread",
+        "--bs=4k",
+        "--direct=1",
+        "--ioengine=libaio",
+        "--iodepth=32",
+        &format!("--runtime={seconds}"),
+        "--time_based",
+        "--output-format=json",
+    ]))?;
+    let start = out.find('{').context("fio printed no JSON")?;
+    let v: serde_json::Value = serde_json::from_str(&out[start..])?;
+    v["jobs"][0]["read"]["iops"].as_f64().context("fio JSON has no read iops")
+}
+
+fn diskstats_reads(name: &str) -> Result<u64> {
+    let text = std::fs::read_to_string("/proc/diskstats")?;
+    let m = tracer_common::format::parse_diskstats(&text, 0);
+    m.values().find(|d| d.name == name).map(|d| d.read_ios).context("device not in /proc/diskstats")
+}
+
+/// Spawn and wait until `needle` appears on stderr (or a program shows up).
+fn spawn_tracer(args: &[&str]) -> Result<Child> {
+    let mut child = Command::new(root().join("target/release/blkprof-trace"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("starting blkprof-trace")?;
+    let mut err = child.stderr.take().context("stderr")?;
+    let mut buf = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    use std::io::Read;
+    let mut byte = [0u8; 1];
+    while Instant::now() < deadline {
+        if err.read(&mut byte)? == 0 {
+            bail!("blkprof-trace exited: {}", String::from_utf8_lossy(&buf));
+        }
+        buf.push(byte[0]);
+        if String::from_utf8_lossy(&buf).contains("Ctrl-C") {
+            // Keep draining stderr so the tracer never blocks on it.
+            std::thread::spawn(move || {
+                let mut sink = Vec::new();
+                let _ = err.read_to_end(&mut sink);
+            });
+            return Ok(child);
+        }
+    }
+    bail!("blkprof-trace did not attach")
+}
+
+fn proc_cpu_s(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit(')').next().unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    // Fields 14 and 15 (utime, stime) are 12 and 13 after the ')'.
+    let ticks: f64 = f.get(11).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) + f.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // SAFETY: sysconf has no preconditions.
+    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+fn proc_hwm_mib(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next().and_then(|n| n.parse::<f64>().ok()))
+        .unwrap_or(0.0)
+        / 1024.0
+}
+
+/// (sum of run_time_ns, sum of run_cnt of `complete_name`) of loaded programs whose name matches.
+fn prog_stats(matches: impl Fn(&str) -> bool, complete_name: &str) -> Result<(u64, u64)> {
+    let out = output(Command::new("bpftool").args(["prog", "show", "-j"]))?;
+    let v: serde_json::Value = serde_json::from_str(&out)?;
+    let (mut ns, mut completions) = (0, 0);
+    for p in v.as_array().into_iter().flatten() {
+        let name = p["name"].as_str().unwrap_or("");
+        if matches(name) {
+            ns += p["run_time_ns"].as_u64().unwrap_or(0);
+            if name.contains(complete_name) {
+                completions += p["run_cnt"].as_u64().unwrap_or(0);
+            }
+        }
+    }
+    Ok((ns, completions))
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+struct Traced {
+    iops: f64,
+    records: u64,
+    kernel_ios: u64,
+    drops: u64,
+    misses: u64,
+    ns_per_io: f64,
+    cpu_pct: f64,
+    rss_mib: f64,
+    bytes_per_io: f64,
+}
+
+fn traced_round(lp: &Loop, seconds: u64, out: &Path) -> Result<Traced> {
+    let _ = std::fs::remove_file(out);
+    let child = spawn_tracer(&["--device", lp.name(), "--output", &out.display().to_string(), "--quiet"])?;
+    let pid = child.id();
+    let before = diskstats_reads(lp.name())?;
+    let t0 = Instant::now();
+    let iops = fio_iops(&lp.dev, seconds)?;
+    let wall = t0.elapsed().as_secs_f64();
+    let cpu = proc_cpu_s(pid);
+    let rss = proc_hwm_mib(pid);
+    let after = diskstats_reads(lp.name())?;
+    // SAFETY: kill(2) on our child.
+    unsafe { libc::kill(pid as i32, libc::SIGINT) };
+    let o = child.wait_with_output()?;
+    if !o.status.success() {
+        bail!("blkprof-trace failed: {}", String::from_utf8_lossy(&o.stdout));
+    }
+    let mut r = TraceReader::open(out)?;
+    let mut buf = Vec::new();
+    let mut records = 0u64;
+    while r.next_chunk(&mut buf)? {
+        records += buf.len() as u64;
+    }
+    let t = r.trailer().context("trace has no trailer")?.clone();
+    let ns: u64 = t.counters_end.programs.iter().map(|p| p.run_time_ns).sum();
+    let completions = t.counters_end.programs.iter().find(|p| p.name == "block_rq_complete").map_or(0, |p| p.run_cnt);
+    let bytes = std::fs::metadata(out)?.len();
+    Ok(Traced {
+        iops,
+        records,
+        kernel_ios: after - before,
+        drops: t.counters_end.ring_drops,
+        misses: t.counters_end.reported_misses(),
+        ns_per_io: ns as f64 / completions.max(1) as f64,
+        cpu_pct: cpu / wall * 100.0,
+        rss_mib: rss,
+        bytes_per_io: bytes as f64 / records.max(1) as f64,
+    })
+}
+
+fn biolatency_round(lp: &Loop, seconds: u64) -> Result<(f64, f64)> {
+    let mut child = Command::new("biolatency")
+        .args(["-Q", "-D"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting biolatency (Debian package libbpf-tools)")?;
+    // Wait until its programs are loaded.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while prog_stats(|n| n.starts_with("block_rq_") && !n.starts_with("blkprof"), "complete")?.1 == 0 && Instant::now() < deadline {
+        // Tiny IO so the programs have run once (run_cnt > 0 shows they are attached).
+        let _ = Command::new("dd").args(["if=/dev/zero", &format!("of={}", lp.dev), "bs=4k", "count=1", "oflag=direct", "status=none"]).status();
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (ns0, c0) = prog_stats(|n| n.starts_with("block_rq_"), "complete")?;
+    let iops = fio_iops(&lp.dev, seconds)?;
+    let (ns1, c1) = prog_stats(|n| n.starts_with("block_rq_"), "complete")?;
+    // SAFETY: kill(2) on our child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let _ = child.wait();
+    Ok((iops, (ns1 - ns0) as f64 / (c1 - c0).max(1) as f64))
+}
+
+pub fn bench(seconds: u64, rounds: usize) -> Result<()> {
+    if !is_root() {
+        bail!("benchmarks load eBPF programs and create loop devices: run `cargo xtask bench` as root");
+    }
+    build_release()?;
+    let stats_before = std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").unwrap_or_default();
+    std::fs::write("/proc/sys/kernel/bpf_stats_enabled", "1").context("enabling kernel.bpf_stats_enabled")?;
+    let res = bench_inner(seconds, rounds);
+    let _ = std::fs::write("/proc/sys/kernel/bpf_stats_enabled", stats_before.trim());
+    res
+}
+
+fn bench_inner(seconds: u64, rounds: usize) -> Result<()> {
+    let lp = Loop::new(Path::new(&format!("/dev/shm/blkprof-bench-{}.img", std::process::id())), "1G", false)?;
+    let out = std::env::temp_dir().join(format!("blkprof-bench-{}.blkp", std::process::id()));
+    eprintln!("bench: {} on {} over /dev/shm, fio 4k randread iodepth 32, {seconds} s per run, {rounds} rounds", lp.dev, lp.name());
+    let (mut untraced, mut traced, mut bio) = (Vec::new(), Vec::new(), Vec::new());
+    let mut ratios = Vec::new();
+    for round in 0..rounds {
+        let u = fio_iops(&lp.dev, seconds)?;
+        let t = traced_round(&lp, seconds, &out)?;
+        let b = biolatency_round(&lp, seconds)?;
+        eprintln!(
+            "round {}: untraced {:.0} IOPS | blkprof {:.0} IOPS ({:.3}), {} of {} IOs recorded, {} drops, {:.0} ns/IO | biolatency {:.0} IOPS ({:.3}), {:.0} ns/IO",
+            round + 1,
+            u,
+            t.iops,
+            t.iops / u,
+            t.records,
+            t.kernel_ios,
+            t.drops,
+            t.ns_per_io,
+            b.0,
+            b.0 / u,
+            b.1
+        );
+        ratios.push(t.iops / u);
+        untraced.push(u);
+        traced.push(t);
+        bio.push(b);
+    }
+    let _ = std::fs::remove_file(&out);
+    let _ = std::fs::remove_file(out.with_extension("hlog"));
+    let u = median(&mut untraced.clone());
+    let t_iops = median(&mut traced.iter().map(|t| t.iops).collect::<Vec<_>>());
+    let b_iops = median(&mut bio.iter().map(|b| b.0).collect::<Vec<_>>());
+    let ours_ns = median(&mut traced.iter().map(|t| t.ns_per_io).collect::<Vec<_>>());
+    let bio_ns = median(&mut bio.iter().map(|b| b.1).collect::<Vec<_>>());
+    let all_recorded = traced.iter().all(|t| t.records + t.misses >= t.kernel_ios && t.drops == 0);
+    let records: u64 = traced.iter().map(|t| t.records).sum();
+    let kernel: u64 = traced.iter().map(|t| t.kernel_ios).sum();
+    let misses: u64 = traced.iter().map(|t| t.misses).sum();
+    let drops: u64 = traced.iter().map(|t| t.drops).sum();
+    let cpu = median(&mut traced.iter().map(|t| t.cpu_pct).collect::<Vec<_>>());
+    let rss = traced.iter().map(|t| t.rss_mib).fold(0.0, f64::max);
+    let bpi = median(&mut traced.iter().map(|t| t.bytes_per_io).collect::<Vec<_>>());
+    let ratio = median(&mut ratios);
+    let check = |ok: bool| if ok { "met" } else { "NOT met" };
+    println!("\n| measure | value | target |");
+    println!("|---|---|---|");
+    println!("| fio 4k randread iodepth 32, untraced (median of {rounds}) | {u:.0} IOPS | |");
+    println!("| same, traced by blkprof-trace | {t_iops:.0} IOPS | |");
+    println!("| traced / untraced (median of per-round ratios) | {ratio:.3} | >= 0.97: {} |", check(ratio >= 0.97));
+    println!("| same, traced by biolatency -Q -D | {b_iops:.0} IOPS ({:.3}) | |", b_iops / u);
+    println!("| IOs recorded / kernel count (all rounds) | {records} / {kernel} ({misses} reported missed) | every IO: {} |", check(all_recorded));
+    println!("| ring drops at default settings | {drops} | 0: {} |", check(drops == 0));
+    println!("| in-kernel cost per IO, blkprof (all programs, bpf_stats) | {ours_ns:.0} ns | below biolatency: {} |", check(ours_ns < bio_ns));
+    println!("| in-kernel cost per IO, biolatency -Q -D | {bio_ns:.0} ns | |");
+    println!("| daemon CPU while tracing | {cpu:.1} % of one core | |");
+    println!("| daemon peak RSS | {rss:.1} MiB | |");
+    println!("| trace file size | {bpi:.2} bytes per IO | <= 16: {} |", check(bpi <= 16.0));
+    Ok(())
 }

@@ -11,6 +11,7 @@ mod demo;
 mod setup;
 mod util;
 
+
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
