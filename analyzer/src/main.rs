@@ -1,1 +1,63 @@
-fn main() {}
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "blkprof",
+    version,
+    about = "Read blkprof trace files and report what the disk really did.",
+    after_help = "Examples:\n  blkprof report run.blkp\n  blkprof report run.blkp --json > run.json\n\nTraces are written by blkprof-trace (root). This tool needs no privileges."
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// The workload summary: per device and op, IO counts, volume, block-size mix, latency,
+    /// and the trace's coverage of the kernel's own counters.
+    Report {
+        /// Trace file written by blkprof-trace.
+        #[arg(required = true)]
+        traces: Vec<PathBuf>,
+        /// Print the report as JSON (schema in docs/report-json.md).
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Report { traces, json } => {
+            let stdout = std::io::stdout();
+            let mut out = stdout.lock();
+            for t in &traces {
+                let s = match analyzer::summary::summarize(t) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        eprintln!("blkprof: {e}");
+                        return ExitCode::from(2);
+                    }
+                };
+                let r = if json {
+                    serde_json::to_writer_pretty(&mut out, &s.to_json()).map_err(std::io::Error::other).and_then(|()| writeln!(out))
+                } else {
+                    analyzer::text::write(&mut out, &s)
+                };
+                if let Err(e) = r {
+                    if e.kind() == std::io::ErrorKind::BrokenPipe {
+                        return ExitCode::SUCCESS;
+                    }
+                    eprintln!("blkprof: writing the report: {e}");
+                    return ExitCode::from(1);
+                }
+            }
+            ExitCode::SUCCESS
+        }
+    }
+}
