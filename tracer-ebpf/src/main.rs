@@ -20,12 +20,13 @@
 #![feature(core_intrinsics)]
 #![expect(internal_features, reason = "atomic_xadd is the only way to emit BPF atomic adds")]
 
-use core::intrinsics::{AtomicOrdering, atomic_xadd};
+use core::intrinsics::{AtomicOrdering, atomic_cxchg, atomic_xadd};
 
 use aya_ebpf::{
+    EbpfContext as _,
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, generated::bpf_get_current_comm},
     macros::{btf_tracepoint, map},
-    maps::{HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
     programs::BtfTracePointContext,
 };
 use tracer_common::{
@@ -68,8 +69,16 @@ static ZERO_AGGREGATE: Aggregate = Aggregate {
 
 #[map(name = "EVENTS")]
 static EVENTS: RingBuf = RingBuf::with_byte_size(16 << 20, 0);
+/// Requests in flight, direct-mapped by a hash of their `struct request *`: claiming a slot is
+/// one compare-and-swap, much cheaper than a hash-map insert. A request whose slot is taken
+/// by another goes to REQUESTS instead.
+#[map(name = "SLOTS")]
+static SLOTS: Array<RequestSlot> = Array::with_max_entries(SLOT_COUNT, 0);
 #[map(name = "REQUESTS")]
 static REQUESTS: HashMap<u64, RequestState> = HashMap::with_max_entries(65536, 0);
+/// Entries in REQUESTS, so that lookups can skip it while it is empty (the common case).
+#[map(name = "OVERFLOW")]
+static OVERFLOW: Array<u64> = Array::with_max_entries(1, 0);
 #[map(name = "DEVICES")]
 static DEVICES: HashMap<u32, DeviceState> = HashMap::with_max_entries(4096, 0);
 #[map(name = "AGGREGATES")]
@@ -80,6 +89,123 @@ static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_SLOTS,
 static DEVICE_FILTER: HashMap<u32, u8> = HashMap::with_max_entries(256, 0);
 
 const BPF_NOEXIST: u64 = 1;
+const SLOT_COUNT: u32 = 1 << 16;
+
+#[repr(C)]
+pub struct RequestSlot {
+    /// The `struct request *` owning the slot; 0 when free.
+    key: u64,
+    st: RequestState,
+}
+
+/// The request's address as a plain number, to hash and store (the verifier forbids
+/// arithmetic on the typed pointer): copy argument 0 out of the context.
+#[inline(always)]
+fn key_of(ctx: &BtfTracePointContext) -> u64 {
+    // SAFETY: the tracepoint context is an array of u64 arguments; a fault yields 0.
+    unsafe { aya_ebpf::helpers::bpf_probe_read_kernel(ctx.as_ptr().cast::<u64>()) }.unwrap_or(0)
+}
+
+/// Fill a fresh request state in place, field by field: a struct literal would become a
+/// byte-by-byte memset call on this target.
+#[inline(always)]
+fn init_state(p: *mut RequestState, enter_ns: u64, dev: u32, in_os: u8, flags: u16) {
+    // SAFETY: p points to a map value of type RequestState.
+    unsafe {
+        core::ptr::write_volatile(&raw mut (*p).enter_ns, enter_ns);
+        core::ptr::write_volatile(&raw mut (*p).sector, 0);
+        core::ptr::write_volatile(&raw mut (*p).issue_ns, 0);
+        core::ptr::write_volatile(&raw mut (*p).complete_ns, 0);
+        core::ptr::write_volatile(&raw mut (*p).dev, dev);
+        core::ptr::write_volatile(&raw mut (*p).bytes_done, 0);
+        core::ptr::write_volatile(&raw mut (*p).pid, (bpf_get_current_pid_tgid() >> 32) as u32);
+        core::ptr::write_volatile(&raw mut (*p).dev_inflight, 0);
+        core::ptr::write_volatile(&raw mut (*p).os_inflight, 0);
+        core::ptr::write_volatile(&raw mut (*p).error, 0);
+        core::ptr::write_volatile(&raw mut (*p).requeues, 0);
+        core::ptr::write_volatile(&raw mut (*p).flags, flags);
+        core::ptr::write_volatile(&raw mut (*p).issued, 0);
+        core::ptr::write_volatile(&raw mut (*p).in_os, in_os);
+        core::ptr::write_volatile((&raw mut (*p).comm).cast::<u64>(), 0);
+        core::ptr::write_volatile((&raw mut (*p).comm).cast::<u64>().add(1), 0);
+        bpf_get_current_comm((*p).comm.as_mut_ptr().cast(), 16);
+    }
+}
+
+#[inline(always)]
+fn slot_of(key: u64) -> Option<*mut RequestSlot> {
+    // Requests are slab objects a few hundred bytes apart: mix the address bits (Fibonacci
+    // hashing) so neighbours spread over the table.
+    let idx = (key >> 6).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 48;
+    SLOTS.get_ptr_mut(idx as u32 & (SLOT_COUNT - 1))
+}
+
+/// The tracked state of a request, in its slot or in the overflow map.
+#[inline(always)]
+fn lookup(key: u64) -> Option<*mut RequestState> {
+    if let Some(slot) = slot_of(key) {
+        // SAFETY: array value pointer.
+        if unsafe { core::ptr::read_volatile(&raw const (*slot).key) } == key {
+            // SAFETY: array value pointer.
+            return Some(unsafe { &raw mut (*slot).st });
+        }
+    }
+    let n = OVERFLOW.get_ptr_mut(0)?;
+    // SAFETY: array value pointer.
+    if unsafe { core::ptr::read_volatile(n) } == 0 {
+        return None;
+    }
+    REQUESTS.get_ptr_mut(&key)
+}
+
+/// Start tracking a request: claim its slot (or an overflow entry) and fill the state in
+/// place. Returns the state's location.
+#[inline(always)]
+fn track(key: u64, enter_ns: u64, dev: u32, in_os: u8, flags: u16) -> Option<*mut RequestState> {
+    if let Some(slot) = slot_of(key) {
+        // SAFETY: array value pointer; the CAS makes one CPU the owner of a free slot.
+        let (old, won) = unsafe {
+            atomic_cxchg::<u64, { AtomicOrdering::AcqRel }, { AtomicOrdering::Relaxed }>(&raw mut (*slot).key, 0, key)
+        };
+        if won || old == key {
+            // SAFETY: array value pointer of a slot this request owns.
+            let p = unsafe { &raw mut (*slot).st };
+            init_state(p, enter_ns, dev, in_os, flags);
+            return Some(p);
+        }
+    }
+    let zero = RequestState::default();
+    if REQUESTS.insert(&key, &zero, 0).is_err() {
+        bump(Counter::RequestMapFull);
+        return None;
+    }
+    if let Some(n) = OVERFLOW.get_ptr_mut(0) {
+        atomic_add(n, 1);
+    }
+    let p = REQUESTS.get_ptr_mut(&key)?;
+    init_state(p, enter_ns, dev, in_os, flags);
+    Some(p)
+}
+
+/// Stop tracking a request (after its state is no longer read).
+#[inline(always)]
+fn untrack(key: u64) {
+    if let Some(slot) = slot_of(key) {
+        // SAFETY: array value pointer.
+        if unsafe { core::ptr::read_volatile(&raw const (*slot).key) } == key {
+            // SAFETY: array value pointer. An aligned 64-bit store is atomic, and the state was
+            // last read before this point in program order (stores are not reordered with
+            // earlier loads on the JITs' targets).
+            unsafe { core::ptr::write_volatile(&raw mut (*slot).key, 0) };
+            return;
+        }
+    }
+    if REQUESTS.remove(&key).is_ok() {
+        if let Some(n) = OVERFLOW.get_ptr_mut(0) {
+            atomic_add(n, u64::MAX);
+        }
+    }
+}
 const BPF_RB_NO_WAKEUP: u64 = 1;
 const BPF_RB_FORCE_WAKEUP: u64 = 2;
 const BPF_RB_AVAIL_DATA: u64 = 0;
@@ -192,19 +318,12 @@ fn release(st: &mut RequestState) {
 
 /// The request's state; created (with the current task) if its submission was not seen.
 #[inline(always)]
-fn state_or_new(cfg: &ProbeConfig, rq: *const u8) -> Option<*mut RequestState> {
-    let key = rq as u64;
-    if let Some(p) = REQUESTS.get_ptr_mut(&key) {
+fn state_or_new(cfg: &ProbeConfig, rq: *const u8, key: u64) -> Option<*mut RequestState> {
+    if let Some(p) = lookup(key) {
         return Some(p);
     }
     let dev = traced_dev(cfg, rq)?;
-    let mut st = RequestState { dev, flags: EV_STARTED_BEFORE_ATTACH, ..Default::default() };
-    current_task(&mut st);
-    if REQUESTS.insert(&key, &st, 0).is_err() {
-        bump(Counter::RequestMapFull);
-        return None;
-    }
-    REQUESTS.get_ptr_mut(&key)
+    track(key, 0, dev, 0, EV_STARTED_BEFORE_ATTACH)
 }
 
 #[btf_tracepoint(function = "block_io_start")]
@@ -217,26 +336,16 @@ fn try_io_start(ctx: &BtfTracePointContext) -> Option<()> {
     let cfg = config();
     let rq: *const u8 = ctx.arg(0);
     let dev = traced_dev(cfg, rq)?;
-    let key = rq as u64;
-    let mut st = RequestState { enter_ns: now_ns(), dev, in_os: 1, ..Default::default() };
-    current_task(&mut st);
-    if REQUESTS.insert(&key, &st, BPF_NOEXIST).is_err() {
-        match REQUESTS.get_ptr_mut(&key) {
-            Some(old) => {
-                // The request was freed and reused, so it completed, but the completion
-                // program did not run for it: count the loss and release what it held.
-                bump(Counter::MissedCompletion);
-                // SAFETY: map value pointer.
-                release(unsafe { &mut *old });
-                // SAFETY: map value pointer.
-                unsafe { *old = st };
-            }
-            None => {
-                bump(Counter::RequestMapFull);
-                return None;
-            }
-        }
+    let key = key_of(ctx);
+    if let Some(old) = lookup(key) {
+        // The request was freed and reused, so it completed, but the completion program did
+        // not run for it: count the loss and release what it held.
+        bump(Counter::MissedCompletion);
+        // SAFETY: map value pointer.
+        release(unsafe { &mut *old });
+        untrack(key);
     }
+    track(key, now_ns(), dev, 1, 0)?;
     let ds = device(dev)?;
     // SAFETY: map value pointer.
     atomic_add(unsafe { &raw mut (*ds).os_inflight }, 1);
@@ -252,7 +361,7 @@ pub fn blkprof_rq_issue(ctx: BtfTracePointContext) -> i32 {
 fn try_rq_issue(ctx: &BtfTracePointContext) -> Option<()> {
     let cfg = config();
     let rq: *const u8 = ctx.arg(0);
-    let p = state_or_new(cfg, rq)?;
+    let p = state_or_new(cfg, rq, key_of(ctx))?;
     // SAFETY: map value pointer.
     let st = unsafe { &mut *p };
     let ds = device(st.dev)?;
@@ -289,7 +398,7 @@ pub fn blkprof_rq_requeue(ctx: BtfTracePointContext) -> i32 {
 
 fn try_rq_requeue(ctx: &BtfTracePointContext) -> Option<()> {
     let rq: *const u8 = ctx.arg(0);
-    let p = REQUESTS.get_ptr_mut(&(rq as u64))?;
+    let p = lookup(key_of(ctx))?;
     // SAFETY: map value pointer.
     let st = unsafe { &mut *p };
     st.requeues = st.requeues.wrapping_add(1);
@@ -312,11 +421,11 @@ pub fn blkprof_rq_merge(ctx: BtfTracePointContext) -> i32 {
 
 fn try_rq_merge(ctx: &BtfTracePointContext) -> Option<()> {
     let rq: *const u8 = ctx.arg(0);
-    let key = rq as u64;
-    let p = REQUESTS.get_ptr_mut(&key)?;
+    let key = key_of(ctx);
+    let p = lookup(key)?;
     // SAFETY: map value pointer.
     release(unsafe { &mut *p });
-    let _ = REQUESTS.remove(&key);
+    untrack(key);
     Some(())
 }
 
@@ -331,8 +440,8 @@ fn try_rq_complete(ctx: &BtfTracePointContext) -> Option<()> {
     let rq: *const u8 = ctx.arg(0);
     let error: i32 = ctx.arg::<u64>(1) as u8 as i32;
     let nr_bytes: u32 = ctx.arg::<u64>(2) as u32;
-    let key = rq as u64;
-    let p = state_or_new(cfg, rq)?;
+    let key = key_of(ctx);
+    let p = state_or_new(cfg, rq, key)?;
     // SAFETY: map value pointer.
     let st = unsafe { &mut *p };
     if st.complete_ns == 0 {
@@ -348,7 +457,7 @@ fn try_rq_complete(ctx: &BtfTracePointContext) -> Option<()> {
     if cmd_flags & cfg_u32(&cfg.req_op_mask) == cfg_u32(&cfg.req_op_flush) && flush_seq {
         // The block layer's own flush request: the kernel accounts it in flush_end_io.
         finish(cfg, rq, st, KIND_FLUSH_RQ, cmd_flags);
-        let _ = REQUESTS.remove(&key);
+        untrack(key);
         return Some(());
     }
     // Partial completion: the request goes on (blk_update_request returns true).
@@ -372,11 +481,11 @@ fn try_rq_complete(ctx: &BtfTracePointContext) -> Option<()> {
     if rq_flags & cfg_u32(&cfg.rqf_io_stat) == 0 {
         // Not accounted by the kernel (passthrough): forget it.
         release(st);
-        let _ = REQUESTS.remove(&key);
+        untrack(key);
         return Some(());
     }
     finish(cfg, rq, st, KIND_IO, cmd_flags);
-    let _ = REQUESTS.remove(&key);
+    untrack(key);
     Some(())
 }
 
