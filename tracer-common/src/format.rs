@@ -349,6 +349,9 @@ pub struct TraceWriter {
     dev_index: HashMap<u32, u32>,
     tasks: Vec<(u32, [u8; 16])>,
     task_index: HashMap<(u32, [u8; 16]), u32>,
+    /// Consecutive records mostly share device and task: skip the hash lookups then.
+    last_dev: Option<(u32, u32)>,
+    last_task: Option<((u32, [u8; 16]), u32)>,
     body: Vec<u8>,
     records_in_file: u64,
     bytes_written: u64,
@@ -371,6 +374,8 @@ impl TraceWriter {
             dev_index: HashMap::new(),
             tasks: Vec::new(),
             task_index: HashMap::new(),
+            last_dev: None,
+            last_task: None,
             body: Vec::with_capacity(1 << 20),
             records_in_file: 0,
             bytes_written: 0,
@@ -436,21 +441,36 @@ impl TraceWriter {
             self.prev_complete = r.complete_ns;
             self.prev_end_sector = 0;
         }
-        let dev_idx = match self.dev_index.get(&r.dev) {
-            Some(&i) => i,
-            None => {
-                let i = self.devs.len() as u32;
-                self.devs.push(r.dev);
-                self.dev_index.insert(r.dev, i);
+        let dev_idx = match self.last_dev {
+            Some((d, i)) if d == r.dev => i,
+            _ => {
+                let i = match self.dev_index.get(&r.dev) {
+                    Some(&i) => i,
+                    None => {
+                        let i = self.devs.len() as u32;
+                        self.devs.push(r.dev);
+                        self.dev_index.insert(r.dev, i);
+                        i
+                    }
+                };
+                self.last_dev = Some((r.dev, i));
                 i
             }
         };
-        let task_idx = match self.task_index.get(&(r.pid, *comm)) {
-            Some(&i) => i,
-            None => {
-                let i = self.tasks.len() as u32;
-                self.tasks.push((r.pid, *comm));
-                self.task_index.insert((r.pid, *comm), i);
+        let task_key = (r.pid, *comm);
+        let task_idx = match self.last_task {
+            Some((k, i)) if k == task_key => i,
+            _ => {
+                let i = match self.task_index.get(&task_key) {
+                    Some(&i) => i,
+                    None => {
+                        let i = self.tasks.len() as u32;
+                        self.tasks.push(task_key);
+                        self.task_index.insert(task_key, i);
+                        i
+                    }
+                };
+                self.last_task = Some((task_key, i));
                 i
             }
         };
@@ -528,6 +548,8 @@ impl TraceWriter {
             self.dev_index.clear();
             self.tasks.clear();
             self.task_index.clear();
+            self.last_dev = None;
+            self.last_task = None;
         }
         self.out.flush().map_err(|e| self.io_err(e))
     }

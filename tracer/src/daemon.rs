@@ -1,7 +1,7 @@
 //! The tracing daemon: attach, stream the ring buffer, keep live statistics, write trace files
 //! (rotating if asked), and end the same way on --duration, SIGINT and SIGTERM.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -69,7 +69,8 @@ struct Run {
     files: VecDeque<PathBuf>,
     /// Per file: header written at open.
     header: TraceHeader,
-    received: BTreeMap<(u32, StatGroup), (u64, u64)>,
+    received: Vec<(u32, [(u64, u64); 4])>,
+    last_dev: usize,
     received_total: u64,
     filtered_out: u64,
     filtered_out_file: u64,
@@ -244,12 +245,21 @@ impl Run {
             op,
         };
         self.received_total += 1;
-        let e = self.received.entry((r.dev, r.stat_group())).or_default();
+        // Per device and diskstats group; devices are few, and consecutive records mostly
+        // share one, so a cached index beats hashing on this path.
+        if self.received.get(self.last_dev).is_none_or(|(d, _)| *d != r.dev) {
+            self.last_dev = match self.received.iter().position(|(d, _)| *d == r.dev) {
+                Some(i) => i,
+                None => {
+                    self.new_device(r.dev);
+                    self.received.push((r.dev, [(0, 0); 4]));
+                    self.received.len() - 1
+                }
+            };
+        }
+        let e = &mut self.received[self.last_dev].1[r.stat_group() as usize];
         e.0 += 1;
         e.1 += u64::from(r.bytes);
-        if !self.names.contains_key(&r.dev) {
-            self.new_device(r.dev);
-        }
         if !self.filter.keep(&r, &ev.comm) {
             self.filtered_out += 1;
             self.filtered_out_file += 1;
@@ -266,6 +276,9 @@ impl Run {
     }
 
     fn new_device(&mut self, dev: u32) {
+        if self.names.contains_key(&dev) {
+            return;
+        }
         let (ma, mi) = dev_split(dev);
         let info = devices::name_of(ma, mi)
             .and_then(|n| devices::info(&n).ok())
@@ -365,7 +378,8 @@ pub async fn run(cfg: Config) -> Result<i32> {
         seq: 0,
         files: VecDeque::new(),
         header: TraceHeader::default(),
-        received: BTreeMap::new(),
+        received: Vec::new(),
+        last_dev: 0,
         received_total: 0,
         filtered_out: 0,
         filtered_out_file: 0,
@@ -518,7 +532,7 @@ fn summary(
         let dev = tracer_common::dev_join(d.major, d.minor);
         for g in &d.groups {
             let grp = g.group.unwrap_or(StatGroup::Read);
-            let rec = run.received.get(&(dev, grp)).copied().unwrap_or_default();
+            let rec = run.received.iter().find(|(d, _)| *d == dev).map(|(_, g)| g[grp as usize]).unwrap_or_default();
             let _ = writeln!(
                 out,
                 "  {:<8} {:>12} {:>14} {:>12} {:>14} {:>12}",
