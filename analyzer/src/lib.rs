@@ -1,6 +1,10 @@
 //! blkprof's analyzer: reads trace files (streaming, one chunk in memory) and summarises what
 //! the disk did. No root, no eBPF toolchain.
 
+pub mod bursts;
+pub mod loghist;
+pub mod series;
 pub mod sizes;
 pub mod summary;
+pub mod synth;
 pub mod text;

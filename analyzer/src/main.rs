@@ -37,7 +37,7 @@ fn main() -> ExitCode {
             let stdout = std::io::stdout();
             let mut out = stdout.lock();
             for t in &traces {
-                let s = match analyzer::summary::summarize(t) {
+                let s = match analyzer::summary::summarize(t, &analyzer::series::Options::default()) {
                     Ok(s) => s,
                     Err(e) => {
                         eprintln!("blkprof: {e}");

@@ -10,6 +10,8 @@ use tracer_common::coverage::{DeviceCoverage, coverage};
 use tracer_common::format::{Ending, FormatError, TraceHeader, TraceReader, TraceTrailer, rfc3339};
 use tracer_common::op::{Op, StatGroup, flags};
 
+use crate::bursts::{Burst, Classifier, ReadImpact, Spike, burst_ranges};
+use crate::series::{Options, Series, detect_bursts, detect_spikes};
 use crate::sizes::SizeClass;
 
 /// Version of the JSON document `blkprof report --json` prints (docs/report-json.md).
@@ -49,6 +51,10 @@ pub struct DeviceStats {
     /// Empty flush requests absorbed by the flush machinery (never reach the device; the kernel
     /// counts them as 0-byte reads in /proc/diskstats).
     pub absorbed_flushes: u64,
+    pub series: Series,
+    pub bursts: Vec<Burst>,
+    pub spikes: Vec<Spike>,
+    pub read_impact: ReadImpact,
 }
 
 /// Everything the report needs from one or more trace files of one run.
@@ -71,12 +77,14 @@ pub fn op_key(op: Op, fl: u16) -> String {
     }
 }
 
-pub fn summarize(path: &Path) -> Result<Summary, FormatError> {
+pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
     let mut r = TraceReader::open(path)?;
     let header = r.header().clone();
+    let t0 = header.monotonic_base_ns;
     let mut devices: BTreeMap<u32, DeviceStats> = BTreeMap::new();
     let mut buf = Vec::new();
     let mut records = 0u64;
+    // Pass one: totals, size mix, latency, time series.
     while r.next_chunk(&mut buf)? {
         for rec in &buf {
             records += 1;
@@ -91,11 +99,16 @@ pub fn summarize(path: &Path) -> Result<Summary, FormatError> {
                     last_ns: rec.complete_ns,
                     max_os_inflight: 0,
                     absorbed_flushes: 0,
+                    series: Series::new(t0, opts),
+                    bursts: Vec::new(),
+                    spikes: Vec::new(),
+                    read_impact: ReadImpact::default(),
                 }
             });
             d.first_ns = d.first_ns.min(rec.enter_ns);
             d.last_ns = d.last_ns.max(rec.complete_ns);
             d.max_os_inflight = d.max_os_inflight.max(rec.os_inflight);
+            d.series.record(rec);
             let key = op_key(rec.op, rec.flags);
             if key == "flush-absorbed" {
                 d.absorbed_flushes += 1;
@@ -125,12 +138,43 @@ pub fn summarize(path: &Path) -> Result<Summary, FormatError> {
         }
     }
     let trailer = r.trailer().cloned();
+    let ending = r.ending().clone();
     let cov = trailer.as_ref().map(|t| coverage(&header, t)).unwrap_or_default();
+
+    // Bursts and spikes from the series; pass two classifies reads and writes by burst.
+    let mut found = BTreeMap::new();
+    for (&dev, d) in devices.iter_mut() {
+        d.series.finish();
+        let bins = detect_bursts(&d.series, opts);
+        let spikes = detect_spikes(&d.series, opts);
+        found.insert(dev, (bins.clone(), spikes, Classifier::new(&burst_ranges(&d.series, &bins), opts.discard_window_ns)));
+    }
+    if found.values().any(|(b, _, _)| !b.is_empty()) {
+        let mut r2 = TraceReader::open(path)?;
+        while r2.next_chunk(&mut buf)? {
+            for rec in &buf {
+                if let Some((_, _, c)) = found.get_mut(&rec.dev) {
+                    c.record(rec);
+                }
+            }
+        }
+    }
+    let wall = |t: u64| {
+        let off = t as i128 - header.monotonic_base_ns as i128;
+        rfc3339((header.wall_clock_start_ns as i128 + off) as i64)
+    };
+    for (dev, (bins, spike_bins, c)) in found {
+        let d = devices.get_mut(&dev).expect("device");
+        let (bursts, impact) = crate::bursts::bursts(&d.series, &bins, &c, &wall, t0);
+        d.bursts = bursts;
+        d.read_impact = impact;
+        d.spikes = crate::bursts::spikes(&d.series, &spike_bins, &wall, t0);
+    }
     Ok(Summary {
         paths: vec![path.to_owned()],
         header,
         trailer,
-        endings: vec![(path.to_owned(), r.ending().clone())],
+        endings: vec![(path.to_owned(), ending)],
         devices,
         records,
         coverage: cov,
@@ -228,7 +272,48 @@ pub struct JsonDevice {
     pub ops: BTreeMap<String, JsonOp>,
     pub absorbed_flushes: u64,
     pub coverage: Option<DeviceCoverage>,
-    pub bursts: Vec<serde_json::Value>,
+    pub throughput: JsonThroughput,
+    pub bursts: Vec<Burst>,
+    pub queue_depth_spikes: Vec<Spike>,
+    pub reads_during_bursts: ReadImpact,
+    pub series: JsonSeries,
+}
+
+#[derive(Serialize, Default)]
+pub struct JsonRate {
+    pub mean_mb_per_s: f64,
+    pub max_mb_per_s: f64,
+    pub mean_iops: f64,
+    pub max_iops: f64,
+}
+
+#[derive(Serialize, Default)]
+pub struct JsonThroughput {
+    pub read: JsonRate,
+    pub write: JsonRate,
+    pub discard: JsonRate,
+    pub flush: JsonRate,
+    pub queue_depth_mean: f64,
+    pub queue_depth_max: u32,
+}
+
+/// Per-interval series (arrays of equal length; index i covers [start + i*interval, +interval)).
+#[derive(Serialize, Default)]
+pub struct JsonSeries {
+    pub interval_s: f64,
+    pub start: String,
+    pub read_iops: Vec<f64>,
+    pub read_mb_per_s: Vec<f64>,
+    pub write_iops: Vec<f64>,
+    pub write_mb_per_s: Vec<f64>,
+    pub discard_mb_per_s: Vec<f64>,
+    pub flush_iops: Vec<f64>,
+    pub queue_depth_mean: Vec<f64>,
+    pub queue_depth_max: Vec<u32>,
+    pub read_p99_us: Vec<f64>,
+    pub read_max_us: Vec<f64>,
+    pub write_p99_us: Vec<f64>,
+    pub write_max_us: Vec<f64>,
 }
 
 #[derive(Serialize)]
@@ -290,7 +375,11 @@ impl Summary {
                 ops,
                 absorbed_flushes: d.absorbed_flushes,
                 coverage: self.coverage.iter().find(|c| c.major == d.major && c.minor == d.minor).cloned(),
-                bursts: Vec::new(),
+                throughput: throughput(d),
+                bursts: d.bursts.clone(),
+                queue_depth_spikes: d.spikes.clone(),
+                reads_during_bursts: d.read_impact.clone(),
+                series: self.series_json(d),
             });
         }
         JsonReport {
@@ -304,6 +393,56 @@ impl Summary {
             devices,
             markers: Vec::new(),
             lost: self.lost(),
+        }
+    }
+}
+
+fn rate(s: &Series, g: StatGroup) -> JsonRate {
+    let secs = s.interval_ns as f64 / 1e9;
+    let n = s.intervals.len().max(1) as f64;
+    let ios: Vec<f64> = s.intervals.iter().map(|iv| iv.groups[g as usize].0 as f64 / secs).collect();
+    let mbs: Vec<f64> = s.intervals.iter().map(|iv| iv.groups[g as usize].1 as f64 / 1e6 / secs).collect();
+    JsonRate {
+        mean_mb_per_s: mbs.iter().sum::<f64>() / n,
+        max_mb_per_s: mbs.iter().copied().fold(0.0, f64::max),
+        mean_iops: ios.iter().sum::<f64>() / n,
+        max_iops: ios.iter().copied().fold(0.0, f64::max),
+    }
+}
+
+fn throughput(d: &DeviceStats) -> JsonThroughput {
+    let s = &d.series;
+    let n = s.intervals.len();
+    JsonThroughput {
+        read: rate(s, StatGroup::Read),
+        write: rate(s, StatGroup::Write),
+        discard: rate(s, StatGroup::Discard),
+        flush: rate(s, StatGroup::Flush),
+        queue_depth_mean: (0..n).map(|i| s.interval_queue(i)).sum::<f64>() / n.max(1) as f64,
+        queue_depth_max: s.intervals.iter().map(|iv| iv.queue_max).max().unwrap_or(0),
+    }
+}
+
+impl Summary {
+    fn series_json(&self, d: &DeviceStats) -> JsonSeries {
+        let s = &d.series;
+        let secs = s.interval_ns as f64 / 1e9;
+        let g = |f: &dyn Fn(&crate::series::Interval) -> f64| s.intervals.iter().map(f).collect::<Vec<f64>>();
+        JsonSeries {
+            interval_s: secs,
+            start: self.wall(s.t0_ns),
+            read_iops: g(&|iv| iv.groups[0].0 as f64 / secs),
+            read_mb_per_s: g(&|iv| iv.groups[0].1 as f64 / 1e6 / secs),
+            write_iops: g(&|iv| iv.groups[1].0 as f64 / secs),
+            write_mb_per_s: g(&|iv| iv.groups[1].1 as f64 / 1e6 / secs),
+            discard_mb_per_s: g(&|iv| iv.groups[2].1 as f64 / 1e6 / secs),
+            flush_iops: g(&|iv| iv.groups[3].0 as f64 / secs),
+            queue_depth_mean: (0..s.intervals.len()).map(|i| s.interval_queue(i)).collect(),
+            queue_depth_max: s.intervals.iter().map(|iv| iv.queue_max).collect(),
+            read_p99_us: g(&|iv| iv.read_lat[1] as f64 / 1e3),
+            read_max_us: g(&|iv| iv.read_lat[3] as f64 / 1e3),
+            write_p99_us: g(&|iv| iv.write_lat[1] as f64 / 1e3),
+            write_max_us: g(&|iv| iv.write_lat[3] as f64 / 1e3),
         }
     }
 }

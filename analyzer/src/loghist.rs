@@ -1,0 +1,110 @@
+//! A compact log-linear latency histogram (8 sub-buckets per power of two, about 9% relative
+//! resolution) for per-interval series, where a full HDR histogram per interval would cost
+//! too much memory on long traces.
+
+pub const SUB: u32 = 8;
+const OCTAVES: u32 = 40;
+pub const BUCKETS: usize = (SUB * OCTAVES) as usize;
+
+#[derive(Clone)]
+pub struct LogHist {
+    counts: Box<[u32; BUCKETS]>,
+    total: u64,
+    max: u64,
+}
+
+impl Default for LogHist {
+    fn default() -> Self {
+        LogHist { counts: Box::new([0; BUCKETS]), total: 0, max: 0 }
+    }
+}
+
+#[inline]
+fn index(v: u64) -> usize {
+    if v < u64::from(SUB) {
+        return v as usize;
+    }
+    let octave = 63 - v.leading_zeros(); // >= 3
+    let sub = (v >> (octave - 3)) & u64::from(SUB - 1);
+    let i = (octave - 2) * SUB + sub as u32;
+    (i as usize).min(BUCKETS - 1)
+}
+
+/// Upper bound of bucket i (the value reported for a quantile that falls in it).
+fn upper(i: usize) -> u64 {
+    let i = i as u32;
+    if i < SUB {
+        return u64::from(i);
+    }
+    let octave = i / SUB + 2;
+    let sub = u64::from(i % SUB);
+    ((SUB as u64 + sub + 1) << (octave - 3)) - 1
+}
+
+impl LogHist {
+    #[inline]
+    pub fn record(&mut self, v: u64) {
+        self.counts[index(v)] += 1;
+        self.total += 1;
+        self.max = self.max.max(v);
+    }
+
+    pub fn add(&mut self, o: &LogHist) {
+        for (a, b) in self.counts.iter_mut().zip(o.counts.iter()) {
+            *a += b;
+        }
+        self.total += o.total;
+        self.max = self.max.max(o.max);
+    }
+
+    pub fn len(&self) -> u64 {
+        self.total
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.total == 0
+    }
+
+    pub fn max(&self) -> u64 {
+        self.max
+    }
+
+    /// The value at quantile q (upper edge of its bucket, capped at the max seen).
+    pub fn quantile(&self, q: f64) -> u64 {
+        if self.total == 0 {
+            return 0;
+        }
+        let rank = ((q * self.total as f64).ceil() as u64).clamp(1, self.total);
+        let mut seen = 0u64;
+        for (i, &c) in self.counts.iter().enumerate() {
+            seen += u64::from(c);
+            if seen >= rank {
+                return upper(i).min(self.max);
+            }
+        }
+        self.max
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_within_resolution() {
+        let mut h = LogHist::default();
+        for v in 1..=100_000u64 {
+            h.record(v * 1000);
+        }
+        for (q, want) in [(0.5, 50_000_000f64), (0.99, 99_000_000.0), (0.999, 99_900_000.0)] {
+            let got = h.quantile(q) as f64;
+            assert!((got - want).abs() / want < 0.13, "q{q}: {got} vs {want}");
+        }
+        assert_eq!(h.quantile(1.0), 100_000_000);
+        assert_eq!(h.max(), 100_000_000);
+        assert!(index(u64::MAX) < BUCKETS);
+        for v in [0u64, 1, 7, 8, 9, 15, 16, 1000, 1 << 40] {
+            assert!(upper(index(v)) >= v, "{v}");
+        }
+    }
+}

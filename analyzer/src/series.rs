@@ -1,0 +1,286 @@
+//! Time series per device: per interval (default 1 s) IOPS, bytes and latency per op, queue
+//! depth (time-weighted mean and max); per fine bin (100 ms) write bytes and queue depth for
+//! burst and spike detection.
+
+use crate::loghist::LogHist;
+use tracer_common::format::IoRecord;
+use tracer_common::op::StatGroup;
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Interval of the reported time series.
+    pub interval_ns: u64,
+    /// Resolution of burst and spike detection.
+    pub fine_ns: u64,
+    /// A write burst: write throughput above `burst_factor` x the run's median write rate...
+    pub burst_factor: f64,
+    /// ...and above this many bytes per second.
+    pub burst_min_bytes_per_s: f64,
+    /// Bursts closer than this are merged.
+    pub burst_gap_ns: u64,
+    /// Discards within this long after a burst's end are attributed to it.
+    pub discard_window_ns: u64,
+    /// A queue-depth spike: time-weighted queue depth above `spike_factor` x the median...
+    pub spike_factor: f64,
+    /// ...and at least this deep.
+    pub spike_min_depth: f64,
+    /// Spikes closer than this are merged.
+    pub spike_gap_ns: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            interval_ns: 1_000_000_000,
+            fine_ns: 100_000_000,
+            burst_factor: 4.0,
+            burst_min_bytes_per_s: 50e6,
+            burst_gap_ns: 1_000_000_000,
+            discard_window_ns: 60_000_000_000,
+            spike_factor: 4.0,
+            spike_min_depth: 16.0,
+            spike_gap_ns: 500_000_000,
+        }
+    }
+}
+
+/// One interval's figures, finalised.
+#[derive(Clone, Debug, Default)]
+pub struct Interval {
+    /// (ios, bytes) per diskstats group: read, write, discard, flush.
+    pub groups: [(u64, u64); 4],
+    /// Integral of requests in the OS over the interval, in request-ns.
+    pub queue_area_ns: u128,
+    pub queue_max: u32,
+    /// Total latency percentiles (ns) of reads and writes completed in the interval:
+    /// p50, p99, p99.9, max.
+    pub read_lat: [u64; 4],
+    pub write_lat: [u64; 4],
+}
+
+struct Open {
+    read: LogHist,
+    write: LogHist,
+}
+
+pub struct Series {
+    pub t0_ns: u64,
+    pub interval_ns: u64,
+    pub fine_ns: u64,
+    pub intervals: Vec<Interval>,
+    open: Vec<Option<Box<Open>>>,
+    /// Per fine bin: write bytes, read IOs, integral of requests in the OS, max in-flight seen.
+    pub fine_write_bytes: Vec<u64>,
+    pub fine_queue_area_ns: Vec<u128>,
+    pub fine_queue_max: Vec<u32>,
+    /// Records whose interval had already been finalised (very late in completion order).
+    pub late: u64,
+    highest: usize,
+}
+
+/// How many intervals stay open behind the newest one (records arrive nearly in completion
+/// order; a few ms of skew between CPUs).
+const OPEN_WINDOW: usize = 3;
+
+fn grow<T: Clone + Default>(v: &mut Vec<T>, i: usize) {
+    if v.len() <= i {
+        v.resize(i + 1, T::default());
+    }
+}
+
+impl Series {
+    pub fn new(t0_ns: u64, o: &Options) -> Series {
+        Series {
+            t0_ns,
+            interval_ns: o.interval_ns,
+            fine_ns: o.fine_ns,
+            intervals: Vec::new(),
+            open: Vec::new(),
+            fine_write_bytes: Vec::new(),
+            fine_queue_area_ns: Vec::new(),
+            fine_queue_max: Vec::new(),
+            late: 0,
+            highest: 0,
+        }
+    }
+
+    fn at(&self, t: u64, bin: u64) -> usize {
+        (t.saturating_sub(self.t0_ns) / bin) as usize
+    }
+
+    #[inline]
+    pub fn record(&mut self, r: &IoRecord) {
+        let g = r.stat_group();
+        let i = self.at(r.complete_ns, self.interval_ns);
+        grow(&mut self.intervals, i);
+        if self.open.len() <= i {
+            self.open.resize_with(i + 1, || None);
+        }
+        let iv = &mut self.intervals[i];
+        iv.groups[g as usize].0 += 1;
+        iv.groups[g as usize].1 += u64::from(r.bytes);
+        let total = r.total_ns();
+        if matches!(g, StatGroup::Read | StatGroup::Write) {
+            if i + OPEN_WINDOW < self.highest {
+                self.late += 1;
+            } else {
+                let o = self.open[i].get_or_insert_with(|| Box::new(Open { read: LogHist::default(), write: LogHist::default() }));
+                if g == StatGroup::Read { o.read.record(total) } else { o.write.record(total) }
+            }
+        }
+        if i > self.highest {
+            let old = self.highest;
+            self.highest = i;
+            for k in old.saturating_sub(OPEN_WINDOW)..i.saturating_sub(OPEN_WINDOW) {
+                self.finalise(k);
+            }
+        }
+        // Queue depth: spread the request's time in the OS over the bins it spans; the in-flight
+        // count sampled at its issue belongs to the bin of the issue.
+        self.add_area(r.enter_ns.min(r.complete_ns), r.complete_ns);
+        let at = if r.issue_ns != 0 { r.issue_ns } else { r.enter_ns };
+        let (fi, ii) = (self.at(at, self.fine_ns), self.at(at, self.interval_ns));
+        grow(&mut self.fine_queue_max, fi);
+        self.fine_queue_max[fi] = self.fine_queue_max[fi].max(r.os_inflight);
+        grow(&mut self.intervals, ii);
+        self.intervals[ii].queue_max = self.intervals[ii].queue_max.max(r.os_inflight);
+        let f = self.at(r.complete_ns, self.fine_ns);
+        grow(&mut self.fine_write_bytes, f);
+        if g == StatGroup::Write {
+            self.fine_write_bytes[f] += u64::from(r.bytes);
+        }
+    }
+
+    fn add_area(&mut self, start: u64, end: u64) {
+        let s = start.max(self.t0_ns);
+        if end <= s {
+            return;
+        }
+        let (fs, fe) = (self.at(s, self.fine_ns), self.at(end - 1, self.fine_ns));
+        grow(&mut self.fine_queue_area_ns, fe);
+        grow(&mut self.fine_queue_max, fe);
+        for b in fs..=fe {
+            let lo = self.t0_ns + b as u64 * self.fine_ns;
+            let hi = lo + self.fine_ns;
+            self.fine_queue_area_ns[b] += u128::from(end.min(hi) - s.max(lo));
+        }
+        let (is, ie) = (self.at(s, self.interval_ns), self.at(end - 1, self.interval_ns));
+        grow(&mut self.intervals, ie);
+        for b in is..=ie {
+            let lo = self.t0_ns + b as u64 * self.interval_ns;
+            let hi = lo + self.interval_ns;
+            self.intervals[b].queue_area_ns += u128::from(end.min(hi) - s.max(lo));
+        }
+    }
+
+    fn finalise(&mut self, k: usize) {
+        if let Some(o) = self.open.get_mut(k).and_then(Option::take) {
+            let q = |h: &LogHist| [h.quantile(0.5), h.quantile(0.99), h.quantile(0.999), h.max()];
+            self.intervals[k].read_lat = q(&o.read);
+            self.intervals[k].write_lat = q(&o.write);
+        }
+    }
+
+    pub fn finish(&mut self) {
+        for k in 0..self.open.len() {
+            self.finalise(k);
+        }
+        let n = self.fine_write_bytes.len().max(self.fine_queue_area_ns.len());
+        self.fine_write_bytes.resize(n, 0);
+        self.fine_queue_area_ns.resize(n, 0);
+        self.fine_queue_max.resize(n, 0);
+    }
+
+    /// Mean requests in the OS over a fine bin.
+    pub fn fine_queue(&self, b: usize) -> f64 {
+        self.fine_queue_area_ns.get(b).map_or(0.0, |&a| a as f64 / self.fine_ns as f64)
+    }
+
+    pub fn interval_queue(&self, i: usize) -> f64 {
+        self.intervals.get(i).map_or(0.0, |iv| iv.queue_area_ns as f64 / self.interval_ns as f64)
+    }
+
+    pub fn bin_start(&self, b: usize, bin_ns: u64) -> u64 {
+        self.t0_ns + b as u64 * bin_ns
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Runs of fine bins where `hot(bin)` holds, merged across gaps of at most `gap_bins`.
+fn runs(n: usize, gap_bins: usize, hot: impl Fn(usize) -> bool) -> Vec<(usize, usize)> {
+    let mut out: Vec<(usize, usize)> = Vec::new();
+    let mut b = 0;
+    while b < n {
+        if hot(b) {
+            let s = b;
+            while b < n && hot(b) {
+                b += 1;
+            }
+            match out.last_mut() {
+                Some(last) if s - last.1 <= gap_bins => last.1 = b,
+                _ => out.push((s, b)),
+            }
+        } else {
+            b += 1;
+        }
+    }
+    out
+}
+
+/// A write burst in fine bins [start, end).
+#[derive(Clone, Debug, PartialEq)]
+pub struct BurstBins {
+    pub start: usize,
+    pub end: usize,
+    pub threshold_bytes_per_s: f64,
+    pub baseline_bytes_per_s: f64,
+}
+
+pub fn detect_bursts(s: &Series, o: &Options) -> Vec<BurstBins> {
+    let per_s = 1e9 / s.fine_ns as f64;
+    let rates: Vec<f64> = s.fine_write_bytes.iter().map(|&b| b as f64 * per_s).collect();
+    let baseline = median(rates.clone());
+    let threshold = (baseline * o.burst_factor).max(o.burst_min_bytes_per_s);
+    let gap = (o.burst_gap_ns / s.fine_ns) as usize;
+    runs(rates.len(), gap, |b| rates[b] > threshold)
+        .into_iter()
+        .map(|(a, b)| BurstBins { start: a, end: b, threshold_bytes_per_s: threshold, baseline_bytes_per_s: baseline })
+        .collect()
+}
+
+/// A queue-depth spike in fine bins [start, end).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SpikeBins {
+    pub start: usize,
+    pub end: usize,
+    pub threshold: f64,
+    pub baseline: f64,
+}
+
+pub fn detect_spikes(s: &Series, o: &Options) -> Vec<SpikeBins> {
+    let n = s.fine_queue_area_ns.len();
+    let q: Vec<f64> = (0..n).map(|b| s.fine_queue(b)).collect();
+    let baseline = median(q.iter().copied().filter(|&v| v > 0.0).collect());
+    let threshold = (baseline * o.spike_factor).max(o.spike_min_depth);
+    let gap = (o.spike_gap_ns / s.fine_ns) as usize;
+    runs(n, gap, |b| q[b] > threshold).into_iter().map(|(a, b)| SpikeBins { start: a, end: b, threshold, baseline }).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_merge_across_small_gaps() {
+        let hot = [0, 1, 1, 0, 1, 0, 0, 0, 1, 1];
+        assert_eq!(runs(hot.len(), 1, |b| hot[b] == 1), vec![(1, 5), (8, 10)]);
+        assert_eq!(runs(hot.len(), 0, |b| hot[b] == 1), vec![(1, 3), (4, 5), (8, 10)]);
+    }
+}

@@ -1,0 +1,134 @@
+//! Synthetic traces with planted truth, written through the real trace writer: the report
+//! must find exactly what was planted.
+
+use analyzer::series::Options;
+use analyzer::summary::summarize;
+use analyzer::synth::{BASE_NS, Io, cassandra_like, write_trace};
+use tracer_common::op::{Op, flags};
+
+fn report(ios: &mut Vec<Io>) -> analyzer::summary::Summary {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("t.blkp");
+    write_trace(&p, ios).unwrap();
+    summarize(&p, &Options::default()).unwrap()
+}
+
+#[test]
+fn summary_numbers_equal_the_planted_truth() {
+    let mut ios = cassandra_like(60, 2000, &[(10.0, 2.0, 1500.0), (30.0, 3.0, 2500.0)]);
+    let (mut reads, mut writes, mut wbytes, mut discards, mut dbytes) = (0u64, 0u64, 0u64, 0u64, 0u64);
+    let mut w512 = 0u64;
+    for io in &ios {
+        match io.op {
+            Op::Read => reads += 1,
+            Op::Write => {
+                writes += 1;
+                wbytes += u64::from(io.bytes);
+                w512 += u64::from(io.bytes == 512 << 10);
+            }
+            Op::Discard => {
+                discards += 1;
+                dbytes += u64::from(io.bytes);
+            }
+            _ => {}
+        }
+    }
+    let s = report(&mut ios);
+    let j = s.to_json();
+    let d = &j.devices[0];
+    assert_eq!(d.name, "nvme0n1");
+    assert_eq!(d.ops["read"].ios, reads);
+    assert_eq!(d.ops["read"].bytes, reads * 4096);
+    assert_eq!(d.ops["write"].ios, writes);
+    assert_eq!(d.ops["write"].bytes, wbytes);
+    assert_eq!(d.ops["discard"].ios, discards);
+    assert_eq!(d.ops["discard"].bytes, dbytes);
+    assert_eq!(d.ops["flush"].ios, 0);
+    // Block-size mix, stated the way people say it.
+    assert_eq!(d.ops["read"].block_sizes[0].class, "4KB");
+    assert_eq!(d.ops["read"].block_sizes[0].pct_ios, 100.0);
+    let w = &d.ops["write"].block_sizes;
+    let w512_pct = w.iter().find(|c| c.class == "512KB").unwrap().pct_ios;
+    assert!((w512_pct - w512 as f64 * 100.0 / writes as f64).abs() < 1e-9);
+    assert_eq!(d.ops["discard"].block_sizes[0].class, "> 2GB");
+    let total_ios = (reads + writes + discards) as f64;
+    assert!((d.ops["read"].pct_ios - reads as f64 * 100.0 / total_ios).abs() < 1e-9);
+    let total_bytes = (reads * 4096 + wbytes + dbytes) as f64;
+    assert!((d.ops["write"].pct_bytes - wbytes as f64 * 100.0 / total_bytes).abs() < 1e-9);
+    // Coverage against the (planted) diskstats is complete.
+    assert_eq!(j.lost.total, 0);
+    assert!(j.complete);
+}
+
+#[test]
+fn bursts_are_found_where_planted_and_nowhere_else() {
+    let planted = [(10.0, 2.0, 1500.0), (30.0, 3.0, 2500.0), (45.0, 0.5, 800.0)];
+    let mut ios = cassandra_like(60, 2000, &planted);
+    let s = report(&mut ios);
+    let d = s.devices.values().next().unwrap();
+    assert_eq!(d.bursts.len(), planted.len(), "{:#?}", d.bursts);
+    for (b, &(start, dur, mbps)) in d.bursts.iter().zip(&planted) {
+        assert!((b.start_s - start).abs() <= 0.1, "start {} vs {start}", b.start_s);
+        assert!((b.duration_s - dur).abs() <= 0.2, "duration {} vs {dur}", b.duration_s);
+        assert!((b.mean_mb_per_s / (mbps * 1.048576) - 1.0).abs() < 0.15, "rate {} vs {mbps}", b.mean_mb_per_s);
+        assert_eq!(b.dominant_write_size, "512KB");
+        assert_eq!(b.discards_after, 1, "the planted discard follows each burst");
+        assert!((b.first_discard_after_s.unwrap() - 2.05).abs() < 0.2);
+        assert!(b.read_p99_us > 7_000.0, "reads inside a burst are slow: {}", b.read_p99_us);
+    }
+    let r = &d.read_impact;
+    assert!(r.inside_p99_us > 7_000.0 && r.outside_p99_us < 200.0, "{r:?}");
+    // Time-weighted: ~2000 reads/s x 10 ms plus ~2900 writes/s x 3 ms inside; ~0.2 outside.
+    assert!(r.inside_queue_depth_mean > 20.0 && r.outside_queue_depth_mean < 1.0, "{r:?}");
+    // RFC 3339 wall-clock times for scripts.
+    let j = s.to_json();
+    assert!(j.devices[0].bursts[0].start.ends_with('Z'));
+}
+
+#[test]
+fn a_steady_workload_has_no_bursts_or_spikes() {
+    let mut ios = cassandra_like(30, 3000, &[]);
+    let s = report(&mut ios);
+    let d = s.devices.values().next().unwrap();
+    assert!(d.bursts.is_empty(), "{:#?}", d.bursts);
+    assert!(d.spikes.is_empty(), "{:#?}", d.spikes);
+}
+
+#[test]
+fn queue_depth_spikes_are_found_where_planted() {
+    // Steady 4 KB reads at depth ~1, plus two planted spikes: 300 requests queued for 400 ms.
+    let mut ios = cassandra_like(20, 1000, &[]);
+    for &(at, n) in &[(5.0f64, 300u64), (12.0, 500)] {
+        for i in 0..n {
+            let enter = BASE_NS + (at * 1e9) as u64 + i * 1000;
+            ios.push(Io { enter_ns: enter, issue_ns: enter + 1000, complete_ns: enter + 400_000_000, op: Op::Read, bytes: 4096, sector: i * 8, os_inflight: (i + 1) as u32, flags: flags::SYNC });
+        }
+    }
+    let s = report(&mut ios);
+    let d = s.devices.values().next().unwrap();
+    assert_eq!(d.spikes.len(), 2, "{:#?}", d.spikes);
+    assert!((d.spikes[0].start_s - 5.0).abs() <= 0.1 && (d.spikes[1].start_s - 12.0).abs() <= 0.1);
+    assert!((d.spikes[0].duration_s - 0.4).abs() <= 0.15, "{}", d.spikes[0].duration_s);
+    assert_eq!(d.spikes[0].peak_inflight, 300);
+    assert_eq!(d.spikes[1].peak_inflight, 500);
+    assert!(d.spikes[1].peak_mean_depth > 400.0);
+    assert!(d.bursts.is_empty());
+}
+
+#[test]
+fn a_truncated_trace_reports_what_is_intact() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("t.blkp");
+    let mut ios = cassandra_like(20, 5000, &[]);
+    write_trace(&p, &mut ios).unwrap();
+    let len = std::fs::metadata(&p).unwrap().len();
+    let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+    f.set_len(len * 2 / 3).unwrap();
+    let s = summarize(&p, &Options::default()).unwrap();
+    assert!(s.records > 0 && s.records < ios.len() as u64);
+    assert!(!s.to_json().complete);
+    let mut out = Vec::new();
+    analyzer::text::write(&mut out, &s).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(text.contains("ends without a trailer"), "{text}");
+}
