@@ -5,6 +5,7 @@ pub mod bursts;
 pub mod loghist;
 pub mod series;
 pub mod sizes;
+pub mod stress;
 pub mod summary;
 pub mod synth;
 pub mod text;

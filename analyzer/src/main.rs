@@ -27,23 +27,56 @@ enum Cmd {
         /// Print the report as JSON (schema in docs/report-json.md).
         #[arg(long)]
         json: bool,
+        /// The stress tool's output (YCSB stdout or stderr, with or without timestamps), shown
+        /// next to the disk on the same wall-clock axis. Repeatable.
+        #[arg(long = "stress", value_name = "FILE")]
+        stress: Vec<PathBuf>,
+        /// The application's log (Cassandra system.log): flushes, compactions and SSTable
+        /// deletions become markers, and flushes are matched with write bursts. Repeatable.
+        #[arg(long = "app-log", value_name = "FILE")]
+        app_logs: Vec<PathBuf>,
     },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
-        Cmd::Report { traces, json } => {
+        Cmd::Report { traces, json, stress, app_logs } => {
+            let mut context = analyzer::summary::Context::default();
+            for p in &stress {
+                match analyzer::stress::read_stress(p) {
+                    Ok(r) => context.stress.push(r),
+                    Err(e) => {
+                        eprintln!("blkprof: {e}");
+                        return ExitCode::from(2);
+                    }
+                }
+            }
+            for p in &app_logs {
+                match analyzer::stress::read_app_log(p) {
+                    Ok(l) => {
+                        if l.flushes.is_empty() {
+                            eprintln!("blkprof: warning: {} has no flush lines (\"Enqueuing flush\" / \"Completed flushing\"): no flush markers to match", p.display());
+                        }
+                        context.logs.push(l);
+                    }
+                    Err(e) => {
+                        eprintln!("blkprof: {e}");
+                        return ExitCode::from(2);
+                    }
+                }
+            }
             let stdout = std::io::stdout();
             let mut out = stdout.lock();
             for t in &traces {
-                let s = match analyzer::summary::summarize(t, &analyzer::series::Options::default()) {
+                let mut s = match analyzer::summary::summarize(t, &analyzer::series::Options::default()) {
                     Ok(s) => s,
                     Err(e) => {
                         eprintln!("blkprof: {e}");
                         return ExitCode::from(2);
                     }
                 };
+                s.context = context.clone();
                 let r = if json {
                     serde_json::to_writer_pretty(&mut out, &s.to_json()).map_err(std::io::Error::other).and_then(|()| writeln!(out))
                 } else {

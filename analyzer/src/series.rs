@@ -200,6 +200,11 @@ impl Series {
         self.intervals.get(i).map_or(0.0, |iv| iv.queue_area_ns as f64 / self.interval_ns as f64)
     }
 
+    /// Interval index of a monotonic time.
+    pub fn at_interval(&self, t: u64) -> usize {
+        self.at(t, self.interval_ns)
+    }
+
     pub fn bin_start(&self, b: usize, bin_ns: u64) -> u64 {
         self.t0_ns + b as u64 * bin_ns
     }

@@ -57,8 +57,16 @@ pub struct DeviceStats {
     pub read_impact: ReadImpact,
 }
 
+/// What came with the trace: the stress tool's results and the application's logs.
+#[derive(Clone, Default)]
+pub struct Context {
+    pub stress: Vec<crate::stress::StressRun>,
+    pub logs: Vec<crate::stress::AppLog>,
+}
+
 /// Everything the report needs from one or more trace files of one run.
 pub struct Summary {
+    pub context: Context,
     pub paths: Vec<PathBuf>,
     pub header: TraceHeader,
     pub trailer: Option<TraceTrailer>,
@@ -171,6 +179,7 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
         d.spikes = crate::bursts::spikes(&d.series, &spike_bins, &wall, t0);
     }
     Ok(Summary {
+        context: Context::default(),
         paths: vec![path.to_owned()],
         header,
         trailer,
@@ -326,7 +335,10 @@ pub struct JsonReport {
     pub records: u64,
     pub complete: bool,
     pub devices: Vec<JsonDevice>,
-    pub markers: Vec<serde_json::Value>,
+    pub markers: Vec<crate::stress::Marker>,
+    pub stress: Vec<crate::stress::StressRun>,
+    /// Write bursts against the application's flushes, per device (when a log was given).
+    pub flush_match: Vec<(String, crate::stress::FlushMatch)>,
     pub lost: Lost,
 }
 
@@ -391,7 +403,9 @@ impl Summary {
             records: self.records,
             complete: self.endings.iter().all(|(_, e)| *e == Ending::Complete),
             devices,
-            markers: Vec::new(),
+            markers: self.context.logs.iter().flat_map(|l| l.markers.iter().cloned()).collect(),
+            stress: self.context.stress.clone(),
+            flush_match: self.flush_matches(),
             lost: self.lost(),
         }
     }
@@ -444,5 +458,41 @@ impl Summary {
             write_p99_us: g(&|iv| iv.write_lat[1] as f64 / 1e3),
             write_max_us: g(&|iv| iv.write_lat[3] as f64 / 1e3),
         }
+    }
+}
+
+impl Summary {
+    /// Match each device's write bursts with the logs' flushes (1 s tolerance).
+    pub fn flush_matches(&self) -> Vec<(String, crate::stress::FlushMatch)> {
+        let wall0 = self.header.wall_clock_start_ns as i128 - self.header.monotonic_base_ns as i128;
+        // Only flushes within the traced time can be matched.
+        let (t_start, t_end) = match &self.trailer {
+            Some(t) => (self.header.wall_clock_start_ns, t.wall_clock_end_ns),
+            None => {
+                let last = self.devices.values().map(|d| d.last_ns).max().unwrap_or(0);
+                (self.header.wall_clock_start_ns, (wall0 + last as i128) as i64)
+            }
+        };
+        let flushes: Vec<crate::stress::Flush> = self
+            .context
+            .logs
+            .iter()
+            .flat_map(|l| l.flushes.iter().cloned())
+            .filter(|f| f.end_ns >= t_start && f.start_ns <= t_end)
+            .collect();
+        if flushes.is_empty() {
+            return Vec::new();
+        }
+        self.devices
+            .values()
+            .map(|d| {
+                let bursts: Vec<(i64, i64, String)> = d
+                    .bursts
+                    .iter()
+                    .map(|b| ((wall0 + b.start_ns as i128) as i64, (wall0 + b.end_ns as i128) as i64, b.start.clone()))
+                    .collect();
+                (d.name.clone(), crate::stress::match_flushes(&flushes, &bursts, 1_000_000_000))
+            })
+            .collect()
     }
 }

@@ -148,6 +148,76 @@ pub fn write(out: &mut dyn Write, s: &Summary) -> std::io::Result<()> {
             None => writeln!(out, "  coverage: unknown (no trailer: the trace did not end cleanly)")?,
         }
     }
+    for (dev, m) in &j.flush_match {
+        writeln!(
+            out,
+            "\n{dev}: write bursts vs flushes in the application log (a burst matches a flush it overlaps, {:.0} s tolerance; {} flushes under 1 MiB left out):",
+            m.tolerance_s, m.small_flushes_ignored
+        )?;
+        writeln!(out, "  flushes matched {} of {} (recall {:.2}); bursts matched {} of {} (precision {:.2})", m.flushes_matched, m.flushes, m.recall, m.bursts_matched, m.bursts, m.precision)?;
+        for (table, start, end, hit) in m.rows.iter().take(40) {
+            writeln!(out, "    {table:<24} {start} .. {}  {}", end.get(11..).unwrap_or(end), hit.as_deref().map_or("NO BURST".to_string(), |b| format!("burst at {b}")))?;
+        }
+    }
+    let markers = &j.markers;
+    if !markers.is_empty() {
+        let mut kinds: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+        for m in markers {
+            *kinds.entry(m.kind.as_str()).or_default() += 1;
+        }
+        let list: Vec<String> = kinds.iter().map(|(k, n)| format!("{n} {k}")).collect();
+        writeln!(out, "\napplication log markers: {}", list.join(", "))?;
+    }
+    for run in &j.stress {
+        writeln!(out, "\n{} ({}): {} status lines", run.path, run.tool, run.status.len())?;
+        if let Some(o) = run.summary.get("OVERALL") {
+            writeln!(
+                out,
+                "  overall: {:.0} ops/s over {:.1} s",
+                o.get("Throughput(ops/sec)").copied().unwrap_or(0.0),
+                o.get("RunTime(ms)").copied().unwrap_or(0.0) / 1e3
+            )?;
+        }
+        for (op, m) in &run.summary {
+            if let (Some(n), Some(p99)) = (m.get("Operations"), m.get("99thPercentileLatency(us)")) {
+                writeln!(out, "  {op:<8} {n:>10.0} ops, avg {}, p95 {}, p99 {}, max {}", fmt_us(m.get("AverageLatency(us)").copied().unwrap_or(0.0)), fmt_us(m.get("95thPercentileLatency(us)").copied().unwrap_or(0.0)), fmt_us(*p99), fmt_us(m.get("MaxLatency(us)").copied().unwrap_or(0.0)))?;
+            }
+        }
+        // Client and disk on one wall-clock axis.
+        if let Some(d) = s.devices.values().next() {
+            let timed: Vec<_> = run.status.iter().filter(|p| p.time_ns.is_some() && p.ops_per_s.is_some()).collect();
+            let wall_end = s.trailer.as_ref().map_or(i64::MAX, |t| t.wall_clock_end_ns);
+            let overlaps = timed.iter().any(|p| p.time_ns.is_some_and(|t| t >= s.header.wall_clock_start_ns && t <= wall_end + 5_000_000_000));
+            if !timed.is_empty() && !overlaps {
+                writeln!(out, "  its status lines ({} .. {}) do not overlap the trace: no side-by-side view", tracer_common::format::rfc3339(timed[0].time_ns.unwrap_or(0)), tracer_common::format::rfc3339(timed[timed.len() - 1].time_ns.unwrap_or(0)))?;
+            }
+            if !timed.is_empty() && overlaps {
+                writeln!(out, "  client vs {} at each status line (disk figures over the preceding status interval):", d.name)?;
+                writeln!(out, "    {:<24} {:>9} {:>12} {:>11} {:>10} {:>9} {:>12}", "time", "ops/s", "client p99", "disk wMB/s", "disk rIOPS", "disk qd", "disk read p99")?;
+                let wall0 = s.header.wall_clock_start_ns as i128 - s.header.monotonic_base_ns as i128;
+                let mut prev: Option<i64> = None;
+                for p in timed {
+                    let t = p.time_ns.unwrap_or(0);
+                    let from = prev.unwrap_or(t - 5_000_000_000);
+                    prev = Some(t);
+                    let to_mono = |w: i64| (w as i128 - wall0).max(0) as u64;
+                    let (a, b) = (d.series.at_interval(to_mono(from)), d.series.at_interval(to_mono(t)));
+                    let ivs = d.series.intervals.get(a..b.min(d.series.intervals.len())).unwrap_or(&[]);
+                    let secs = (ivs.len() as f64 * d.series.interval_ns as f64 / 1e9).max(1e-9);
+                    let wmb = ivs.iter().map(|iv| iv.groups[1].1).sum::<u64>() as f64 / 1e6 / secs;
+                    let riops = ivs.iter().map(|iv| iv.groups[0].0).sum::<u64>() as f64 / secs;
+                    let qd = (a..b).map(|i| d.series.interval_queue(i)).sum::<f64>() / (b - a).max(1) as f64;
+                    let rp99 = ivs.iter().map(|iv| iv.read_lat[1]).max().unwrap_or(0) as f64 / 1e3;
+                    let client = p.latencies.iter().filter_map(|l| l.p99_us.or(l.avg_us)).fold(0.0, f64::max);
+                    if ivs.is_empty() {
+                        writeln!(out, "    {:<24} {:>9.0} {:>12} {:>11} {:>10} {:>9} {:>12}", tracer_common::format::rfc3339(t), p.ops_per_s.unwrap_or(0.0), fmt_us(client), "-", "-", "-", "(outside trace)")?;
+                    } else {
+                        writeln!(out, "    {:<24} {:>9.0} {:>12} {:>11.1} {:>10.0} {:>9.1} {:>12}", tracer_common::format::rfc3339(t), p.ops_per_s.unwrap_or(0.0), fmt_us(client), wmb, riops, qd, fmt_us(rp99))?;
+                    }
+                }
+            }
+        }
+    }
     let l = &j.lost;
     writeln!(
         out,

@@ -1,0 +1,70 @@
+//! The real fixtures in ../shared/fixtures parse completely.
+
+use std::path::{Path, PathBuf};
+
+use analyzer::stress::{read_app_log, read_stress};
+
+fn fixture(p: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures").join(p)
+}
+
+fn lines_matching(p: &Path, f: impl Fn(&str) -> bool) -> usize {
+    std::fs::read_to_string(p).unwrap().lines().filter(|l| f(l)).count()
+}
+
+#[test]
+fn every_ycsb_status_and_summary_line_parses() {
+    for name in ["ycsb/cassandra5-workloada-run.stderr", "ycsb/cassandra5-workloada-load.stderr", "ycsb/pkb-ycsb-time-series.dat"] {
+        let p = fixture(name);
+        let run = read_stress(&p).unwrap();
+        let status_lines = lines_matching(&p, |l| l.contains(" sec: ") && l.contains(" operations"));
+        assert!(status_lines > 0, "{name}");
+        assert_eq!(run.status.len(), status_lines, "{name}: every status line");
+        assert!(run.status.iter().all(|s| s.time_ns.is_some()), "{name}: timestamps");
+    }
+    let run = read_stress(&fixture("ycsb/cassandra5-workloada-run.stderr")).unwrap();
+    let s = &run.status[1];
+    assert_eq!((s.elapsed_s, s.operations), (5, 2825));
+    assert_eq!(s.latencies.iter().find(|l| l.op == "READ").unwrap().p99_us, Some(49023.0));
+    assert_eq!(run.status.iter().map(|s| s.latencies.len()).max(), Some(3), "READ, UPDATE and the final CLEANUP");
+    assert_eq!(tracer_common::format::rfc3339(run.status[1].time_ns.unwrap()), "2026-11-22T02:45:18.771Z");
+
+    for name in ["ycsb/cassandra5-workloada-run.stdout", "ycsb/cassandra5-workloada-load.stdout", "ycsb/pkb-ycsb-time-series.dat"] {
+        let p = fixture(name);
+        let run = read_stress(&p).unwrap();
+        let summary_lines = lines_matching(&p, |l| l.starts_with('[') && l.contains("], "));
+        let parsed: usize = run.summary.values().map(|m| m.len()).sum::<usize>() + run.time_series.values().map(Vec::len).sum::<usize>();
+        assert_eq!(parsed, summary_lines, "{name}: every summary line");
+    }
+    let run = read_stress(&fixture("ycsb/cassandra5-workloada-run.stdout")).unwrap();
+    assert_eq!(run.summary["OVERALL"]["Throughput(ops/sec)"], 2639.5985695415443);
+    assert_eq!(run.summary["READ"]["99thPercentileLatency(us)"], 24703.0);
+    assert_eq!(run.summary["UPDATE"]["Operations"], 81963.0);
+    let pkb = read_stress(&fixture("ycsb/pkb-ycsb-time-series.dat")).unwrap();
+    assert_eq!(pkb.time_series["READ"][1], (1000, 25891.854741896757));
+}
+
+#[test]
+fn every_completed_flush_of_the_cassandra_log_is_a_marker_at_its_exact_time() {
+    let p = fixture("cassandra/system-load-and-run.log");
+    let log = read_app_log(&p).unwrap();
+    let completed = lines_matching(&p, |l| l.contains("Completed flushing"));
+    let markers: Vec<_> = log.markers.iter().filter(|m| m.kind == "flush-completed").collect();
+    assert_eq!(markers.len(), completed);
+    assert_eq!(completed, 97);
+    // Exact times, from the log's own stamps.
+    let text = std::fs::read_to_string(&p).unwrap();
+    for (m, line) in markers.iter().zip(text.lines().filter(|l| l.contains("Completed flushing"))) {
+        let stamp = &line[line.find("] ").unwrap() + 2..][..23];
+        let want = format!("{}T{}.{}Z", &stamp[..10], &stamp[11..19], &stamp[20..23]);
+        assert_eq!(m.time, want);
+    }
+    assert_eq!(log.markers.iter().filter(|m| m.kind == "flush-enqueued").count(), 97);
+    assert_eq!(log.markers.iter().filter(|m| m.kind == "compaction-completed").count(), 16);
+    assert_eq!(log.markers.iter().filter(|m| m.kind == "sstable-deleted").count(), 94);
+    // Every enqueued flush is paired with its completion.
+    assert_eq!(log.flushes.len(), 97);
+    let user: Vec<_> = log.flushes.iter().filter(|f| f.table == "ycsb.usertable").collect();
+    assert_eq!(user.len(), 68);
+    assert!(user.iter().all(|f| f.end_ns >= f.start_ns && f.bytes.unwrap() > 0));
+}
