@@ -21,6 +21,9 @@ pub struct OpStats {
     pub ios: u64,
     pub bytes: u64,
     pub sizes: BTreeMap<SizeClass, (u64, u64)>,
+    /// Exact sizes seen (bytes, count), filled on the hot path and folded into `sizes`.
+    exact: Vec<(u32, u64)>,
+    last_exact: usize,
     pub device_latency_ns: Histogram<u64>,
     pub total_latency_ns: Histogram<u64>,
     pub readahead_bytes: u64,
@@ -34,7 +37,57 @@ impl OpStats {
             h.auto(true);
             h
         };
-        OpStats { ios: 0, bytes: 0, sizes: BTreeMap::new(), device_latency_ns: h(), total_latency_ns: h(), readahead_bytes: 0, errors: 0 }
+        OpStats { ios: 0, bytes: 0, sizes: BTreeMap::new(), exact: Vec::new(), last_exact: 0, device_latency_ns: h(), total_latency_ns: h(), readahead_bytes: 0, errors: 0 }
+    }
+
+    #[inline]
+    fn count_size(&mut self, bytes: u32) {
+        if let Some(e) = self.exact.get_mut(self.last_exact).filter(|e| e.0 == bytes) {
+            e.1 += 1;
+            return;
+        }
+        match self.exact.iter().position(|e| e.0 == bytes) {
+            Some(i) => {
+                self.exact[i].1 += 1;
+                self.last_exact = i;
+            }
+            None => {
+                self.exact.push((bytes, 1));
+                self.last_exact = self.exact.len() - 1;
+            }
+        }
+    }
+
+    fn fold_sizes(&mut self) {
+        for &(b, n) in &self.exact {
+            let e = self.sizes.entry(SizeClass::of(u64::from(b))).or_default();
+            e.0 += n;
+            e.1 += n * u64::from(b);
+        }
+        self.exact.clear();
+    }
+}
+
+/// Slot of an op in the per-device table: op codes 0..16, then the device flush and the
+/// absorbed empty flush.
+const SLOT_FLUSH: usize = 16;
+const SLOT_ABSORBED: usize = 17;
+const SLOTS: usize = 18;
+
+#[inline]
+fn op_slot(op: Op, fl: u16) -> usize {
+    match StatGroup::of(op, fl) {
+        StatGroup::Flush => SLOT_FLUSH,
+        _ if op == Op::Flush => SLOT_ABSORBED,
+        _ => op as usize,
+    }
+}
+
+fn slot_name(slot: usize) -> String {
+    match slot {
+        SLOT_FLUSH => "flush".into(),
+        SLOT_ABSORBED => "flush-absorbed".into(),
+        s => Op::from_code(s as u8).name().into(),
     }
 }
 
@@ -89,45 +142,55 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
     let mut r = TraceReader::open(path)?;
     let header = r.header().clone();
     let t0 = header.monotonic_base_ns;
-    let mut devices: BTreeMap<u32, DeviceStats> = BTreeMap::new();
+    let mut devs: Vec<(u32, DeviceStats, Vec<Option<Box<OpStats>>>)> = Vec::new();
+    let mut last = usize::MAX;
     let mut buf = Vec::new();
     let mut records = 0u64;
     // Pass one: totals, size mix, latency, time series.
     while r.next_chunk(&mut buf)? {
         for rec in &buf {
             records += 1;
-            let d = devices.entry(rec.dev).or_insert_with(|| {
-                let (major, minor) = tracer_common::dev_split(rec.dev);
-                DeviceStats {
-                    name: format!("{major}:{minor}"),
-                    major,
-                    minor,
-                    ops: BTreeMap::new(),
-                    first_ns: rec.enter_ns,
-                    last_ns: rec.complete_ns,
-                    max_os_inflight: 0,
-                    absorbed_flushes: 0,
-                    series: Series::new(t0, opts),
-                    bursts: Vec::new(),
-                    spikes: Vec::new(),
-                    read_impact: ReadImpact::default(),
-                }
-            });
+            if devs.get(last).is_none_or(|d| d.0 != rec.dev) {
+                last = match devs.iter().position(|d| d.0 == rec.dev) {
+                    Some(i) => i,
+                    None => {
+                        let (major, minor) = tracer_common::dev_split(rec.dev);
+                        devs.push((
+                            rec.dev,
+                            DeviceStats {
+                                name: format!("{major}:{minor}"),
+                                major,
+                                minor,
+                                ops: BTreeMap::new(),
+                                first_ns: rec.enter_ns,
+                                last_ns: rec.complete_ns,
+                                max_os_inflight: 0,
+                                absorbed_flushes: 0,
+                                series: Series::new(t0, opts),
+                                bursts: Vec::new(),
+                                spikes: Vec::new(),
+                                read_impact: ReadImpact::default(),
+                            },
+                            (0..SLOTS).map(|_| None).collect(),
+                        ));
+                        devs.len() - 1
+                    }
+                };
+            }
+            let (_, d, slots) = &mut devs[last];
             d.first_ns = d.first_ns.min(rec.enter_ns);
             d.last_ns = d.last_ns.max(rec.complete_ns);
             d.max_os_inflight = d.max_os_inflight.max(rec.os_inflight);
             d.series.record(rec);
-            let key = op_key(rec.op, rec.flags);
-            if key == "flush-absorbed" {
+            let slot = op_slot(rec.op, rec.flags);
+            if slot == SLOT_ABSORBED {
                 d.absorbed_flushes += 1;
                 continue;
             }
-            let o = d.ops.entry(key).or_insert_with(OpStats::new);
+            let o = slots[slot].get_or_insert_with(|| Box::new(OpStats::new()));
             o.ios += 1;
             o.bytes += u64::from(rec.bytes);
-            let e = o.sizes.entry(SizeClass::of(u64::from(rec.bytes))).or_default();
-            e.0 += 1;
-            e.1 += u64::from(rec.bytes);
+            o.count_size(rec.bytes);
             if rec.issue_ns != 0 {
                 let _ = o.device_latency_ns.record(rec.device_ns().max(1));
             }
@@ -139,6 +202,16 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
                 o.errors += 1;
             }
         }
+    }
+    let mut devices: BTreeMap<u32, DeviceStats> = BTreeMap::new();
+    for (dev, mut d, slots) in devs {
+        for (i, o) in slots.into_iter().enumerate() {
+            if let Some(mut o) = o {
+                o.fold_sizes();
+                d.ops.insert(slot_name(i), *o);
+            }
+        }
+        devices.insert(dev, d);
     }
     for d in r.devices() {
         if let Some(s) = devices.get_mut(&d.dev()) {

@@ -306,8 +306,24 @@ struct Cursor<'a> {
 }
 
 impl Cursor<'_> {
-    #[inline]
+    #[inline(always)]
     fn varint(&mut self) -> Option<u64> {
+        // Fast paths: most fields fit in one or two bytes.
+        if let Some(&[b0, b1]) = self.buf.get(self.pos..self.pos + 2).map(|s| <&[u8; 2]>::try_from(s).expect("2 bytes")) {
+            if b0 < 0x80 {
+                self.pos += 1;
+                return Some(u64::from(b0));
+            }
+            if b1 < 0x80 {
+                self.pos += 2;
+                return Some(u64::from(b0 & 0x7f) | (u64::from(b1) << 7));
+            }
+        }
+        self.varint_slow()
+    }
+
+    #[inline(never)]
+    fn varint_slow(&mut self) -> Option<u64> {
         let mut v = 0u64;
         let mut shift = 0;
         loop {
