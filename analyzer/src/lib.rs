@@ -2,7 +2,9 @@
 //! the disk did. No root, no eBPF toolchain.
 
 pub mod bursts;
+pub mod html;
 pub mod loghist;
+pub mod plots;
 pub mod series;
 pub mod sizes;
 pub mod stress;

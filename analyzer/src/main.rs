@@ -35,13 +35,23 @@ enum Cmd {
         /// deletions become markers, and flushes are matched with write bursts. Repeatable.
         #[arg(long = "app-log", value_name = "FILE")]
         app_logs: Vec<PathBuf>,
+        /// Also write TRACE.html (self-contained: inline SVG charts, no network), TRACE.json
+        /// and one SVG per chart into this directory (created if missing).
+        #[arg(short = 'o', long = "output-dir", value_name = "DIR")]
+        out_dir: Option<PathBuf>,
     },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
-        Cmd::Report { traces, json, stress, app_logs } => {
+        Cmd::Report { traces, json, stress, app_logs, out_dir } => {
+            if let Some(dir) = &out_dir {
+                if let Err(e) = std::fs::create_dir_all(dir) {
+                    eprintln!("blkprof: cannot create {}: {e}", dir.display());
+                    return ExitCode::from(2);
+                }
+            }
             let mut context = analyzer::summary::Context::default();
             for p in &stress {
                 match analyzer::stress::read_stress(p) {
@@ -77,6 +87,12 @@ fn main() -> ExitCode {
                     }
                 };
                 s.context = context.clone();
+                if let Some(dir) = &out_dir {
+                    if let Err(e) = write_files(dir, t, &s) {
+                        eprintln!("blkprof: writing into {}: {e}", dir.display());
+                        return ExitCode::from(1);
+                    }
+                }
                 let r = if json {
                     serde_json::to_writer_pretty(&mut out, &s.to_json()).map_err(std::io::Error::other).and_then(|()| writeln!(out))
                 } else {
@@ -93,4 +109,19 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
     }
+}
+
+/// report.html, report.json and the charts as SVG files; several traces get name prefixes.
+fn write_files(dir: &std::path::Path, trace: &std::path::Path, s: &analyzer::summary::Summary) -> std::io::Result<()> {
+    let stem = trace.file_stem().map_or_else(|| "trace".into(), |x| x.to_string_lossy().into_owned());
+    std::fs::write(dir.join(format!("{stem}.html")), analyzer::html::render(s))?;
+    let json = serde_json::to_vec_pretty(&s.to_json()).map_err(std::io::Error::other)?;
+    std::fs::write(dir.join(format!("{stem}.json")), json)?;
+    for d in s.devices.values() {
+        for (name, svg) in analyzer::plots::device_charts(s, d) {
+            std::fs::write(dir.join(format!("{stem}-{}-{name}.svg", d.name.replace('/', "_"))), svg)?;
+        }
+    }
+    eprintln!("blkprof: wrote {}", dir.join(format!("{stem}.html")).display());
+    Ok(())
 }

@@ -120,6 +120,8 @@ pub struct Context {
 /// Everything the report needs from one or more trace files of one run.
 pub struct Summary {
     pub context: Context,
+    /// Submitting tasks (pid, comm), by IO count, most first.
+    pub tasks: Vec<(u32, String, u64)>,
     pub paths: Vec<PathBuf>,
     pub header: TraceHeader,
     pub trailer: Option<TraceTrailer>,
@@ -146,10 +148,13 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
     let mut last = usize::MAX;
     let mut buf = Vec::new();
     let mut records = 0u64;
+    let mut task_counts: Vec<u64> = Vec::new();
     // Pass one: totals, size mix, latency, time series.
     while r.next_chunk(&mut buf)? {
+        task_counts.resize(r.tasks().len(), 0);
         for rec in &buf {
             records += 1;
+            task_counts[rec.task as usize] += 1;
             if devs.get(last).is_none_or(|d| d.0 != rec.dev) {
                 last = match devs.iter().position(|d| d.0 == rec.dev) {
                     Some(i) => i,
@@ -251,7 +256,15 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
         d.read_impact = impact;
         d.spikes = crate::bursts::spikes(&d.series, &spike_bins, &wall, t0);
     }
+    let mut tasks: Vec<(u32, String, u64)> = task_counts
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| **n > 0)
+        .map(|(i, n)| (r.tasks()[i].pid, r.tasks()[i].comm.clone(), *n))
+        .collect();
+    tasks.sort_by(|a, b| b.2.cmp(&a.2));
     Ok(Summary {
+        tasks,
         context: Context::default(),
         paths: vec![path.to_owned()],
         header,

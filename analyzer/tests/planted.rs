@@ -132,3 +132,24 @@ fn a_truncated_trace_reports_what_is_intact() {
     let text = String::from_utf8(out).unwrap();
     assert!(text.contains("ends without a trailer"), "{text}");
 }
+
+#[test]
+fn hostile_strings_are_escaped_in_html() {
+    use tracer_common::format::{IoRecord, TraceHeader, TraceTrailer, TraceWriter, comm_bytes};
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("t.blkp");
+    let header = TraceHeader { host: "<script>alert(1)</script>".into(), monotonic_base_ns: BASE_NS, ..Default::default() };
+    let mut w = TraceWriter::create(&p, &header).unwrap();
+    for i in 0..100u64 {
+        let t = BASE_NS + i * 1_000_000;
+        let r = IoRecord { complete_ns: t + 50_000, enter_ns: t, issue_ns: t + 1000, bytes: 4096, pid: 7, dev: analyzer::synth::DEV, op: Op::Read, ..Default::default() };
+        w.push(&r, &comm_bytes("<img src=x onerror=alert(1)>")).unwrap();
+    }
+    w.finish(&TraceTrailer::default()).unwrap();
+    let s = summarize(&p, &Options::default()).unwrap();
+    let html = analyzer::html::render(&s);
+    assert!(html.contains("&lt;img src=x oner"), "the comm is shown, escaped");
+    assert!(!html.contains("<img"), "no markup from the trace");
+    assert!(!html.contains("<script>"), "no markup from the trace");
+    assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+}

@@ -89,7 +89,7 @@ fn bpf_linker() -> Result<()> {
 
 fn packages() -> Result<()> {
     // (command that proves it is there, Debian package)
-    let wanted = [("fio", "fio"), ("bpftool", "bpftool"), ("biolatency", "libbpf-tools"), ("losetup", "mount"), ("mkfs.ext4", "e2fsprogs")];
+    let wanted = [("fio", "fio"), ("bpftool", "bpftool"), ("biolatency", "libbpf-tools"), ("losetup", "mount"), ("mkfs.ext4", "e2fsprogs"), ("chromium", "chromium")];
     let missing: Vec<&str> = wanted.iter().filter(|(cmd, _)| !have(cmd)).map(|(_, pkg)| *pkg).collect();
     if missing.is_empty() {
         return Ok(());

@@ -1,0 +1,124 @@
+//! Charts of the time series, drawn with plotters as SVG (no font files needed: plotters
+//! estimates text size, and the browser renders the text).
+
+use plotters::prelude::*;
+
+use crate::summary::{DeviceStats, Summary};
+
+pub struct Line<'a> {
+    pub label: &'a str,
+    pub color: RGBColor,
+    pub points: Vec<(f64, f64)>,
+}
+
+/// A line chart over seconds since the trace start, with shaded spans (bursts) and vertical
+/// markers (application log events).
+pub fn line_chart(title: &str, y_label: &str, lines: &[Line<'_>], spans: &[(f64, f64)], marks: &[f64]) -> String {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (960, 280)).into_drawing_area();
+        let _ = root.fill(&WHITE);
+        let x_max = lines.iter().flat_map(|l| l.points.iter().map(|p| p.0)).fold(1.0, f64::max);
+        let y_max = lines.iter().flat_map(|l| l.points.iter().map(|p| p.1)).fold(0.0, f64::max).max(1e-9) * 1.08;
+        let chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 16))
+            .margin(8)
+            .x_label_area_size(28)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0.0..x_max, 0.0..y_max);
+        let Ok(mut chart) = chart else { return svg_error(title) };
+        let _ = chart.configure_mesh().x_desc("seconds since trace start").y_desc(y_label).light_line_style(RGBColor(235, 235, 235)).draw();
+        for &(a, b) in spans {
+            let _ = chart.draw_series(std::iter::once(Rectangle::new([(a, 0.0), (b, y_max)], RGBColor(255, 200, 120).mix(0.35).filled())));
+        }
+        for &m in marks {
+            let _ = chart.draw_series(std::iter::once(PathElement::new(vec![(m, 0.0), (m, y_max)], RGBColor(120, 120, 220).mix(0.5))));
+        }
+        for l in lines {
+            let color = l.color;
+            if let Ok(s) = chart.draw_series(LineSeries::new(l.points.iter().copied(), color.stroke_width(2))) {
+                s.label(l.label).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2)));
+            }
+        }
+        let _ = chart.configure_series_labels().background_style(WHITE.mix(0.85)).border_style(BLACK.mix(0.3)).position(SeriesLabelPosition::UpperRight).draw();
+        let _ = root.present();
+    }
+    svg
+}
+
+fn svg_error(title: &str) -> String {
+    format!("<svg xmlns='http://www.w3.org/2000/svg' width='960' height='40'><text x='10' y='25'>{}: no data</text></svg>", crate::html::escape(title))
+}
+
+const READ: RGBColor = RGBColor(31, 119, 180);
+const WRITE: RGBColor = RGBColor(214, 39, 40);
+const DISCARD: RGBColor = RGBColor(44, 160, 44);
+const OTHER: RGBColor = RGBColor(148, 103, 189);
+
+/// The device's charts: (name, svg).
+pub fn device_charts(s: &Summary, d: &DeviceStats) -> Vec<(String, String)> {
+    let j = s.to_json();
+    let Some(jd) = j.devices.iter().find(|x| x.major == d.major && x.minor == d.minor) else { return Vec::new() };
+    let ser = &jd.series;
+    // Each value is plotted at the middle of its interval.
+    let t = |i: usize| (i as f64 + 0.5) * ser.interval_s;
+    let pts = |v: &[f64]| v.iter().enumerate().map(|(i, &y)| (t(i), y)).collect::<Vec<_>>();
+    let spans: Vec<(f64, f64)> = d.bursts.iter().map(|b| (b.start_s, b.start_s + b.duration_s)).collect();
+    let wall0 = s.header.wall_clock_start_ns;
+    let marks: Vec<f64> = j
+        .markers
+        .iter()
+        .filter(|m| m.kind == "flush-completed" || m.kind == "compaction-completed")
+        .map(|m| (m.time_ns - wall0) as f64 / 1e9)
+        .filter(|&x| x >= 0.0 && x <= t(ser.read_iops.len()))
+        .collect();
+    let mut out = vec![
+        (
+            "throughput".to_string(),
+            line_chart(
+                &format!("{}: throughput (bursts shaded, log flushes/compactions as lines)", d.name),
+                "MB/s",
+                &[
+                    Line { label: "read", color: READ, points: pts(&ser.read_mb_per_s) },
+                    Line { label: "write", color: WRITE, points: pts(&ser.write_mb_per_s) },
+                    Line { label: "discard", color: DISCARD, points: pts(&ser.discard_mb_per_s) },
+                ],
+                &spans,
+                &marks,
+            ),
+        ),
+        (
+            "iops".to_string(),
+            line_chart(&format!("{}: IOPS", d.name), "IO/s", &[
+                Line { label: "read", color: READ, points: pts(&ser.read_iops) },
+                Line { label: "write", color: WRITE, points: pts(&ser.write_iops) },
+            ], &spans, &marks),
+        ),
+        (
+            "latency".to_string(),
+            line_chart(&format!("{}: latency per interval (OS queue + device)", d.name), "ms", &[
+                Line { label: "read p99", color: READ, points: pts(&ser.read_p99_us.iter().map(|v| v / 1e3).collect::<Vec<_>>()) },
+                Line { label: "read max", color: OTHER, points: pts(&ser.read_max_us.iter().map(|v| v / 1e3).collect::<Vec<_>>()) },
+                Line { label: "write p99", color: WRITE, points: pts(&ser.write_p99_us.iter().map(|v| v / 1e3).collect::<Vec<_>>()) },
+            ], &spans, &marks),
+        ),
+        (
+            "queue".to_string(),
+            line_chart(&format!("{}: queue depth (requests in the OS)", d.name), "requests", &[
+                Line { label: "mean", color: READ, points: pts(&ser.queue_depth_mean) },
+                Line { label: "max at issue", color: WRITE, points: pts(&ser.queue_depth_max.iter().map(|&v| f64::from(v)).collect::<Vec<_>>()) },
+            ], &spans, &marks),
+        ),
+    ];
+    for run in &j.stress {
+        let timed: Vec<_> = run.status.iter().filter_map(|p| Some(((p.time_ns? - wall0) as f64 / 1e9, p))).filter(|(x, _)| *x >= 0.0).collect();
+        if timed.is_empty() {
+            continue;
+        }
+        let ops: Vec<(f64, f64)> = timed.iter().map(|(x, p)| (*x, p.ops_per_s.unwrap_or(0.0))).collect();
+        let p99: Vec<(f64, f64)> = timed.iter().map(|(x, p)| (*x, p.latencies.iter().filter_map(|l| l.p99_us.or(l.avg_us)).fold(0.0, f64::max) / 1e3)).collect();
+        out.push(("client-ops".into(), line_chart(&format!("client ({}): operations per second", run.tool), "ops/s", &[Line { label: "ops/s", color: READ, points: ops }], &spans, &marks)));
+        out.push(("client-latency".into(), line_chart(&format!("client ({}): p99 latency (worst op)", run.tool), "ms", &[Line { label: "p99", color: WRITE, points: p99 }], &spans, &marks)));
+    }
+    out
+}
