@@ -2,6 +2,7 @@
 //! the disk did. No root, no eBPF toolchain.
 
 pub mod bursts;
+pub mod compare;
 pub mod html;
 pub mod loghist;
 pub mod plots;

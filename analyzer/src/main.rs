@@ -40,11 +40,59 @@ enum Cmd {
         #[arg(short = 'o', long = "output-dir", value_name = "DIR")]
         out_dir: Option<PathBuf>,
     },
+    /// Two or more runs side by side (A/B experiments), with the differences that matter
+    /// flagged: counts and volumes moving more than 10%, latencies more than 25%, shares more
+    /// than 5 points. Compares the busiest device of each trace, or --device.
+    Compare {
+        /// Trace files: the first is the baseline.
+        #[arg(required = true, num_args = 2..)]
+        traces: Vec<PathBuf>,
+        /// Device to compare (by name) when the traces have several.
+        #[arg(long)]
+        device: Option<String>,
+        /// Print the comparison as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
+        Cmd::Compare { traces, device, json } => {
+            let mut reports = Vec::new();
+            for t in &traces {
+                match analyzer::summary::summarize(t, &analyzer::series::Options::default()) {
+                    Ok(s) => reports.push(s.to_json()),
+                    Err(e) => {
+                        eprintln!("blkprof: {e}");
+                        return ExitCode::from(2);
+                    }
+                }
+            }
+            let c = match analyzer::compare::compare(&reports, device.as_deref()) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("blkprof: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let stdout = std::io::stdout();
+            let mut out = stdout.lock();
+            let r = if json {
+                serde_json::to_writer_pretty(&mut out, &c).map_err(std::io::Error::other).and_then(|()| writeln!(out))
+            } else {
+                analyzer::compare::write_text(&mut out, &c)
+            };
+            match r {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("blkprof: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
         Cmd::Report { traces, json, stress, app_logs, out_dir } => {
             if let Some(dir) = &out_dir {
                 if let Err(e) = std::fs::create_dir_all(dir) {

@@ -153,3 +153,29 @@ fn hostile_strings_are_escaped_in_html() {
     assert!(!html.contains("<script>"), "no markup from the trace");
     assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
 }
+
+#[test]
+fn compare_flags_a_changed_workload_and_not_an_unchanged_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let mk = |name: &str, ios: &mut Vec<Io>| {
+        let p = dir.path().join(name);
+        write_trace(&p, ios).unwrap();
+        summarize(&p, &Options::default()).unwrap().to_json()
+    };
+    let a = mk("a.blkp", &mut cassandra_like(40, 2000, &[(10.0, 2.0, 1500.0)]));
+    let a2 = mk("a2.blkp", &mut cassandra_like(40, 2000, &[(10.0, 2.0, 1500.0)]));
+    let same = mk("same.blkp", &mut cassandra_like(40, 2000, &[(10.0, 2.0, 1500.0)]));
+    // Bigger flushes and twice the reads.
+    let b = mk("b.blkp", &mut cassandra_like(40, 4000, &[(10.0, 2.0, 1500.0), (25.0, 4.0, 3000.0)]));
+    let c = analyzer::compare::compare(&[a2, same], None).unwrap();
+    assert!(c.rows.iter().all(|r| !r.flagged), "{:?}", c.rows.iter().filter(|r| r.flagged).collect::<Vec<_>>());
+    let c = analyzer::compare::compare(&[a, b], None).unwrap();
+    let flagged: Vec<&str> = c.rows.iter().filter(|r| r.flagged).map(|r| r.metric.as_str()).collect();
+    for m in ["read IOs", "write bytes", "write bursts"] {
+        assert!(flagged.contains(&m), "{m} not flagged: {flagged:?}");
+    }
+    let mut out = Vec::new();
+    analyzer::compare::write_text(&mut out, &c).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(text.contains("! read IOs") && text.contains("(+100%)"), "{text}");
+}
