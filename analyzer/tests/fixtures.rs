@@ -4,8 +4,18 @@ use std::path::{Path, PathBuf};
 
 use analyzer::stress::{read_app_log, read_stress};
 
+/// The shared fixtures live in `shared/fixtures` beside the repository (or BLKPROF_FIXTURES).
 fn fixture(p: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures").join(p)
+    if let Some(dir) = std::env::var_os("BLKPROF_FIXTURES") {
+        return PathBuf::from(dir).join(p);
+    }
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = here
+        .ancestors()
+        .map(|a| a.join("shared/fixtures"))
+        .find(|d| d.is_dir())
+        .unwrap_or_else(|| panic!("no shared/fixtures beside {} (set BLKPROF_FIXTURES)", here.display()));
+    dir.join(p)
 }
 
 fn lines_matching(p: &Path, f: impl Fn(&str) -> bool) -> usize {

@@ -7,6 +7,7 @@
 //!   cargo xtask bench   overhead and throughput figures (BENCHMARKS.md)
 
 mod bench;
+mod bench_analyzer;
 mod demo;
 mod setup;
 mod util;
@@ -51,6 +52,12 @@ enum Cmd {
         /// Alternating traced/untraced rounds.
         #[arg(long, default_value_t = 3)]
         rounds: usize,
+        /// IOs in the synthetic trace for the analyzer's benchmark.
+        #[arg(long, default_value_t = 50_000_000)]
+        analyzer_ios: u64,
+        /// Only the analyzer's benchmark (no root needed).
+        #[arg(long)]
+        analyzer_only: bool,
     },
 }
 
@@ -65,9 +72,12 @@ fn main() -> Result<()> {
             setup::setup()?;
             util::test(filter)
         }
-        Cmd::Bench { seconds, rounds } => {
-            setup::setup()?;
-            bench::bench(seconds, rounds)
+        Cmd::Bench { seconds, rounds, analyzer_ios, analyzer_only } => {
+            if !analyzer_only {
+                setup::setup()?;
+                bench::bench(seconds, rounds)?;
+            }
+            bench_analyzer::bench(analyzer_ios)
         }
     }
 }
