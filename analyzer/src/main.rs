@@ -94,12 +94,11 @@ fn main() -> ExitCode {
             }
         }
         Cmd::Report { traces, json, stress, app_logs, out_dir } => {
-            if let Some(dir) = &out_dir {
-                if let Err(e) = std::fs::create_dir_all(dir) {
+            if let Some(dir) = &out_dir
+                && let Err(e) = std::fs::create_dir_all(dir) {
                     eprintln!("blkprof: cannot create {}: {e}", dir.display());
                     return ExitCode::from(2);
                 }
-            }
             let mut context = analyzer::summary::Context::default();
             for p in &stress {
                 match analyzer::stress::read_stress(p) {
@@ -135,12 +134,11 @@ fn main() -> ExitCode {
                     }
                 };
                 s.context = context.clone();
-                if let Some(dir) = &out_dir {
-                    if let Err(e) = write_files(dir, t, &s) {
+                if let Some(dir) = &out_dir
+                    && let Err(e) = write_files(dir, t, &s) {
                         eprintln!("blkprof: writing into {}: {e}", dir.display());
                         return ExitCode::from(1);
                     }
-                }
                 let r = if json {
                     serde_json::to_writer_pretty(&mut out, &s.to_json()).map_err(std::io::Error::other).and_then(|()| writeln!(out))
                 } else {

@@ -4,11 +4,11 @@
 /// Human size: 512B, 4KB, 508KB, 1MB, 2GB (binary units, as block sizes are quoted).
 pub fn human(bytes: u64) -> String {
     const K: u64 = 1024;
-    if bytes >= K * K * K && bytes % (K * K * K) == 0 {
+    if bytes >= K * K * K && bytes.is_multiple_of(K * K * K) {
         format!("{}GB", bytes / (K * K * K))
-    } else if bytes >= K * K && bytes % (K * K) == 0 {
+    } else if bytes >= K * K && bytes.is_multiple_of(K * K) {
         format!("{}MB", bytes / (K * K))
-    } else if bytes >= K && bytes % K == 0 {
+    } else if bytes >= K && bytes.is_multiple_of(K) {
         format!("{}KB", bytes / K)
     } else if bytes >= K * K * K {
         format!("{:.1}GB", bytes as f64 / (K * K * K) as f64)
@@ -43,7 +43,7 @@ impl SizeClass {
         if bytes > HUGE {
             return SizeClass::Huge;
         }
-        if bytes <= 4096 && bytes % 512 == 0 || bytes.is_power_of_two() {
+        if bytes <= 4096 && bytes.is_multiple_of(512) || bytes.is_power_of_two() {
             return SizeClass::Exact(bytes);
         }
         let upper = bytes.next_power_of_two();

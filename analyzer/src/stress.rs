@@ -134,10 +134,10 @@ pub fn parse_ycsb(path: &Path, text: &str) -> Result<StressRun, ParseError> {
             run.status.push(p);
             continue;
         }
-        if let Some(rest) = l.strip_prefix('[') {
-            if let Some((section, rest)) = rest.split_once("], ") {
-                if let Some((metric, value)) = rest.split_once(", ") {
-                    if let Ok(v) = value.trim().parse::<f64>() {
+        if let Some(rest) = l.strip_prefix('[')
+            && let Some((section, rest)) = rest.split_once("], ")
+                && let Some((metric, value)) = rest.split_once(", ")
+                    && let Ok(v) = value.trim().parse::<f64>() {
                         if let Ok(ms) = metric.trim().parse::<u64>() {
                             run.time_series.entry(section.to_string()).or_default().push((ms, v));
                         } else {
@@ -145,9 +145,6 @@ pub fn parse_ycsb(path: &Path, text: &str) -> Result<StressRun, ParseError> {
                         }
                         continue;
                     }
-                }
-            }
-        }
         run.other_lines += 1;
     }
     if run.status.is_empty() && run.summary.is_empty() {
@@ -337,11 +334,10 @@ pub fn parse_cassandra_log(path: &Path, text: &str) -> Result<AppLog, ParseError
             let (p, tail) = r.split_once(" (").unwrap_or((r, ""));
             let bytes = tail.split_once(')').and_then(|(s, _)| parse_size(s));
             let table = table_of_path(p);
-            if let Some(tb) = &table {
-                if let Some(start) = pending.get_mut(tb).and_then(VecDeque::pop_front) {
+            if let Some(tb) = &table
+                && let Some(start) = pending.get_mut(tb).and_then(VecDeque::pop_front) {
                     log.flushes.push(Flush { table: tb.clone(), start: wall(start), end: wall(t), start_ns: start, end_ns: t, bytes });
                 }
-            }
             push("flush-completed", table, bytes);
         } else if msg.starts_with("Compacting (") {
             push("compaction-started", None, None);

@@ -144,7 +144,9 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
     let mut r = TraceReader::open(path)?;
     let header = r.header().clone();
     let t0 = header.monotonic_base_ns;
-    let mut devs: Vec<(u32, DeviceStats, Vec<Option<Box<OpStats>>>)> = Vec::new();
+    // (dev, stats, per-op-slot tallies)
+    type DevEntry = (u32, DeviceStats, Vec<Option<Box<OpStats>>>);
+    let mut devs: Vec<DevEntry> = Vec::new();
     let mut last = usize::MAX;
     let mut buf = Vec::new();
     let mut records = 0u64;
@@ -262,7 +264,7 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
         .filter(|(_, n)| **n > 0)
         .map(|(i, n)| (r.tasks()[i].pid, r.tasks()[i].comm.clone(), *n))
         .collect();
-    tasks.sort_by(|a, b| b.2.cmp(&a.2));
+    tasks.sort_by_key(|t| std::cmp::Reverse(t.2));
     Ok(Summary {
         tasks,
         context: Context::default(),
@@ -441,7 +443,7 @@ impl Summary {
                     .iter()
                     .map(|(c, (n, b))| JsonSize { class: c.label(), pct_ios: *n as f64 * 100.0 / o.ios.max(1) as f64, ios: *n, bytes: *b })
                     .collect();
-                sizes.sort_by(|a, b| b.ios.cmp(&a.ios));
+                sizes.sort_by_key(|z| std::cmp::Reverse(z.ios));
                 ops.insert(k.clone(), JsonOp {
                     ios: o.ios,
                     bytes: o.bytes,

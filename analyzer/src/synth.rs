@@ -122,14 +122,14 @@ pub fn write_trace(path: &Path, ios: &mut [Io]) -> Result<(), FormatError> {
 pub struct Rng(pub u64);
 
 impl Rng {
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         self.0
     }
     pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
+        self.next_u64() % n.max(1)
     }
 }
 
@@ -162,7 +162,7 @@ pub fn cassandra_like(seconds: u64, read_iops: u64, bursts: &[(f64, f64, f64)]) 
             ios.push(Io { enter_ns: enter, issue_ns: enter + 5_000, complete_ns: enter + 3_000_000, op: Op::Write, bytes: 512 << 10, sector: 2_000_000 + i * 1024, os_inflight: 200, flags: 0 });
         }
         let t = BASE_NS + ((b + d + 2.0) * 1e9) as u64;
-        ios.push(Io { enter_ns: t, issue_ns: t + 1_000, complete_ns: t + 50_000_000, op: Op::Discard, bytes: u32::MAX & !511, sector: 0, os_inflight: 1, flags: 0 });
+        ios.push(Io { enter_ns: t, issue_ns: t + 1_000, complete_ns: t + 50_000_000, op: Op::Discard, bytes: !511, sector: 0, os_inflight: 1, flags: 0 });
     }
     ios
 }

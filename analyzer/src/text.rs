@@ -77,11 +77,10 @@ pub fn write(out: &mut dyn Write, s: &Summary) -> std::io::Result<()> {
         if d.absorbed_flushes > 0 {
             writeln!(out, "  + {} empty flush requests absorbed by the flush machinery (the kernel counts them as 0-byte reads)", thousands(d.absorbed_flushes))?;
         }
-        if let Some(r) = d.ops.get("read") {
-            if r.readahead_bytes > 0 {
+        if let Some(r) = d.ops.get("read")
+            && r.readahead_bytes > 0 {
                 writeln!(out, "  read-ahead: {:.1}% of read bytes", r.readahead_bytes as f64 * 100.0 / r.bytes.max(1) as f64)?;
             }
-        }
         let t = &d.throughput;
         writeln!(out, "  throughput per {}s interval, mean / max:", d.series.interval_s)?;
         for (k, r) in [("read", &t.read), ("write", &t.write), ("discard", &t.discard), ("flush", &t.flush)] {

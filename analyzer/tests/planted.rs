@@ -6,7 +6,7 @@ use analyzer::summary::summarize;
 use analyzer::synth::{BASE_NS, Io, cassandra_like, write_trace};
 use tracer_common::op::{Op, flags};
 
-fn report(ios: &mut Vec<Io>) -> analyzer::summary::Summary {
+fn report(ios: &mut [Io]) -> analyzer::summary::Summary {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("t.blkp");
     write_trace(&p, ios).unwrap();

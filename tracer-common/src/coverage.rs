@@ -37,7 +37,7 @@ pub struct DeviceCoverage {
     pub aggregate_mean_queue: f64,
 }
 
-fn find<'a>(v: &'a [DiskStats], major: u32, minor: u32) -> Option<&'a DiskStats> {
+fn find(v: &[DiskStats], major: u32, minor: u32) -> Option<&DiskStats> {
     v.iter().find(|d| d.major == major && d.minor == minor)
 }
 
@@ -92,7 +92,7 @@ pub fn thousands(v: u64) -> String {
     let s = v.to_string();
     let mut out = String::with_capacity(s.len() + s.len() / 3);
     for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);

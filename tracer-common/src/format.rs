@@ -240,11 +240,6 @@ pub struct IoRecord {
     pub op: Op,
 }
 
-impl Default for Op {
-    fn default() -> Self {
-        Op::Read
-    }
-}
 
 impl IoRecord {
     pub fn total_ns(&self) -> u64 {
@@ -511,7 +506,7 @@ impl TraceWriter {
         }
         put_varint(b, u64::from(dev_idx));
         put_varint(b, zigzag(r.sector.wrapping_sub(self.prev_end_sector) as i64));
-        let size = if r.bytes % 512 == 0 { u64::from(r.bytes / 512) << 1 } else { (u64::from(r.bytes) << 1) | 1 };
+        let size = if r.bytes.is_multiple_of(512) { u64::from(r.bytes / 512) << 1 } else { (u64::from(r.bytes) << 1) | 1 };
         put_varint(b, size);
         put_varint(b, u64::from(task_idx));
         put_varint(b, u64::from(r.dev_inflight));
@@ -629,7 +624,7 @@ pub struct TraceReader {
 enum Frame {
     Eof,
     Partial,
-    Frame(FrameKind),
+    Whole(FrameKind),
 }
 
 impl TraceReader {
@@ -671,7 +666,7 @@ impl TraceReader {
             file_len,
         };
         match r.next_frame()? {
-            Frame::Frame(FrameKind::Header) => {
+            Frame::Whole(FrameKind::Header) => {
                 r.header = r.parse_json()?;
                 r.offset += 12 + r.payload.len() as u64;
                 r.frame_no += 1;
@@ -755,7 +750,7 @@ impl TraceReader {
         if crc32fast::hash(&self.payload) != crc {
             return Err(self.corrupt("checksum mismatch"));
         }
-        Ok(Frame::Frame(kind))
+        Ok(Frame::Whole(kind))
     }
 
     /// Decode the next records frame into `out` (cleared first). Returns false at the end of
@@ -785,7 +780,7 @@ impl TraceReader {
                     }
                     return Ok(false);
                 }
-                Frame::Frame(kind) => {
+                Frame::Whole(kind) => {
                     self.offset += 12 + self.payload.len() as u64;
                     self.frame_no += 1;
                     let res = match kind {
@@ -953,17 +948,17 @@ mod tests {
         IoRecord {
             complete_ns: 1_000_000 + i * 7919 + (i % 3) * 100_000,
             enter_ns: 900_000 + i * 7919,
-            issue_ns: if i % 17 == 0 { 0 } else { 950_000 + i * 7919 },
+            issue_ns: if i.is_multiple_of(17) { 0 } else { 950_000 + i * 7919 },
             sector: (i * 2654435761) % 4_000_000,
-            bytes: if i % 5 == 0 { 524288 } else if i % 11 == 0 { 1000 } else { 4096 },
+            bytes: if i.is_multiple_of(5) { 524288 } else if i.is_multiple_of(11) { 1000 } else { 4096 },
             pid: 100 + (i % 4) as u32,
             task: 0,
             dev_inflight: (i % 32) as u32,
             os_inflight: (i % 40) as u32,
-            error: if i % 97 == 0 { 10 } else { 0 },
+            error: if i.is_multiple_of(97) { 10 } else { 0 },
             dev: crate::dev_join(7, (i % 2) as u32),
-            requeues: if i % 101 == 0 { 2 } else { 0 },
-            flags: if i % 17 == 0 { flags::NEVER_ISSUED } else { flags::SYNC },
+            requeues: if i.is_multiple_of(101) { 2 } else { 0 },
+            flags: if i.is_multiple_of(17) { flags::NEVER_ISSUED } else { flags::SYNC },
             op: Op::from_code((i % 4) as u8),
         }
     }

@@ -5,10 +5,11 @@
 use serde::{Deserialize, Serialize};
 
 /// Block operation, as stored in trace files (4 bits).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 #[repr(u8)]
 pub enum Op {
+    #[default]
     Read = 0,
     Write = 1,
     Flush = 2,

@@ -77,7 +77,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "d" => v * 86400.0,
         _ => return Err(format!("{s:?}: unknown unit {unit:?} (use ms, s, m, h, d)")),
     };
-    if !(secs > 0.0) || !secs.is_finite() {
+    if secs.is_nan() || secs <= 0.0 || !secs.is_finite() {
         return Err(format!("{s:?}: a duration must be positive"));
     }
     Ok(Duration::from_secs_f64(secs))

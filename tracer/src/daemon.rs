@@ -167,11 +167,10 @@ impl Run {
             records_in_file: records,
             filtered_out: self.filtered_out_file,
         };
-        if let Some(mut h) = out.hlog {
-            if let Err(e) = h.flush() {
+        if let Some(mut h) = out.hlog
+            && let Err(e) = h.flush() {
                 eprintln!("blkprof-trace: warning: writing the .hlog failed: {e}");
             }
-        }
         match out.writer.finish(&trailer) {
             Ok(bytes) => Some((path, records, bytes)),
             Err(e) => {
@@ -266,13 +265,11 @@ impl Run {
             return;
         }
         self.stats.record(&r);
-        if let Some(out) = &mut self.output {
-            if self.write_error.is_none() {
-                if let Err(e) = out.writer.push(&r, &ev.comm) {
+        if let Some(out) = &mut self.output
+            && self.write_error.is_none()
+                && let Err(e) = out.writer.push(&r, &ev.comm) {
                     self.write_error = Some(e.to_string());
                 }
-            }
-        }
     }
 
     fn new_device(&mut self, dev: u32) {
@@ -286,11 +283,10 @@ impl Run {
         self.names.insert(dev, info.name.clone());
         if !self.devices.iter().any(|d| d.dev() == dev) {
             self.devices.push(info.clone());
-            if let Some(out) = &mut self.output {
-                if let Err(e) = out.writer.write_device(&info) {
+            if let Some(out) = &mut self.output
+                && let Err(e) = out.writer.write_device(&info) {
                     self.write_error.get_or_insert(e.to_string());
                 }
-            }
         }
     }
 
@@ -317,8 +313,8 @@ impl Run {
             let _ = out.flush();
         }
         // Bound what a SIGKILL can lose to one interval, and record losses so far.
-        if let Ok(counters) = self.probe.counters() {
-            if let Some(o) = &mut self.output {
+        if let Ok(counters) = self.probe.counters()
+            && let Some(o) = &mut self.output {
                 let stats = StatsFrame {
                     at_ns: clock::monotonic_ns(),
                     counters,
@@ -329,7 +325,6 @@ impl Run {
                     self.write_error.get_or_insert(e.to_string());
                 }
             }
-        }
     }
 }
 
@@ -345,13 +340,11 @@ pub async fn run(cfg: Config) -> Result<i32> {
             devices.push(d);
         }
     }
-    if let Some(out) = &cfg.output {
-        if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
-            if !parent.is_dir() {
+    if let Some(out) = &cfg.output
+        && let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty())
+            && !parent.is_dir() {
                 bail!("cannot write the trace file {}: directory {} does not exist", out.display(), parent.display());
             }
-        }
-    }
     let mut probe = Probe::load(&ProbeOptions {
         ring_bytes: cfg.ring_bytes,
         devices: devices.iter().map(DeviceInfo::dev).collect(),

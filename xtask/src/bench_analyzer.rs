@@ -45,7 +45,7 @@ fn write_big(path: &Path, n: u64) -> Result<()> {
             complete_ns: t,
             enter_ns: t - lat,
             issue_ns: t - lat + 2_000,
-            sector: (x >> 8) % (1 << 31) & !7,
+            sector: ((x >> 8) % (1 << 31)) & !7,
             bytes,
             pid: 4242,
             dev_inflight: (x % 32) as u32,
