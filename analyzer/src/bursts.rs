@@ -104,6 +104,14 @@ impl Classifier {
         }
     }
 
+    /// Reads outside bursts, from the distribution of all reads (pass two only visits the
+    /// chunks that overlap bursts).
+    pub fn set_outside(&mut self, all_reads: &Histogram<u64>) {
+        let mut o = all_reads.clone();
+        let _ = o.subtract(&self.inside);
+        self.outside = o;
+    }
+
     /// Index of the burst containing t, if any.
     fn burst_at(&self, t: u64) -> Option<usize> {
         let i = self.bursts.partition_point(|&(s, _)| s <= t);
@@ -116,14 +124,9 @@ impl Classifier {
             StatGroup::Read if r.op == Op::Read => {
                 // A read is "inside" if it completed during a burst.
                 let lat = r.total_ns().max(1);
-                match self.burst_at(r.complete_ns) {
-                    Some(b) => {
-                        let _ = self.inside.record(lat);
-                        let _ = self.per_burst_reads[b].record(lat);
-                    }
-                    None => {
-                        let _ = self.outside.record(lat);
-                    }
+                if let Some(b) = self.burst_at(r.complete_ns) {
+                    let _ = self.inside.record(lat);
+                    let _ = self.per_burst_reads[b].record(lat);
                 }
             }
             StatGroup::Write => {

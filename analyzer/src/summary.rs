@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use tracer_common::coverage::{DeviceCoverage, coverage};
-use tracer_common::format::{Ending, FormatError, TraceHeader, TraceReader, TraceTrailer, rfc3339};
+use tracer_common::format::{Ending, FormatError, IoRecord, TraceHeader, TraceReader, TraceTrailer, rfc3339};
 use tracer_common::op::{Op, StatGroup, flags};
 
 use crate::bursts::{Burst, Classifier, ReadImpact, Spike, burst_ranges};
@@ -151,8 +151,18 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
     let mut buf = Vec::new();
     let mut records = 0u64;
     let mut task_counts: Vec<u64> = Vec::new();
+    // Where each chunk starts and the completion times it covers, to revisit only the chunks
+    // that overlap write bursts; and every discard (few), to attribute them to bursts.
+    let mut chunks: Vec<((u64, u64), u64, u64)> = Vec::new();
+    let mut discards: Vec<IoRecord> = Vec::new();
     // Pass one: totals, size mix, latency, time series.
-    while r.next_chunk(&mut buf)? {
+    loop {
+        let pos = r.position();
+        if !r.next_chunk(&mut buf)? {
+            break;
+        }
+        let (lo, hi) = buf.iter().fold((u64::MAX, 0), |(lo, hi), x| (lo.min(x.complete_ns), hi.max(x.complete_ns)));
+        chunks.push((pos, lo, hi));
         task_counts.resize(r.tasks().len(), 0);
         for rec in &buf {
             records += 1;
@@ -189,6 +199,9 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
             d.last_ns = d.last_ns.max(rec.complete_ns);
             d.max_os_inflight = d.max_os_inflight.max(rec.os_inflight);
             d.series.record(rec);
+            if rec.op == Op::Discard {
+                discards.push(*rec);
+            }
             let slot = op_slot(rec.op, rec.flags);
             if slot == SLOT_ABSORBED {
                 d.absorbed_flushes += 1;
@@ -237,10 +250,31 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
         let spikes = detect_spikes(&d.series, opts);
         found.insert(dev, (bins.clone(), spikes, Classifier::new(&burst_ranges(&d.series, &bins), opts.discard_window_ns)));
     }
-    if found.values().any(|(b, _, _)| !b.is_empty()) {
+    // Burst spans of all devices (a superset is fine: records are routed by device).
+    let ranges: Vec<(u64, u64)> = found
+        .values()
+        .flat_map(|(bins, _, _)| bins.iter().map(|b| (t0 + b.start as u64 * opts.fine_ns, t0 + b.end as u64 * opts.fine_ns)))
+        .collect();
+    if !ranges.is_empty() {
+        for d in &discards {
+            if let Some((_, _, c)) = found.get_mut(&d.dev) {
+                c.record(d);
+            }
+        }
+        // Pass two, over the chunks that overlap a burst only.
         let mut r2 = TraceReader::open(path)?;
-        while r2.next_chunk(&mut buf)? {
+        for &(pos, lo, hi) in &chunks {
+            if !ranges.iter().any(|&(a, b)| lo < b && hi >= a) {
+                continue;
+            }
+            r2.seek(pos)?;
+            if !r2.next_chunk(&mut buf)? {
+                break;
+            }
             for rec in &buf {
+                if rec.op == Op::Discard {
+                    continue;
+                }
                 if let Some((_, _, c)) = found.get_mut(&rec.dev) {
                     c.record(rec);
                 }
@@ -251,8 +285,12 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
         let off = t as i128 - header.monotonic_base_ns as i128;
         rfc3339((header.wall_clock_start_ns as i128 + off) as i64)
     };
-    for (dev, (bins, spike_bins, c)) in found {
+    for (dev, (bins, spike_bins, mut c)) in found {
         let d = devices.get_mut(&dev).expect("device");
+        // Reads outside bursts: all reads of pass one minus those pass two found inside.
+        if let Some(reads) = d.ops.get("read") {
+            c.set_outside(&reads.total_latency_ns);
+        }
         let (bursts, impact) = crate::bursts::bursts(&d.series, &bins, &c, &wall, t0);
         d.bursts = bursts;
         d.read_impact = impact;

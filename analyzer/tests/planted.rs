@@ -77,6 +77,12 @@ fn bursts_are_found_where_planted_and_nowhere_else() {
         assert!(b.read_p99_us > 7_000.0, "reads inside a burst are slow: {}", b.read_p99_us);
     }
     let r = &d.read_impact;
+    assert_eq!(r.inside_ios + r.outside_ios, d.ops["read"].ios, "every read is inside or outside");
+    let planted_inside = ios.iter().filter(|io| io.op == Op::Read && planted.iter().any(|&(b, dur, _)| {
+        let t = (io.complete_ns - BASE_NS) as f64 / 1e9;
+        t >= b && t < b + dur
+    })).count() as u64;
+    assert!(r.inside_ios.abs_diff(planted_inside) * 20 <= planted_inside, "inside {} vs planted {planted_inside}", r.inside_ios);
     assert!(r.inside_p99_us > 7_000.0 && r.outside_p99_us < 200.0, "{r:?}");
     // Time-weighted: ~2000 reads/s x 10 ms plus ~2900 writes/s x 3 ms inside; ~0.2 outside.
     assert!(r.inside_queue_depth_mean > 20.0 && r.outside_queue_depth_mean < 1.0, "{r:?}");

@@ -700,6 +700,24 @@ impl TraceReader {
     pub fn ending(&self) -> &Ending {
         &self.ending
     }
+    /// Where the next frame starts: (byte offset, frame number), for [`TraceReader::seek`].
+    pub fn position(&self) -> (u64, u64) {
+        (self.offset, self.frame_no)
+    }
+
+    /// Continue reading at a position returned by [`TraceReader::position`] on this file (to
+    /// revisit chunks). Records read after a seek keep task ids of the task table built so far.
+    pub fn seek(&mut self, pos: (u64, u64)) -> Result<(), FormatError> {
+        use std::io::Seek as _;
+        self.input
+            .seek(io::SeekFrom::Start(pos.0))
+            .map_err(|e| FormatError::Io { path: self.path.clone(), source: e })?;
+        self.offset = pos.0;
+        self.frame_no = pos.1;
+        self.ending = Ending::Unread;
+        Ok(())
+    }
+
     pub fn records_read(&self) -> u64 {
         self.records_read
     }
