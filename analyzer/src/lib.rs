@@ -3,6 +3,7 @@
 
 pub mod bursts;
 pub mod compare;
+pub mod export;
 pub mod html;
 pub mod loghist;
 pub mod plots;

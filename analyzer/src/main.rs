@@ -40,6 +40,23 @@ enum Cmd {
         #[arg(short = 'o', long = "output-dir", value_name = "DIR")]
         out_dir: Option<PathBuf>,
     },
+    /// Export a trace: a fio iolog (version 3, with timing: `fio --read_iolog FILE` replays the
+    /// pattern; fio 3.33 replays reads, writes and syncs but not trims), CSV, or JSON lines.
+    Export {
+        trace: PathBuf,
+        /// iolog, csv or jsonl.
+        #[arg(long, default_value = "iolog", value_parser = ["iolog", "csv", "jsonl"])]
+        format: String,
+        /// Only this device (name or MAJ:MIN); an iolog needs one device.
+        #[arg(long)]
+        device: Option<String>,
+        /// For iologs: the file or device the replay should use (default: the traced device).
+        #[arg(long)]
+        target: Option<String>,
+        /// Write here instead of standard output.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
     /// Two or more runs side by side (A/B experiments), with the differences that matter
     /// flagged: counts and volumes moving more than 10%, latencies more than 25%, shares more
     /// than 5 points. Compares the busiest device of each trace, or --device.
@@ -59,6 +76,36 @@ enum Cmd {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
+        Cmd::Export { trace, format, device, target, output } => {
+            let fmt = match format.as_str() {
+                "csv" => analyzer::export::Format::Csv,
+                "jsonl" => analyzer::export::Format::Jsonl,
+                _ => analyzer::export::Format::Iolog,
+            };
+            let mut out: Box<dyn std::io::Write> = match &output {
+                Some(p) => match std::fs::File::create(p) {
+                    Ok(f) => Box::new(std::io::BufWriter::new(f)),
+                    Err(e) => {
+                        eprintln!("blkprof: cannot write {}: {e}", p.display());
+                        return ExitCode::from(2);
+                    }
+                },
+                None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+            };
+            match analyzer::export::export(&trace, fmt, device.as_deref(), target.as_deref(), &mut out) {
+                Ok(st) => {
+                    if st.skipped > 0 {
+                        eprintln!("blkprof: {} IOs an iolog cannot express were left out", st.skipped);
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(analyzer::export::ExportError::Io(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("blkprof: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
         Cmd::Compare { traces, device, json } => {
             let mut reports = Vec::new();
             for t in &traces {

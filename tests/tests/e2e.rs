@@ -371,3 +371,51 @@ fn json_live_view_is_one_object_per_device_interval() {
     }
     assert!(lines.iter().any(|l| l["read"]["iops"].as_f64().unwrap() > 100.0));
 }
+
+#[test]
+fn fio_replays_an_exported_trace_with_the_same_io_and_timing() {
+    let a = Scratch::new("rtA", 512, true, false);
+    let b = Scratch::new("rtB", 512, true, false);
+    a.set_nomerges(2);
+    b.set_nomerges(2);
+    // W: a rate-limited read/write mix (fio 3.33 cannot replay trims from an iolog).
+    let (orig, _, _) = traced("rtA", &a, &[], || {
+        fio(&["--name=w", &format!("--filename={}", a.path), "--rw=randrw", "--rwmixread=70",
+            "--bssplit=4k/60:64k/25:256k/15", "--direct=1", "--ioengine=libaio", "--iodepth=4",
+            "--rate_iops=1500", "--runtime=4", "--time_based"]);
+    });
+    let iolog = scratch_dir().join("rt.iolog");
+    let o = std::process::Command::new(blkprof_e2e::bin("blkprof"))
+        .args(["export", &out_path("rtA"), "--format", "iolog", "--target", &b.path, "-o"])
+        .arg(&iolog)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (replay, _, _) = traced("rtB", &b, &[], || {
+        fio(&["--name=replay", &format!("--read_iolog={}", iolog.display()), "--direct=1", "--ioengine=libaio", "--iodepth=16"]);
+    });
+    let misses = orig.trailer.as_ref().unwrap().counters_end.reported_misses() + replay.trailer.as_ref().unwrap().counters_end.reported_misses();
+    let mix = |t: &Trace| {
+        let mut m: BTreeMap<(Op, u32), u64> = BTreeMap::new();
+        for r in t.records.iter().filter(|r| matches!(r.op, Op::Read | Op::Write)) {
+            *m.entry((r.op, r.bytes)).or_default() += 1;
+        }
+        m
+    };
+    let (ma, mb) = (mix(&orig), mix(&replay));
+    let diff: u64 = ma.keys().chain(mb.keys()).collect::<std::collections::BTreeSet<_>>().into_iter()
+        .map(|k| ma.get(k).copied().unwrap_or(0).abs_diff(mb.get(k).copied().unwrap_or(0))).sum();
+    assert!(diff <= misses, "block-size mix per op: original {ma:?} vs replay {mb:?} ({misses} reported misses)");
+    if misses == 0 {
+        assert_eq!(ma, mb, "IO count and bytes per op and size, exactly");
+    }
+    let span = |t: &Trace| {
+        let rw = t.records.iter().filter(|r| matches!(r.op, Op::Read | Op::Write));
+        let first = rw.clone().map(|r| r.enter_ns).min().unwrap();
+        let last = rw.map(|r| r.complete_ns).max().unwrap();
+        (last - first) as f64 / 1e9
+    };
+    let (da, db) = (span(&orig), span(&replay));
+    eprintln!("round trip: {} IOs, original {da:.3} s, replay {db:.3} s, {misses} reported misses", orig.records.len());
+    assert!((db - da).abs() / da < 0.05, "duration: original {da:.3} s, replay {db:.3} s");
+}
