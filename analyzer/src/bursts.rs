@@ -11,7 +11,7 @@ use tracer_common::op::{Op, StatGroup};
 use crate::series::{BurstBins, Options, Series, SpikeBins};
 use crate::sizes::SizeClass;
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Burst {
     /// RFC 3339 wall-clock times.
     pub start: String,
@@ -37,7 +37,7 @@ pub struct Burst {
     pub end_ns: u64,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Spike {
     pub start: String,
     pub start_s: f64,
@@ -50,7 +50,7 @@ pub struct Spike {
 }
 
 /// Reads inside bursts versus outside.
-#[derive(Clone, Debug, Serialize, Default)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize, Default)]
 pub struct ReadImpact {
     pub inside_ios: u64,
     pub outside_ios: u64,

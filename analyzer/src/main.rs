@@ -57,6 +57,22 @@ enum Cmd {
         #[arg(short, long)]
         output: Option<PathBuf>,
     },
+    /// Gate CI on a trace: compare its summary with a saved baseline (`blkprof report --json`)
+    /// or with rules (docs/check-rules.md). Exit 0 on pass, 1 on fail, 2 on bad input.
+    Check {
+        trace: PathBuf,
+        /// Baseline report (JSON from `blkprof report --json`). Without --rules, the default
+        /// rules compare with it: shares within 5 points, size mixes, mean sizes, p99 latency
+        /// within 25%, throughput within 15%.
+        #[arg(long)]
+        baseline: Option<PathBuf>,
+        /// Rules file (JSON), e.g. {"rules": [{"metric": "read.latency_p99_us", "max": 5000}]}.
+        #[arg(long)]
+        rules: Option<PathBuf>,
+        /// Also write the verdicts as JUnit XML here.
+        #[arg(long)]
+        junit: Option<PathBuf>,
+    },
     /// Two or more runs side by side (A/B experiments), with the differences that matter
     /// flagged: counts and volumes moving more than 10%, latencies more than 25%, shares more
     /// than 5 points. Compares the busiest device of each trace, or --device.
@@ -76,6 +92,7 @@ enum Cmd {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
+        Cmd::Check { trace, baseline, rules, junit } => run_check(&trace, baseline.as_deref(), rules.as_deref(), junit.as_deref()),
         Cmd::Export { trace, format, device, target, output } => {
             let fmt = match format.as_str() {
                 "csv" => analyzer::export::Format::Csv,
@@ -217,4 +234,43 @@ fn write_files(dir: &std::path::Path, trace: &std::path::Path, s: &analyzer::sum
     }
     eprintln!("blkprof: wrote {}", dir.join(format!("{stem}.html")).display());
     Ok(())
+}
+
+fn run_check(trace: &std::path::Path, baseline: Option<&std::path::Path>, rules: Option<&std::path::Path>, junit: Option<&std::path::Path>) -> ExitCode {
+    let bad = |msg: String| {
+        eprintln!("blkprof: {msg}");
+        ExitCode::from(2)
+    };
+    if baseline.is_none() && rules.is_none() {
+        return bad("check needs --baseline BASE.json or --rules RULES.json (or both)".into());
+    }
+    let base: Option<analyzer::summary::JsonReport> = match baseline {
+        Some(p) => match std::fs::read(p).map_err(|e| e.to_string()).and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string())) {
+            Ok(b) => Some(b),
+            Err(e) => return bad(format!("{}: not a `blkprof report --json` document: {e}", p.display())),
+        },
+        None => None,
+    };
+    let rules: analyzer::check::Rules = match rules {
+        Some(p) => match std::fs::read(p).map_err(|e| e.to_string()).and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string())) {
+            Ok(r) => r,
+            Err(e) => return bad(format!("{}: not a rules file (docs/check-rules.md): {e}", p.display())),
+        },
+        None => analyzer::check::Rules { device: None, rules: analyzer::check::default_rules() },
+    };
+    let summary = match analyzer::summary::summarize(trace, &analyzer::series::Options::default()) {
+        Ok(s) => s.to_json(),
+        Err(e) => return bad(e.to_string()),
+    };
+    let verdicts = match analyzer::check::check(&summary, base.as_ref(), &rules) {
+        Ok(v) => v,
+        Err(e) => return bad(e),
+    };
+    let _ = analyzer::check::write_table(&mut std::io::stdout().lock(), &verdicts);
+    if let Some(j) = junit {
+        if let Err(e) = std::fs::write(j, analyzer::check::junit(&verdicts, &trace.display().to_string())) {
+            return bad(format!("cannot write {}: {e}", j.display()));
+        }
+    }
+    if verdicts.iter().all(|v| v.pass) { ExitCode::SUCCESS } else { ExitCode::from(1) }
 }

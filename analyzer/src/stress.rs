@@ -43,7 +43,7 @@ fn parse_stamp(s: &str) -> Option<i64> {
     civil_to_unix_ns(i64::from(n(0..4)?), n(5..7)?, n(8..10)?, n(11..13)?, n(14..16)?, n(17..19)?, n(20..23)?)
 }
 
-#[derive(Clone, Debug, Serialize, Default)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize, Default)]
 pub struct OpLatency {
     pub op: String,
     pub count: Option<u64>,
@@ -55,7 +55,7 @@ pub struct OpLatency {
 }
 
 /// One YCSB status line.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct StatusPoint {
     /// Wall-clock time (Unix ns) when the line has a timestamp.
     pub time_ns: Option<i64>,
@@ -65,7 +65,7 @@ pub struct StatusPoint {
     pub latencies: Vec<OpLatency>,
 }
 
-#[derive(Clone, Debug, Serialize, Default)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize, Default)]
 pub struct StressRun {
     pub path: String,
     pub tool: String,
@@ -244,7 +244,7 @@ pub fn read_stress(path: &Path) -> Result<StressRun, ParseError> {
 }
 
 /// A point or span from the application's log, on the wall-clock axis.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Marker {
     /// RFC 3339.
     pub time: String,
@@ -258,7 +258,7 @@ pub struct Marker {
 }
 
 /// A memtable flush from "Enqueuing flush" to "Completed flushing".
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Flush {
     pub table: String,
     pub start: String,
@@ -270,7 +270,7 @@ pub struct Flush {
     pub bytes: Option<u64>,
 }
 
-#[derive(Clone, Debug, Serialize, Default)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize, Default)]
 pub struct AppLog {
     pub path: String,
     pub markers: Vec<Marker>,
@@ -361,7 +361,7 @@ pub fn read_app_log(path: &Path) -> Result<AppLog, ParseError> {
 /// Flushes smaller than this cannot show as a burst and are left out of the match.
 pub const MIN_MATCH_FLUSH_BYTES: u64 = 1 << 20;
 
-#[derive(Clone, Debug, Serialize, Default)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize, Default)]
 pub struct FlushMatch {
     pub flushes: usize,
     pub flushes_matched: usize,

@@ -317,7 +317,7 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
 }
 
 /// What the trace knows it missed.
-#[derive(Serialize, Default, Clone, Debug, PartialEq, Eq)]
+#[derive(Serialize, serde::Deserialize, Default, Clone, Debug, PartialEq, Eq)]
 pub struct Lost {
     /// Every IO the trace knows it missed, for any reason (ring drops + missed completions +
     /// kernel-skipped runs + untracked requests), plus IOs the kernel counted beyond those.
@@ -359,7 +359,7 @@ impl Summary {
     }
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, serde::Deserialize)]
 pub struct JsonOp {
     pub ios: u64,
     pub bytes: u64,
@@ -372,7 +372,7 @@ pub struct JsonOp {
     pub errors: u64,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, serde::Deserialize)]
 pub struct JsonSize {
     pub class: String,
     pub pct_ios: f64,
@@ -380,7 +380,7 @@ pub struct JsonSize {
     pub bytes: u64,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, serde::Deserialize)]
 pub struct JsonLatency {
     pub p50: f64,
     pub p90: f64,
@@ -397,7 +397,7 @@ impl JsonLatency {
     }
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, serde::Deserialize)]
 pub struct JsonDevice {
     pub name: String,
     pub major: u32,
@@ -414,7 +414,7 @@ pub struct JsonDevice {
     pub series: JsonSeries,
 }
 
-#[derive(Serialize, Default)]
+#[derive(Serialize, serde::Deserialize, Default)]
 pub struct JsonRate {
     pub mean_mb_per_s: f64,
     pub max_mb_per_s: f64,
@@ -422,7 +422,7 @@ pub struct JsonRate {
     pub max_iops: f64,
 }
 
-#[derive(Serialize, Default)]
+#[derive(Serialize, serde::Deserialize, Default)]
 pub struct JsonThroughput {
     pub read: JsonRate,
     pub write: JsonRate,
@@ -433,7 +433,7 @@ pub struct JsonThroughput {
 }
 
 /// Per-interval series (arrays of equal length; index i covers [start + i*interval, +interval)).
-#[derive(Serialize, Default)]
+#[derive(Serialize, serde::Deserialize, Default)]
 pub struct JsonSeries {
     pub interval_s: f64,
     pub start: String,
@@ -451,7 +451,7 @@ pub struct JsonSeries {
     pub write_max_us: Vec<f64>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, serde::Deserialize)]
 pub struct JsonReport {
     pub schema_version: u32,
     pub traces: Vec<String>,

@@ -185,3 +185,37 @@ fn compare_flags_a_changed_workload_and_not_an_unchanged_one() {
     let text = String::from_utf8(out).unwrap();
     assert!(text.contains("! read IOs") && text.contains("(+100%)"), "{text}");
 }
+
+#[test]
+fn check_fails_a_changed_workload_and_passes_a_second_recording() {
+    use analyzer::check::{Rules, check, default_rules};
+    let dir = tempfile::tempdir().unwrap();
+    let mk = |name: &str, ios: &mut Vec<Io>| {
+        let p = dir.path().join(name);
+        write_trace(&p, ios).unwrap();
+        summarize(&p, &Options::default()).unwrap().to_json()
+    };
+    let base = mk("base.blkp", &mut cassandra_like(60, 2000, &[(10.0, 2.0, 1500.0), (40.0, 2.0, 1500.0)]));
+    // A second recording of the same workload: a little longer, bursts a little later.
+    let again = mk("again.blkp", &mut cassandra_like(62, 2000, &[(11.0, 2.0, 1500.0), (41.0, 2.0, 1500.0)]));
+    // A changed workload: twice the flush volume and a higher read share.
+    let changed = mk("changed.blkp", &mut cassandra_like(60, 3000, &[(10.0, 2.0, 3000.0), (40.0, 2.0, 3000.0)]));
+    // Round-trip the baseline through JSON, as CI would.
+    let base: analyzer::summary::JsonReport = serde_json::from_str(&serde_json::to_string(&base).unwrap()).unwrap();
+    let rules = Rules { device: None, rules: default_rules() };
+    let v = check(&again, Some(&base), &rules).unwrap();
+    assert!(v.iter().all(|v| v.pass), "{:#?}", v.iter().filter(|v| !v.pass).collect::<Vec<_>>());
+    let v = check(&changed, Some(&base), &rules).unwrap();
+    let failed: Vec<_> = v.iter().filter(|v| !v.pass).collect();
+    assert!(failed.iter().any(|v| v.rule.metric == "write.mb_per_s_mean" && v.reason.contains("from the baseline")), "{failed:#?}");
+    assert!(failed.iter().any(|v| v.rule.metric == "read.mb_per_s_mean"), "{failed:#?}");
+    let xml = analyzer::check::junit(&v, "changed");
+    assert!(xml.contains("<failure message=") && xml.contains("tests=\"10\""));
+    // Explicit rules, no baseline.
+    let rules: Rules = serde_json::from_str(r#"{"rules": [{"metric": "read.latency_p99_us", "max": 5000}, {"metric": "queue_depth_max", "max": 256}, {"metric": "lost.total", "max": 0}]}"#).unwrap();
+    let v = check(&again, None, &rules).unwrap();
+    assert!(!v[0].pass && v[0].reason.contains("above the maximum 5000"), "read p99 of ~12 ms inside bursts: {:?}", v[0]);
+    assert!(v[1].pass && v[2].pass);
+    let bad: Rules = serde_json::from_str(r#"{"rules": [{"metric": "read.nonsense", "max": 1}]}"#).unwrap();
+    assert!(check(&again, None, &bad).unwrap_err().contains("unknown metric"));
+}
