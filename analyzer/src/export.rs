@@ -62,7 +62,9 @@ pub fn export(path: &Path, format: Format, device: Option<&str>, target: Option<
         }
         Format::Jsonl => {}
     }
-    let mut heap: BinaryHeap<Reverse<(u64, u64, u8, u64, u32)>> = BinaryHeap::new();
+    // (enter_ns, arrival sequence, op code, offset, length), earliest submission first.
+    type Pending = Reverse<(u64, u64, u8, u64, u32)>;
+    let mut heap: BinaryHeap<Pending> = BinaryHeap::new();
     let mut t0: Option<u64> = None;
     // fio's version 3 iologs stamp each line in microseconds since the start.
     let mut last_us = 0u64;

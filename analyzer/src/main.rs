@@ -267,10 +267,10 @@ fn run_check(trace: &std::path::Path, baseline: Option<&std::path::Path>, rules:
         Err(e) => return bad(e),
     };
     let _ = analyzer::check::write_table(&mut std::io::stdout().lock(), &verdicts);
-    if let Some(j) = junit {
-        if let Err(e) = std::fs::write(j, analyzer::check::junit(&verdicts, &trace.display().to_string())) {
-            return bad(format!("cannot write {}: {e}", j.display()));
-        }
+    if let Some(j) = junit
+        && let Err(e) = std::fs::write(j, analyzer::check::junit(&verdicts, &trace.display().to_string()))
+    {
+        return bad(format!("cannot write {}: {e}", j.display()));
     }
     if verdicts.iter().all(|v| v.pass) { ExitCode::SUCCESS } else { ExitCode::from(1) }
 }
