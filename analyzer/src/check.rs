@@ -24,6 +24,10 @@ pub struct Rule {
     /// |value - baseline| <= this percent of the baseline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub within_pct: Option<f64>,
+    /// A difference from the baseline this small always passes `within`/`within_pct` (run-to-run
+    /// noise of small values, such as sub-millisecond latencies).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slack: Option<f64>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -36,7 +40,8 @@ pub struct Rules {
 
 /// The rules used with --baseline and no --rules.
 pub fn default_rules() -> Vec<Rule> {
-    let r = |metric: &str, within: Option<f64>, within_pct: Option<f64>, max: Option<f64>| Rule { metric: metric.into(), within, within_pct, max, min: None };
+    let r = |metric: &str, within: Option<f64>, within_pct: Option<f64>, max: Option<f64>| Rule { metric: metric.into(), within, within_pct, max, min: None, slack: None };
+    let lat = |metric: &str| Rule { metric: metric.into(), within_pct: Some(50.0), slack: Some(1000.0), ..Default::default() };
     vec![
         r("read.pct_ios", Some(5.0), None, None),
         r("write.pct_bytes", Some(5.0), None, None),
@@ -44,8 +49,8 @@ pub fn default_rules() -> Vec<Rule> {
         r("write.size_mix_distance", None, None, Some(0.1)),
         r("read.mean_request_bytes", None, Some(10.0), None),
         r("write.mean_request_bytes", None, Some(10.0), None),
-        r("read.latency_p99_us", None, Some(25.0), None),
-        r("write.latency_p99_us", None, Some(25.0), None),
+        lat("read.latency_p99_us"),
+        lat("write.latency_p99_us"),
         r("read.mb_per_s_mean", None, Some(15.0), None),
         r("write.mb_per_s_mean", None, Some(15.0), None),
     ]
@@ -163,7 +168,7 @@ pub fn check(trace: &JsonReport, baseline: Option<&JsonReport>, rules: &Rules) -
         if let Some(m) = rule.min.filter(|&m| v < m) {
             reasons.push(format!("{v:.3} is below the minimum {m}"));
         }
-        if let Some(b) = base {
+        if let Some(b) = base.filter(|b| (v - b).abs() > rule.slack.unwrap_or(0.0)) {
             if let Some(w) = rule.within.filter(|&w| (v - b).abs() > w) {
                 reasons.push(format!("{v:.3} is {:+.3} from the baseline's {b:.3}, more than {w}", v - b));
             }

@@ -63,7 +63,7 @@ enum Cmd {
         trace: PathBuf,
         /// Baseline report (JSON from `blkprof report --json`). Without --rules, the default
         /// rules compare with it: shares within 5 points, size mixes, mean sizes, p99 latency
-        /// within 25%, throughput within 15%.
+        /// within 50% or 1 ms, throughput within 15%.
         #[arg(long)]
         baseline: Option<PathBuf>,
         /// Rules file (JSON), e.g. {"rules": [{"metric": "read.latency_p99_us", "max": 5000}]}.

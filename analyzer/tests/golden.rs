@@ -1,0 +1,70 @@
+//! Reports and checks on real traces recorded by the tracer (tests/data, see its README).
+
+use std::path::PathBuf;
+
+use analyzer::check::{Rules, check, default_rules};
+use analyzer::series::Options;
+use analyzer::summary::{JsonReport, summarize};
+
+fn golden(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data").join(name)
+}
+
+fn report(name: &str) -> JsonReport {
+    summarize(&golden(name), &Options::default()).unwrap().to_json()
+}
+
+#[test]
+fn golden_traces_report_what_the_workload_did() {
+    for name in ["cassandra-shaped-a.blkp", "cassandra-shaped-b.blkp", "cassandra-shaped-bigger-writes.blkp"] {
+        let j = report(name);
+        assert!(j.complete, "{name}");
+        let d = &j.devices[0];
+        assert_eq!(d.ops["read"].block_sizes[0].class, "4KB", "{name}");
+        assert_eq!(d.ops["read"].block_sizes[0].pct_ios, 100.0, "{name}");
+        assert_eq!(d.ops["discard"].block_sizes[0].class, "2MB", "{name}");
+        assert_eq!(d.ops["discard"].ios, 32, "{name}: 4 rounds of 8 trims");
+        // The kernel's own counters agree, up to what the tracer reported missing.
+        let c = d.coverage.as_ref().unwrap();
+        let reported = j.lost.missed_completions + j.lost.recursion_misses + j.lost.untracked;
+        for g in &c.groups {
+            assert_eq!(g.unaccounted(reported), 0, "{name}: {g:?}");
+        }
+        assert_eq!(j.lost.unaccounted, 0, "{name}");
+        assert!(j.lost.total <= 10, "{name}: {:?}", j.lost);
+        // Write bursts: the fio job writes 200 blocks, then thinks for 2 s.
+        assert!((3..=5).contains(&d.bursts.len()), "{name}: {} bursts", d.bursts.len());
+        assert!(d.reads_during_bursts.inside_p99_us > 5.0 * d.reads_during_bursts.outside_p99_us, "{name}: {:?}", d.reads_during_bursts);
+    }
+    let a = report("cassandra-shaped-a.blkp");
+    assert_eq!(a.devices[0].ops["write"].block_sizes[0].class, "512KB");
+    let big = report("cassandra-shaped-bigger-writes.blkp");
+    let w = &big.devices[0].ops["write"];
+    // fio's 1 MB writes reach this loop device partly split into 512 KB requests.
+    assert!(w.block_sizes.iter().any(|z| z.class == "1MB" && z.ios > 0), "{:?}", w.block_sizes.iter().map(|z| &z.class).collect::<Vec<_>>());
+    assert!(w.bytes / w.ios > 600 << 10);
+}
+
+#[test]
+fn check_passes_a_second_recording_and_fails_bigger_writes() {
+    let base: JsonReport = serde_json::from_str(&serde_json::to_string(&report("cassandra-shaped-a.blkp")).unwrap()).unwrap();
+    let rules = Rules { device: None, rules: default_rules() };
+    let again = check(&report("cassandra-shaped-b.blkp"), Some(&base), &rules).unwrap();
+    assert!(again.iter().all(|v| v.pass), "{:#?}", again.iter().filter(|v| !v.pass).collect::<Vec<_>>());
+    let bigger = check(&report("cassandra-shaped-bigger-writes.blkp"), Some(&base), &rules).unwrap();
+    let failed: Vec<&str> = bigger.iter().filter(|v| !v.pass).map(|v| v.rule.metric.as_str()).collect();
+    for m in ["write.mean_request_bytes", "write.size_mix_distance", "write.pct_bytes", "write.mb_per_s_mean"] {
+        assert!(failed.contains(&m), "{m} should fail: {failed:?}");
+    }
+}
+
+#[test]
+fn iolog_export_of_a_golden_trace_has_every_io() {
+    let mut out = Vec::new();
+    let st = analyzer::export::export(&golden("cassandra-shaped-a.blkp"), analyzer::export::Format::Iolog, None, Some("/dev/sdx"), &mut out).unwrap();
+    let j = report("cassandra-shaped-a.blkp");
+    let d = &j.devices[0];
+    assert_eq!(st.written, d.ops["read"].ios + d.ops["write"].ios + d.ops["discard"].ios);
+    let text = String::from_utf8(out).unwrap();
+    assert_eq!(text.lines().filter(|l| l.contains(" read ")).count() as u64, d.ops["read"].ios);
+}
