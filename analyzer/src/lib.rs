@@ -6,6 +6,7 @@ pub mod check;
 pub mod compare;
 pub mod export;
 pub mod html;
+pub mod import;
 pub mod loghist;
 pub mod plots;
 pub mod series;

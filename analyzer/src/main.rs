@@ -73,6 +73,20 @@ enum Cmd {
         #[arg(long)]
         junit: Option<PathBuf>,
     },
+    /// Import another tool's trace into blkprof's format (docs/importers.md). Supported:
+    /// msr (MSR Cambridge / SNIA CSV).
+    Import {
+        /// Input format.
+        #[arg(long, value_parser = ["msr"])]
+        from: String,
+        input: PathBuf,
+        /// The trace file to write.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Skip malformed lines (counted and reported) instead of stopping at the first.
+        #[arg(long)]
+        skip_bad: bool,
+    },
     /// Two or more runs side by side (A/B experiments), with the differences that matter
     /// flagged: counts and volumes moving more than 10%, latencies more than 25%, shares more
     /// than 5 points. Compares the busiest device of each trace, or --device.
@@ -92,6 +106,19 @@ enum Cmd {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
+        Cmd::Import { from: _, input, output, skip_bad } => match analyzer::import::import_msr(&input, &output, skip_bad) {
+            Ok(st) => {
+                eprintln!("blkprof: imported {} IOs into {}", st.records, output.display());
+                if st.skipped > 0 {
+                    eprintln!("blkprof: skipped {} malformed lines (first: {})", st.skipped, st.first_skipped.unwrap_or_default());
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("blkprof: {e}");
+                ExitCode::from(2)
+            }
+        },
         Cmd::Check { trace, baseline, rules, junit } => run_check(&trace, baseline.as_deref(), rules.as_deref(), junit.as_deref()),
         Cmd::Export { trace, format, device, target, output } => {
             let fmt = match format.as_str() {

@@ -78,3 +78,38 @@ fn every_completed_flush_of_the_cassandra_log_is_a_marker_at_its_exact_time() {
     assert_eq!(user.len(), 68);
     assert!(user.iter().all(|f| f.end_ns >= f.start_ns && f.bytes.unwrap() > 0));
 }
+
+#[test]
+fn msr_cambridge_csv_imports_completely_and_broken_copies_fail_clearly() {
+    use analyzer::import::import_msr;
+    let src = fixture("msr/msr-cambridge-hm0-head.csv");
+    let lines = std::fs::read_to_string(&src).unwrap().lines().filter(|l| !l.trim().is_empty()).count() as u64;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("hm0.blkp");
+    let st = import_msr(&src, &out, false).unwrap();
+    assert_eq!((st.records, st.skipped), (lines, 0));
+    let s = analyzer::summary::summarize(&out, &analyzer::series::Options::default()).unwrap();
+    let j = s.to_json();
+    assert_eq!(j.devices[0].name, "hm_0");
+    let (r, w) = (&j.devices[0].ops.get("read"), &j.devices[0].ops["write"]);
+    let text = std::fs::read_to_string(&src).unwrap();
+    let want_w = text.lines().filter(|l| l.contains(",Write,")).count() as u64;
+    let want_wb: u64 = text.lines().filter(|l| l.contains(",Write,")).map(|l| l.split(',').nth(5).unwrap().parse::<u64>().unwrap()).sum();
+    assert_eq!((w.ios, w.bytes), (want_w, want_wb));
+    assert_eq!(r.map_or(0, |o| o.ios), lines - want_w);
+    // First line: 2048 bytes at offset 9056014336, response 2833 ticks = 283.3 us.
+    assert!(w.total_latency_us.max >= 283.0);
+    assert!(j.start.starts_with("2007-02-22"), "FILETIME converted: {}", j.start);
+
+    // Hand-broken copies fail with file, line and what was expected.
+    let broken = dir.path().join("broken.csv");
+    let mut b: Vec<String> = text.lines().map(str::to_string).collect();
+    b[4] = "128166385295514663,hm,0,Erase,9056014336,2048,2833".into();
+    b[9] = "128166385295514663,hm,0,Write,9056014336".into();
+    std::fs::write(&broken, b.join("\n")).unwrap();
+    let e = import_msr(&broken, &dir.path().join("x.blkp"), false).unwrap_err().to_string();
+    assert!(e.contains("broken.csv:5:") && e.contains("neither Read nor Write"), "{e}");
+    let st = import_msr(&broken, &dir.path().join("y.blkp"), true).unwrap();
+    assert_eq!((st.records, st.skipped), (lines - 2, 2));
+    assert!(st.first_skipped.unwrap().starts_with("line 5"));
+}
