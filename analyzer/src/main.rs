@@ -73,11 +73,11 @@ enum Cmd {
         #[arg(long)]
         junit: Option<PathBuf>,
     },
-    /// Import another tool's trace into blkprof's format (docs/importers.md). Supported:
-    /// msr (MSR Cambridge / SNIA CSV).
+    /// Import another tool's trace into blkprof's format (docs/importers.md): msr (MSR
+    /// Cambridge / SNIA CSV), blk (blkparse's default text output, or the ftrace blk tracer's lines).
     Import {
         /// Input format.
-        #[arg(long, value_parser = ["msr"])]
+        #[arg(long, value_parser = ["msr", "blk"])]
         from: String,
         input: PathBuf,
         /// The trace file to write.
@@ -106,7 +106,11 @@ enum Cmd {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
-        Cmd::Import { from: _, input, output, skip_bad } => match analyzer::import::import_msr(&input, &output, skip_bad) {
+        Cmd::Import { from, input, output, skip_bad } => match if from == "blk" {
+            analyzer::import::import_blk(&input, &output, skip_bad)
+        } else {
+            analyzer::import::import_msr(&input, &output, skip_bad)
+        } {
             Ok(st) => {
                 eprintln!("blkprof: imported {} IOs into {}", st.records, output.display());
                 if st.skipped > 0 {

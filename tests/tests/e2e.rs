@@ -419,3 +419,57 @@ fn fio_replays_an_exported_trace_with_the_same_io_and_timing() {
     eprintln!("round trip: {} IOs, original {da:.3} s, replay {db:.3} s, {misses} reported misses", orig.records.len());
     assert!((db - da).abs() / da < 0.05, "duration: original {da:.3} s, replay {db:.3} s");
 }
+
+#[test]
+fn ftrace_blk_lines_import_to_the_same_summary_as_our_trace() {
+    let dev = Scratch::new("blk", 512, true, false);
+    dev.set_nomerges(2);
+    let tr = std::path::Path::new("/sys/kernel/tracing");
+    if !tr.join("current_tracer").exists() {
+        sh("mount -t tracefs tracefs /sys/kernel/tracing");
+    }
+    let w = |p: &str, v: &str| std::fs::write(tr.join(p), v).unwrap_or_else(|e| panic!("{p}: {e}"));
+    w("current_tracer", "nop");
+    w("trace", "");
+    w("buffer_size_kb", "65536");
+    std::fs::write(format!("/sys/block/{}/trace/enable", dev.name), "1").unwrap();
+    w("current_tracer", "blk");
+    let (trace, _, _) = traced("blk", &dev, &[], || {
+        fio(&["--name=mix", &format!("--filename={}", dev.path), "--rw=randrw", "--bssplit=4k/60:64k/30:256k/10",
+            "--direct=1", "--ioengine=libaio", "--iodepth=4", "--rate_iops=1500", "--runtime=3", "--time_based"]);
+        fio(&["--name=trim", &format!("--filename={}", dev.path), "--rw=randtrim", "--bs=1m", "--direct=1",
+            "--ioengine=libaio", "--number_ios=40", "--size=256m"]);
+    });
+    let text = std::fs::read_to_string(tr.join("trace")).unwrap();
+    w("current_tracer", "nop");
+    std::fs::write(format!("/sys/block/{}/trace/enable", dev.name), "0").unwrap();
+    w("buffer_size_kb", "1408");
+    let lines = scratch_dir().join("blk.txt");
+    std::fs::write(&lines, &text).unwrap();
+    let imported = scratch_dir().join("blk-imported.blkp");
+    let o = std::process::Command::new(blkprof_e2e::bin("blkprof"))
+        .args(["import", "--from", "blk"]).arg(&lines).arg("-o").arg(&imported).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let ours = trace.groups();
+    let theirs = Trace::read(&imported).groups();
+    let misses = trace.trailer.as_ref().unwrap().counters_end.reported_misses();
+    for g in [StatGroup::Read, StatGroup::Write, StatGroup::Discard] {
+        let (a, b) = (ours.get(&g).copied().unwrap_or((0, 0)), theirs.get(&g).copied().unwrap_or((0, 0)));
+        assert!(a.0 > 0, "{g:?}: some IO");
+        assert!(b.0 >= a.0 && b.0 - a.0 <= misses, "{g:?}: imported {b:?} vs traced {a:?} ({misses} reported misses)");
+        if misses == 0 {
+            assert_eq!(a, b, "{g:?}: IOs and bytes");
+        }
+    }
+    // A hand-broken copy fails clearly, naming the line.
+    let broken = scratch_dir().join("blk-broken.txt");
+    let mut b: Vec<&str> = text.lines().collect();
+    let bad_at = b.iter().position(|l| l.contains(" C ")).unwrap();
+    b[bad_at] = "fio-1 [000] ..... 12.000000:   7,1    C  WS notanumber + 8 [0]";
+    std::fs::write(&broken, b.join("\n")).unwrap();
+    let o = std::process::Command::new(blkprof_e2e::bin("blkprof"))
+        .args(["import", "--from", "blk"]).arg(&broken).arg("-o").arg(scratch_dir().join("x.blkp")).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(err.contains(&format!("blk-broken.txt:{}:", bad_at + 1)) && err.contains("sector"), "{err}");
+}
