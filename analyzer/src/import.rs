@@ -139,7 +139,9 @@ pub fn import_blk(input: &Path, output: &Path, skip_bad: bool) -> Result<ImportS
     use std::collections::{HashMap, VecDeque};
     let f = std::fs::File::open(input).map_err(|source| ImportError::Read { path: input.to_owned(), source })?;
     let mut stats = ImportStats::default();
-    let mut queued: HashMap<(u32, u64), VecDeque<(u64, u32, String)>> = HashMap::new();
+    // (dev, sector) -> queue events in order: (time, pid, comm)
+    type Queued = HashMap<(u32, u64), VecDeque<(u64, u32, String)>>;
+    let mut queued: Queued = HashMap::new();
     let mut issued: HashMap<(u32, u64), VecDeque<u64>> = HashMap::new();
     let mut recs: Vec<(IoRecord, [u8; 16])> = Vec::new();
     let mut devs: Vec<u32> = Vec::new();
