@@ -11,7 +11,10 @@ use tracer_common::op::{Op, StatGroup, flags};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
+    /// fio iolog version 3: each line stamped (microseconds), replayed with its timing.
     Iolog,
+    /// fio iolog version 2: the same IOs in submission order, without timing.
+    Iolog2,
     Csv,
     Jsonl,
 }
@@ -45,7 +48,7 @@ pub fn export(path: &Path, format: Format, device: Option<&str>, target: Option<
     let devs = r.header().devices.clone();
     let dev = match device {
         Some(name) => Some(devs.iter().find(|d| d.name == name || format!("{}:{}", d.major, d.minor) == name).ok_or_else(|| ExportError::NoDevice(name.into()))?.clone()),
-        None if devs.len() > 1 && format == Format::Iolog => {
+        None if devs.len() > 1 && matches!(format, Format::Iolog | Format::Iolog2) => {
             return Err(ExportError::SeveralDevices(devs.iter().map(|d| d.name.clone()).collect::<Vec<_>>().join(", ")));
         }
         None => devs.first().cloned(),
@@ -60,6 +63,11 @@ pub fn export(path: &Path, format: Format, device: Option<&str>, target: Option<
             writeln!(out, "0 {target} add")?;
             writeln!(out, "0 {target} open")?;
         }
+        Format::Iolog2 => {
+            writeln!(out, "fio version 2 iolog")?;
+            writeln!(out, "{target} add")?;
+            writeln!(out, "{target} open")?;
+        }
         Format::Jsonl => {}
     }
     // (enter_ns, arrival sequence, op code, offset, length), earliest submission first.
@@ -69,16 +77,18 @@ pub fn export(path: &Path, format: Format, device: Option<&str>, target: Option<
     // fio's version 3 iologs stamp each line in microseconds since the start.
     let mut last_us = 0u64;
     let mut seq = 0u64;
+    let timed = format == Format::Iolog;
     let emit = |out: &mut dyn Write, (enter, _, op, off, len): (u64, u64, u8, u64, u32), t0: u64, last_us: &mut u64| -> std::io::Result<()> {
         let us = (enter.saturating_sub(t0) / 1_000).max(*last_us);
         *last_us = us;
+        let stamp = if timed { format!("{us} ") } else { String::new() };
         let act = match op {
             0 => "read",
             1 => "write",
             2 => "trim",
             _ => "sync",
         };
-        if op == 3 { writeln!(out, "{us} {target} {act}") } else { writeln!(out, "{us} {target} {act} {off} {len}") }
+        if op == 3 { writeln!(out, "{stamp}{target} {act}") } else { writeln!(out, "{stamp}{target} {act} {off} {len}") }
     };
     while r.next_chunk(&mut buf)? {
         for rec in &buf {
@@ -87,7 +97,7 @@ pub fn export(path: &Path, format: Format, device: Option<&str>, target: Option<
                 continue;
             }
             match format {
-                Format::Iolog => {
+                Format::Iolog | Format::Iolog2 => {
                     let op = match (rec.stat_group(), rec.op) {
                         (StatGroup::Flush, _) => 3u8,
                         (_, Op::Read) => 0,
@@ -158,8 +168,10 @@ pub fn export(path: &Path, format: Format, device: Option<&str>, target: Option<
             stats.written += 1;
         }
     }
-    if format == Format::Iolog {
-        writeln!(out, "{last_us} {target} close")?;
+    match format {
+        Format::Iolog => writeln!(out, "{last_us} {target} close")?,
+        Format::Iolog2 => writeln!(out, "{target} close")?,
+        _ => {}
     }
     out.flush()?;
     Ok(stats)

@@ -44,8 +44,8 @@ enum Cmd {
     /// pattern; fio 3.33 replays reads, writes and syncs but not trims), CSV, or JSON lines.
     Export {
         trace: PathBuf,
-        /// iolog, csv or jsonl.
-        #[arg(long, default_value = "iolog", value_parser = ["iolog", "csv", "jsonl"])]
+        /// iolog (fio version 3, timed), iolog2 (fio version 2, untimed), csv or jsonl.
+        #[arg(long, default_value = "iolog", value_parser = ["iolog", "iolog2", "csv", "jsonl"])]
         format: String,
         /// Only this device (name or MAJ:MIN); an iolog needs one device.
         #[arg(long)]
@@ -128,6 +128,7 @@ fn main() -> ExitCode {
             let fmt = match format.as_str() {
                 "csv" => analyzer::export::Format::Csv,
                 "jsonl" => analyzer::export::Format::Jsonl,
+                "iolog2" => analyzer::export::Format::Iolog2,
                 _ => analyzer::export::Format::Iolog,
             };
             let mut out: Box<dyn std::io::Write> = match &output {
