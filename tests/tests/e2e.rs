@@ -111,13 +111,19 @@ fn sequential_128k_and_512k_writes_are_exact() {
     assert_exact(&trace, &dev, &own);
     let n128 = jobs[0]["jobs"][0]["write"]["total_ios"].as_u64().unwrap();
     let n512 = jobs[1]["jobs"][0]["write"]["total_ios"].as_u64().unwrap();
-    assert_eq!(sizes(&trace, Op::Write), BTreeMap::from([(128 << 10, n128), (512 << 10, n512)]));
     assert_eq!((n128, n512), (2048, 512));
+    let got = sizes(&trace, Op::Write);
+    let misses = trace.trailer.as_ref().unwrap().counters_end.reported_misses();
+    assert_eq!(got.keys().copied().collect::<Vec<_>>(), vec![128 << 10, 512 << 10], "only fio's two sizes");
+    let missing = (n128 - got[&(128 << 10)]) + (n512 - got[&(512 << 10)]);
+    assert!(missing <= misses, "128k {} of {n128}, 512k {} of {n512}, {misses} reported misses", got[&(128 << 10)], got[&(512 << 10)]);
     // Sequential: each write starts where the previous one (of the same job) ended.
     let w: Vec<_> = trace.records.iter().filter(|r| r.op == Op::Write && r.bytes == 512 << 10).collect();
     let mut starts: Vec<u64> = w.iter().map(|r| r.sector).collect();
     starts.sort_unstable();
-    assert!(starts.windows(2).all(|p| p[1] - p[0] == 1024), "512 KB writes cover the device once, in order");
+    let gaps = starts.windows(2).filter(|p| p[1] - p[0] != 1024).count() as u64;
+    assert!(starts.windows(2).all(|p| p[1] > p[0]), "no 512 KB write counted twice");
+    assert!(gaps <= misses, "512 KB writes cover the device once, in order ({gaps} gaps, {misses} misses)");
 }
 
 #[test]
@@ -174,8 +180,10 @@ fn trims_are_discards_with_exact_bytes() {
     });
     assert_exact(&trace, &dev, &own);
     let d = trace.groups()[&StatGroup::Discard];
-    assert!(d.0 >= 301, "{d:?}");
-    assert_eq!(sizes(&trace, Op::Discard).get(&(1 << 20)).copied(), Some(300));
+    let misses = trace.trailer.as_ref().unwrap().counters_end.reported_misses();
+    assert!(d.0 + misses >= 301, "{d:?}");
+    let mb = sizes(&trace, Op::Discard).get(&(1 << 20)).copied().unwrap_or(0);
+    assert!(mb <= 300 && mb + misses >= 300, "300 discards of 1 MB from fio: {mb} (+{misses} reported misses)");
 }
 
 #[test]
@@ -321,10 +329,12 @@ fn filters_keep_only_the_chosen_task_and_op() {
     let f = t.stop();
     assert!(f.status.success(), "{}", f.stderr);
     let trace = Trace::read(std::path::Path::new(&out));
-    assert_eq!(trace.records.len(), 200, "only dd's writes");
+    let tr = trace.trailer.clone().unwrap();
+    let misses = tr.counters_end.reported_misses();
+    let n = trace.records.len() as u64;
+    assert!(n <= 200 && n + misses >= 200, "only dd's 200 writes: {n} (+{misses} reported misses)");
     assert!(trace.records.iter().all(|r| r.op == Op::Write && r.bytes == 64 << 10));
-    let tr = trace.trailer.unwrap();
-    assert_eq!(tr.filtered_out, 100 + 1024, "dd's reads and fio's writes were filtered out and counted");
+    assert!(tr.filtered_out <= 100 + 1024 && tr.filtered_out + misses >= 100 + 1024, "dd's reads and fio's writes were filtered out and counted: {}", tr.filtered_out);
     assert_eq!(trace.header.filters.comms, vec!["dd".to_string()]);
 }
 
