@@ -36,7 +36,7 @@ enum Cmd {
         #[arg(long = "app-log", value_name = "FILE")]
         app_logs: Vec<PathBuf>,
         /// Also write TRACE.html (self-contained: inline SVG charts, no network), TRACE.json
-        /// and one SVG per chart into this directory (created if missing).
+        /// and each chart as SVG and PNG into this directory (created if missing).
         #[arg(short = 'o', long = "output-dir", value_name = "DIR")]
         out_dir: Option<PathBuf>,
     },
@@ -260,8 +260,10 @@ fn write_files(dir: &std::path::Path, trace: &std::path::Path, s: &analyzer::sum
     let json = serde_json::to_vec_pretty(&s.to_json()).map_err(std::io::Error::other)?;
     std::fs::write(dir.join(format!("{stem}.json")), json)?;
     for d in s.devices.values() {
-        for (name, svg) in analyzer::plots::device_charts(s, d) {
-            std::fs::write(dir.join(format!("{stem}-{}-{name}.svg", d.name.replace('/', "_"))), svg)?;
+        for c in analyzer::plots::charts(s, d) {
+            let base = dir.join(format!("{stem}-{}-{}", d.name.replace('/', "_"), c.name));
+            std::fs::write(base.with_extension("svg"), c.svg())?;
+            c.png(&base.with_extension("png"))?;
         }
     }
     eprintln!("blkprof: wrote {}", dir.join(format!("{stem}.html")).display());

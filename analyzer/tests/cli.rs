@@ -51,3 +51,23 @@ fn report_of_a_non_trace_and_of_an_unknown_version_say_so() {
     let o = blkprof().arg("report").arg(&p).output().unwrap();
     assert!(String::from_utf8_lossy(&o.stderr).contains("version 7 is not supported"));
 }
+
+#[test]
+fn output_dir_gets_html_json_and_every_chart_as_svg_and_png() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = blkprof().arg("report").arg(golden("cassandra-shaped-a.blkp")).arg("-o").arg(dir.path()).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for ext in ["html", "json"] {
+        assert!(dir.path().join(format!("cassandra-shaped-a.{ext}")).exists(), "{ext}");
+    }
+    for chart in ["throughput", "iops", "latency", "queue"] {
+        let base = dir.path().join(format!("cassandra-shaped-a-loop1-{chart}"));
+        let svg = std::fs::read_to_string(base.with_extension("svg")).unwrap();
+        assert!(svg.contains("<svg") && svg.contains("seconds since trace start"));
+        let png = std::fs::read(base.with_extension("png")).unwrap();
+        assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "{chart}.png is a PNG");
+        // IHDR: width and height.
+        assert_eq!((u32::from_be_bytes(png[16..20].try_into().unwrap()), u32::from_be_bytes(png[20..24].try_into().unwrap())), (960, 280));
+        assert!(png.len() > 20_000, "{chart}.png has content");
+    }
+}
