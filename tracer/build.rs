@@ -17,8 +17,14 @@ fn main() -> anyhow::Result<()> {
         .parent()
         .ok_or_else(|| anyhow!("no parent for {}", pkg.manifest_path))?;
     aya_build::build_ebpf(
-        [aya_build::Package { name: "tracer-ebpf", root_dir: root.as_str(), ..Default::default() }],
+        [aya_build::Package {
+            name: "tracer-ebpf",
+            root_dir: root.as_str(),
+            ..Default::default()
+        }],
         aya_build::Toolchain::default(),
     )
-    .context("building the eBPF probe needs nightly rust-src and bpf-linker: run `cargo xtask setup`")
+    .context(
+        "building the eBPF probe needs nightly rust-src and bpf-linker: run `cargo xtask setup`",
+    )
 }

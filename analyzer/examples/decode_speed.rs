@@ -16,9 +16,16 @@ fn main() {
         sum += buf.iter().map(|r| u64::from(r.bytes)).sum::<u64>();
     }
     let e = t.elapsed();
-    eprintln!("read {n} records in {e:?}: {:.1} M/s ({sum})", n as f64 / e.as_secs_f64() / 1e6);
+    eprintln!(
+        "read {n} records in {e:?}: {:.1} M/s ({sum})",
+        n as f64 / e.as_secs_f64() / 1e6
+    );
     let t = std::time::Instant::now();
     let s = analyzer::summary::summarize(&p, &analyzer::series::Options::default()).unwrap();
     let e = t.elapsed();
-    eprintln!("summary {} records in {e:?}: {:.1} M/s", s.records, n as f64 / e.as_secs_f64() / 1e6);
+    eprintln!(
+        "summary {} records in {e:?}: {:.1} M/s",
+        s.records,
+        n as f64 / e.as_secs_f64() / 1e6
+    );
 }

@@ -131,7 +131,9 @@ impl Classifier {
             }
             StatGroup::Write => {
                 if let Some(b) = self.burst_at(r.complete_ns) {
-                    *self.per_burst_sizes[b].entry(SizeClass::of(u64::from(r.bytes))).or_default() += 1;
+                    *self.per_burst_sizes[b]
+                        .entry(SizeClass::of(u64::from(r.bytes)))
+                        .or_default() += 1;
                     self.per_burst_writes[b].0 += 1;
                     self.per_burst_writes[b].1 += u64::from(r.bytes);
                 }
@@ -152,21 +154,40 @@ impl Classifier {
 }
 
 fn us(h: &Histogram<u64>, q: f64) -> f64 {
-    if h.is_empty() { 0.0 } else { h.value_at_quantile(q) as f64 / 1e3 }
+    if h.is_empty() {
+        0.0
+    } else {
+        h.value_at_quantile(q) as f64 / 1e3
+    }
 }
 
 /// Assemble bursts from pass one's bins and pass two's classification.
-pub fn bursts(s: &Series, bins: &[BurstBins], c: &Classifier, wall: &dyn Fn(u64) -> String, base_ns: u64) -> (Vec<Burst>, ReadImpact) {
+pub fn bursts(
+    s: &Series,
+    bins: &[BurstBins],
+    c: &Classifier,
+    wall: &dyn Fn(u64) -> String,
+    base_ns: u64,
+) -> (Vec<Burst>, ReadImpact) {
     let mut out = Vec::new();
     let fine_s = s.fine_ns as f64 / 1e9;
     let mut inside_q = (0.0, 0usize);
     for (i, b) in bins.iter().enumerate() {
         let start_ns = s.bin_start(b.start, s.fine_ns);
         let end_ns = s.bin_start(b.end, s.fine_ns);
-        let peak = (b.start..b.end).map(|k| s.fine_write_bytes[k]).max().unwrap_or(0) as f64 / fine_s / 1e6;
+        let peak = (b.start..b.end)
+            .map(|k| s.fine_write_bytes[k])
+            .max()
+            .unwrap_or(0) as f64
+            / fine_s
+            / 1e6;
         let (ios, bytes) = c.per_burst_writes[i];
         let dur = (end_ns - start_ns) as f64 / 1e9;
-        let (dom, dom_n) = c.per_burst_sizes[i].iter().max_by_key(|(_, n)| **n).map(|(k, n)| (k.label(), *n)).unwrap_or(("-".into(), 0));
+        let (dom, dom_n) = c.per_burst_sizes[i]
+            .iter()
+            .max_by_key(|(_, n)| **n)
+            .map(|(k, n)| (k.label(), *n))
+            .unwrap_or(("-".into(), 0));
         let (dn, db, first) = c.discards[i];
         let q: f64 = (b.start..b.end).map(|k| s.fine_queue(k)).sum::<f64>();
         inside_q.0 += q;
@@ -187,7 +208,10 @@ pub fn bursts(s: &Series, bins: &[BurstBins], c: &Classifier, wall: &dyn Fn(u64)
             first_discard_after_s: first.map(|t| (t - end_ns) as f64 / 1e9),
             read_p99_us: us(&c.per_burst_reads[i], 0.99),
             queue_depth_mean: q / (b.end - b.start).max(1) as f64,
-            queue_depth_max: (b.start..b.end).map(|k| s.fine_queue_max[k]).max().unwrap_or(0),
+            queue_depth_max: (b.start..b.end)
+                .map(|k| s.fine_queue_max[k])
+                .max()
+                .unwrap_or(0),
             start_ns,
             end_ns,
         });
@@ -204,13 +228,26 @@ pub fn bursts(s: &Series, bins: &[BurstBins], c: &Classifier, wall: &dyn Fn(u64)
         outside_p50_us: us(&c.outside, 0.5),
         outside_p99_us: us(&c.outside, 0.99),
         outside_max_us: c.outside.max() as f64 / 1e3,
-        inside_queue_depth_mean: if inside_q.1 > 0 { inside_q.0 / inside_q.1 as f64 } else { 0.0 },
-        outside_queue_depth_mean: if outside_bins > 0 { (total_q - inside_q.0) / outside_bins as f64 } else { 0.0 },
+        inside_queue_depth_mean: if inside_q.1 > 0 {
+            inside_q.0 / inside_q.1 as f64
+        } else {
+            0.0
+        },
+        outside_queue_depth_mean: if outside_bins > 0 {
+            (total_q - inside_q.0) / outside_bins as f64
+        } else {
+            0.0
+        },
     };
     (out, impact)
 }
 
-pub fn spikes(s: &Series, bins: &[SpikeBins], wall: &dyn Fn(u64) -> String, base_ns: u64) -> Vec<Spike> {
+pub fn spikes(
+    s: &Series,
+    bins: &[SpikeBins],
+    wall: &dyn Fn(u64) -> String,
+    base_ns: u64,
+) -> Vec<Spike> {
     bins.iter()
         .map(|b| {
             let start_ns = s.bin_start(b.start, s.fine_ns);
@@ -218,8 +255,13 @@ pub fn spikes(s: &Series, bins: &[SpikeBins], wall: &dyn Fn(u64) -> String, base
                 start: wall(start_ns),
                 start_s: (start_ns - base_ns) as f64 / 1e9,
                 duration_s: (b.end - b.start) as f64 * s.fine_ns as f64 / 1e9,
-                peak_mean_depth: (b.start..b.end).map(|k| s.fine_queue(k)).fold(0.0, f64::max),
-                peak_inflight: (b.start..b.end).map(|k| s.fine_queue_max[k]).max().unwrap_or(0),
+                peak_mean_depth: (b.start..b.end)
+                    .map(|k| s.fine_queue(k))
+                    .fold(0.0, f64::max),
+                peak_inflight: (b.start..b.end)
+                    .map(|k| s.fine_queue_max[k])
+                    .max()
+                    .unwrap_or(0),
                 baseline_depth: b.baseline,
             }
         })
@@ -227,7 +269,14 @@ pub fn spikes(s: &Series, bins: &[SpikeBins], wall: &dyn Fn(u64) -> String, base
 }
 
 pub fn burst_ranges(s: &Series, bins: &[BurstBins]) -> Vec<(u64, u64)> {
-    bins.iter().map(|b| (s.bin_start(b.start, s.fine_ns), s.bin_start(b.end, s.fine_ns))).collect()
+    bins.iter()
+        .map(|b| {
+            (
+                s.bin_start(b.start, s.fine_ns),
+                s.bin_start(b.end, s.fine_ns),
+            )
+        })
+        .collect()
 }
 
 pub fn default_options() -> Options {

@@ -40,8 +40,20 @@ pub struct Rules {
 
 /// The rules used with --baseline and no --rules.
 pub fn default_rules() -> Vec<Rule> {
-    let r = |metric: &str, within: Option<f64>, within_pct: Option<f64>, max: Option<f64>| Rule { metric: metric.into(), within, within_pct, max, min: None, slack: None };
-    let lat = |metric: &str| Rule { metric: metric.into(), within_pct: Some(50.0), slack: Some(1000.0), ..Default::default() };
+    let r = |metric: &str, within: Option<f64>, within_pct: Option<f64>, max: Option<f64>| Rule {
+        metric: metric.into(),
+        within,
+        within_pct,
+        max,
+        min: None,
+        slack: None,
+    };
+    let lat = |metric: &str| Rule {
+        metric: metric.into(),
+        within_pct: Some(50.0),
+        slack: Some(1000.0),
+        ..Default::default()
+    };
     vec![
         r("read.pct_ios", Some(5.0), None, None),
         r("write.pct_bytes", Some(5.0), None, None),
@@ -68,21 +80,37 @@ pub struct Verdict {
 fn device<'a>(r: &'a JsonReport, name: Option<&str>) -> Option<&'a JsonDevice> {
     match name {
         Some(n) => r.devices.iter().find(|d| d.name == n),
-        None => r.devices.iter().max_by_key(|d| d.ops.values().map(|o| o.ios).sum::<u64>()),
+        None => r
+            .devices
+            .iter()
+            .max_by_key(|d| d.ops.values().map(|o| o.ios).sum::<u64>()),
     }
 }
 
 /// L1 distance / 2 between two size-class distributions (0 = same mix, 1 = disjoint).
 fn mix_distance(a: &JsonDevice, b: &JsonDevice, op: &str) -> Option<f64> {
     let dist = |d: &JsonDevice| -> BTreeMap<String, f64> {
-        d.ops.get(op).map(|o| o.block_sizes.iter().map(|z| (z.class.clone(), z.pct_ios / 100.0)).collect()).unwrap_or_default()
+        d.ops
+            .get(op)
+            .map(|o| {
+                o.block_sizes
+                    .iter()
+                    .map(|z| (z.class.clone(), z.pct_ios / 100.0))
+                    .collect()
+            })
+            .unwrap_or_default()
     };
     let (x, y) = (dist(a), dist(b));
     if x.is_empty() && y.is_empty() {
         return None;
     }
     let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
-    Some(keys.iter().map(|k| (x.get(*k).unwrap_or(&0.0) - y.get(*k).unwrap_or(&0.0)).abs()).sum::<f64>() / 2.0)
+    Some(
+        keys.iter()
+            .map(|k| (x.get(*k).unwrap_or(&0.0) - y.get(*k).unwrap_or(&0.0)).abs())
+            .sum::<f64>()
+            / 2.0,
+    )
 }
 
 /// A metric's value, or None if the report has no such figure.
@@ -101,9 +129,13 @@ pub fn metric(r: &JsonReport, d: &JsonDevice, name: &str) -> Result<Option<f64>,
     if simple.is_some() {
         return Ok(simple);
     }
-    let Some((op, what)) = name.split_once('.') else { return Err(format!("unknown metric {name:?} (see docs/check-rules.md)")) };
+    let Some((op, what)) = name.split_once('.') else {
+        return Err(format!("unknown metric {name:?} (see docs/check-rules.md)"));
+    };
     if !matches!(op, "read" | "write" | "discard" | "flush") {
-        return Err(format!("unknown op {op:?} in metric {name:?} (read, write, discard or flush)"));
+        return Err(format!(
+            "unknown op {op:?} in metric {name:?} (read, write, discard or flush)"
+        ));
     }
     let o = d.ops.get(op);
     let rate = match op {
@@ -117,7 +149,9 @@ pub fn metric(r: &JsonReport, d: &JsonDevice, name: &str) -> Result<Option<f64>,
         "bytes" => o.map(|o| o.bytes as f64),
         "pct_ios" => o.map(|o| o.pct_ios),
         "pct_bytes" => o.map(|o| o.pct_bytes),
-        "mean_request_bytes" => o.filter(|o| o.ios > 0).map(|o| o.bytes as f64 / o.ios as f64),
+        "mean_request_bytes" => o
+            .filter(|o| o.ios > 0)
+            .map(|o| o.bytes as f64 / o.ios as f64),
         "latency_p50_us" => o.filter(|o| o.ios > 0).map(|o| o.total_latency_us.p50),
         "latency_p99_us" => o.filter(|o| o.ios > 0).map(|o| o.total_latency_us.p99),
         "latency_p999_us" => o.filter(|o| o.ios > 0).map(|o| o.total_latency_us.p999),
@@ -131,20 +165,45 @@ pub fn metric(r: &JsonReport, d: &JsonDevice, name: &str) -> Result<Option<f64>,
     Ok(v)
 }
 
-pub fn check(trace: &JsonReport, baseline: Option<&JsonReport>, rules: &Rules) -> Result<Vec<Verdict>, String> {
-    let d = device(trace, rules.device.as_deref()).ok_or_else(|| format!("the trace has no device {}", rules.device.as_deref().unwrap_or("with IO")))?;
+pub fn check(
+    trace: &JsonReport,
+    baseline: Option<&JsonReport>,
+    rules: &Rules,
+) -> Result<Vec<Verdict>, String> {
+    let d = device(trace, rules.device.as_deref()).ok_or_else(|| {
+        format!(
+            "the trace has no device {}",
+            rules.device.as_deref().unwrap_or("with IO")
+        )
+    })?;
     let bd = match baseline {
-        Some(b) => Some(device(b, Some(&d.name)).or_else(|| device(b, None)).ok_or("the baseline has no device with IO")?),
+        Some(b) => Some(
+            device(b, Some(&d.name))
+                .or_else(|| device(b, None))
+                .ok_or("the baseline has no device with IO")?,
+        ),
         None => None,
     };
     let mut out = Vec::new();
     for rule in &rules.rules {
-        let needs_base = rule.within.is_some() || rule.within_pct.is_some() || rule.metric.ends_with("size_mix_distance");
+        let needs_base = rule.within.is_some()
+            || rule.within_pct.is_some()
+            || rule.metric.ends_with("size_mix_distance");
         if needs_base && baseline.is_none() {
-            return Err(format!("rule on {:?} compares with a baseline: give --baseline", rule.metric));
+            return Err(format!(
+                "rule on {:?} compares with a baseline: give --baseline",
+                rule.metric
+            ));
         }
-        if rule.max.is_none() && rule.min.is_none() && rule.within.is_none() && rule.within_pct.is_none() {
-            return Err(format!("rule on {:?} has no bound (max, min, within or within_pct)", rule.metric));
+        if rule.max.is_none()
+            && rule.min.is_none()
+            && rule.within.is_none()
+            && rule.within_pct.is_none()
+        {
+            return Err(format!(
+                "rule on {:?} has no bound (max, min, within or within_pct)",
+                rule.metric
+            ));
         }
         let (value, base) = if let Some(op) = rule.metric.strip_suffix(".size_mix_distance") {
             let bd = bd.expect("checked above");
@@ -159,7 +218,13 @@ pub fn check(trace: &JsonReport, baseline: Option<&JsonReport>, rules: &Rules) -
         };
         let mut reasons = Vec::new();
         let Some(v) = value else {
-            out.push(Verdict { rule: rule.clone(), value: None, baseline: base, pass: true, reason: "no such IO in the trace: nothing to check".into() });
+            out.push(Verdict {
+                rule: rule.clone(),
+                value: None,
+                baseline: base,
+                pass: true,
+                reason: "no such IO in the trace: nothing to check".into(),
+            });
             continue;
         };
         if let Some(m) = rule.max.filter(|&m| v > m) {
@@ -170,23 +235,54 @@ pub fn check(trace: &JsonReport, baseline: Option<&JsonReport>, rules: &Rules) -
         }
         if let Some(b) = base.filter(|b| (v - b).abs() > rule.slack.unwrap_or(0.0)) {
             if let Some(w) = rule.within.filter(|&w| (v - b).abs() > w) {
-                reasons.push(format!("{v:.3} is {:+.3} from the baseline's {b:.3}, more than {w}", v - b));
+                reasons.push(format!(
+                    "{v:.3} is {:+.3} from the baseline's {b:.3}, more than {w}",
+                    v - b
+                ));
             }
-            if let Some(w) = rule.within_pct.filter(|&w| b != 0.0 && (v - b).abs() / b.abs() * 100.0 > w) {
-                reasons.push(format!("{v:.3} is {:+.1}% from the baseline's {b:.3}, more than {w}%", (v - b) / b.abs() * 100.0));
+            if let Some(w) = rule
+                .within_pct
+                .filter(|&w| b != 0.0 && (v - b).abs() / b.abs() * 100.0 > w)
+            {
+                reasons.push(format!(
+                    "{v:.3} is {:+.1}% from the baseline's {b:.3}, more than {w}%",
+                    (v - b) / b.abs() * 100.0
+                ));
             }
         }
         let pass = reasons.is_empty();
-        out.push(Verdict { rule: rule.clone(), value: Some(v), baseline: base, pass, reason: if pass { "ok".into() } else { reasons.join("; ") } });
+        out.push(Verdict {
+            rule: rule.clone(),
+            value: Some(v),
+            baseline: base,
+            pass,
+            reason: if pass {
+                "ok".into()
+            } else {
+                reasons.join("; ")
+            },
+        });
     }
     Ok(out)
 }
 
 pub fn write_table(out: &mut dyn Write, verdicts: &[Verdict]) -> std::io::Result<()> {
-    writeln!(out, "{:<6} {:<30} {:>14} {:>14}  reason", "", "metric", "value", "baseline")?;
+    writeln!(
+        out,
+        "{:<6} {:<30} {:>14} {:>14}  reason",
+        "", "metric", "value", "baseline"
+    )?;
     for v in verdicts {
         let f = |x: Option<f64>| x.map_or("-".into(), |x| format!("{x:.3}"));
-        writeln!(out, "{:<6} {:<30} {:>14} {:>14}  {}", if v.pass { "PASS" } else { "FAIL" }, v.rule.metric, f(v.value), f(v.baseline), v.reason)?;
+        writeln!(
+            out,
+            "{:<6} {:<30} {:>14} {:>14}  {}",
+            if v.pass { "PASS" } else { "FAIL" },
+            v.rule.metric,
+            f(v.value),
+            f(v.baseline),
+            v.reason
+        )?;
     }
     let failed = verdicts.iter().filter(|v| !v.pass).count();
     writeln!(out, "\n{} of {} checks failed", failed, verdicts.len())
@@ -200,7 +296,10 @@ pub fn junit(verdicts: &[Verdict], name: &str) -> String {
         verdicts.len()
     );
     for v in verdicts {
-        x.push_str(&format!("  <testcase classname=\"blkprof.check\" name=\"{}\">", escape(&v.rule.metric)));
+        x.push_str(&format!(
+            "  <testcase classname=\"blkprof.check\" name=\"{}\">",
+            escape(&v.rule.metric)
+        ));
         if !v.pass {
             x.push_str(&format!("<failure message=\"{}\"/>", escape(&v.reason)));
         }

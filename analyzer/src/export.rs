@@ -1,8 +1,8 @@
 //! `blkprof export`: a trace as a fio iolog (version 3, timed, so `fio --read_iolog` replays
 //! the pattern with its timing), CSV, or JSON lines.
 
-use std::collections::BinaryHeap;
 use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::io::Write;
 use std::path::Path;
 
@@ -43,21 +43,43 @@ pub struct ExportStats {
 /// this long (IOs slower than this are emitted late, in completion order).
 const REORDER_NS: u64 = 30_000_000_000;
 
-pub fn export(path: &Path, format: Format, device: Option<&str>, target: Option<&str>, out: &mut dyn Write) -> Result<ExportStats, ExportError> {
+pub fn export(
+    path: &Path,
+    format: Format,
+    device: Option<&str>,
+    target: Option<&str>,
+    out: &mut dyn Write,
+) -> Result<ExportStats, ExportError> {
     let mut r = TraceReader::open(path)?;
     let devs = r.header().devices.clone();
     let dev = match device {
-        Some(name) => Some(devs.iter().find(|d| d.name == name || format!("{}:{}", d.major, d.minor) == name).ok_or_else(|| ExportError::NoDevice(name.into()))?.clone()),
+        Some(name) => Some(
+            devs.iter()
+                .find(|d| d.name == name || format!("{}:{}", d.major, d.minor) == name)
+                .ok_or_else(|| ExportError::NoDevice(name.into()))?
+                .clone(),
+        ),
         None if devs.len() > 1 && matches!(format, Format::Iolog | Format::Iolog2) => {
-            return Err(ExportError::SeveralDevices(devs.iter().map(|d| d.name.clone()).collect::<Vec<_>>().join(", ")));
+            return Err(ExportError::SeveralDevices(
+                devs.iter()
+                    .map(|d| d.name.clone())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            ));
         }
         None => devs.first().cloned(),
     };
-    let target = target.map(str::to_string).or_else(|| dev.as_ref().map(|d| format!("/dev/{}", d.name))).unwrap_or_else(|| "/dev/unknown".into());
+    let target = target
+        .map(str::to_string)
+        .or_else(|| dev.as_ref().map(|d| format!("/dev/{}", d.name)))
+        .unwrap_or_else(|| "/dev/unknown".into());
     let mut stats = ExportStats::default();
     let mut buf = Vec::new();
     match format {
-        Format::Csv => writeln!(out, "complete_ns,enter_ns,issue_ns,device,op,flags,sector,bytes,queue_us,device_us,total_us,pid,comm,dev_inflight,os_inflight,error")?,
+        Format::Csv => writeln!(
+            out,
+            "complete_ns,enter_ns,issue_ns,device,op,flags,sector,bytes,queue_us,device_us,total_us,pid,comm,dev_inflight,os_inflight,error"
+        )?,
         Format::Iolog => {
             writeln!(out, "fio version 3 iolog")?;
             writeln!(out, "0 {target} add")?;
@@ -78,17 +100,29 @@ pub fn export(path: &Path, format: Format, device: Option<&str>, target: Option<
     let mut last_us = 0u64;
     let mut seq = 0u64;
     let timed = format == Format::Iolog;
-    let emit = |out: &mut dyn Write, (enter, _, op, off, len): (u64, u64, u8, u64, u32), t0: u64, last_us: &mut u64| -> std::io::Result<()> {
+    let emit = |out: &mut dyn Write,
+                (enter, _, op, off, len): (u64, u64, u8, u64, u32),
+                t0: u64,
+                last_us: &mut u64|
+     -> std::io::Result<()> {
         let us = (enter.saturating_sub(t0) / 1_000).max(*last_us);
         *last_us = us;
-        let stamp = if timed { format!("{us} ") } else { String::new() };
+        let stamp = if timed {
+            format!("{us} ")
+        } else {
+            String::new()
+        };
         let act = match op {
             0 => "read",
             1 => "write",
             2 => "trim",
             _ => "sync",
         };
-        if op == 3 { writeln!(out, "{stamp}{target} {act}") } else { writeln!(out, "{stamp}{target} {act} {off} {len}") }
+        if op == 3 {
+            writeln!(out, "{stamp}{target} {act}")
+        } else {
+            writeln!(out, "{stamp}{target} {act} {off} {len}")
+        }
     };
     while r.next_chunk(&mut buf)? {
         for rec in &buf {
@@ -113,7 +147,13 @@ pub fn export(path: &Path, format: Format, device: Option<&str>, target: Option<
                         continue;
                     }
                     let t = *t0.get_or_insert(rec.enter_ns);
-                    heap.push(Reverse((rec.enter_ns.max(t), seq, op, rec.sector * 512, rec.bytes)));
+                    heap.push(Reverse((
+                        rec.enter_ns.max(t),
+                        seq,
+                        op,
+                        rec.sector * 512,
+                        rec.bytes,
+                    )));
                     seq += 1;
                     while let Some(Reverse(top)) = heap.peek() {
                         if top.0 + REORDER_NS > rec.complete_ns {
@@ -178,18 +218,30 @@ pub fn export(path: &Path, format: Format, device: Option<&str>, target: Option<
 }
 
 fn dev_name(r: &TraceReader, rec: &IoRecord) -> String {
-    r.devices().iter().find(|d| d.dev() == rec.dev).map_or_else(|| {
-        let (a, b) = tracer_common::dev_split(rec.dev);
-        format!("{a}:{b}")
-    }, |d| d.name.clone())
+    r.devices().iter().find(|d| d.dev() == rec.dev).map_or_else(
+        || {
+            let (a, b) = tracer_common::dev_split(rec.dev);
+            format!("{a}:{b}")
+        },
+        |d| d.name.clone(),
+    )
 }
 
 fn flag_names(f: u16) -> String {
-    flags::NAMES.iter().filter(|(b, _)| f & b != 0).map(|(_, n)| *n).collect::<Vec<_>>().join("|")
+    flags::NAMES
+        .iter()
+        .filter(|(b, _)| f & b != 0)
+        .map(|(_, n)| *n)
+        .collect::<Vec<_>>()
+        .join("|")
 }
 
 fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n']) { format!("\"{}\"", s.replace('"', "\"\"")) } else { s.to_string() }
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
 }
 
 #[cfg(test)]
@@ -209,11 +261,18 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], "fio version 3 iolog");
         assert_eq!(lines[1], "0 /dev/loop9 add");
-        let io_lines: Vec<Vec<&str>> = lines.iter().map(|l| l.split(' ').collect::<Vec<_>>()).filter(|f| f.len() == 5).collect();
+        let io_lines: Vec<Vec<&str>> = lines
+            .iter()
+            .map(|l| l.split(' ').collect::<Vec<_>>())
+            .filter(|f| f.len() == 5)
+            .collect();
         assert_eq!(io_lines.len() as u64, st.written);
         assert_eq!(st.written, ios.len() as u64);
         let ts: Vec<u64> = io_lines.iter().map(|f| f[0].parse().unwrap()).collect();
-        assert!(ts.windows(2).all(|w| w[0] <= w[1]), "timestamps never go back");
+        assert!(
+            ts.windows(2).all(|w| w[0] <= w[1]),
+            "timestamps never go back"
+        );
         let reads = io_lines.iter().filter(|f| f[2] == "read").count();
         assert_eq!(reads, ios.iter().filter(|i| i.op == Op::Read).count());
         assert!(lines.last().unwrap().ends_with("close"));

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::summary::Summary;
+use crate::summary::{JsonReport, Summary};
 
 /// Escape text for HTML element content and attribute values.
 pub fn escape(s: &str) -> String {
@@ -26,8 +26,7 @@ fn inline_svg(svg: &str) -> &str {
     svg.find("<svg").map_or(svg, |i| &svg[i..])
 }
 
-pub fn render(s: &Summary) -> String {
-    let j = s.to_json();
+pub fn render(s: &Summary, j: &JsonReport) -> String {
     let mut h = String::new();
     let _ = write!(
         h,
@@ -37,61 +36,165 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}} th{{background:#
 .warn{{color:#a40}} h2{{margin-top:32px}} svg{{display:block;margin:8px 0}}</style></head><body>",
         escape(&j.traces.join(", "))
     );
-    let _ = write!(h, "<h1>blkprof report</h1><p>trace {} &middot; host {} &middot; kernel {} &middot; started {}</p>", escape(&j.traces.join(", ")), escape(&j.host), escape(&j.kernel), escape(&j.start));
+    let _ = write!(
+        h,
+        "<h1>blkprof report</h1><p>trace {} &middot; host {} &middot; kernel {} &middot; started {}</p>",
+        escape(&j.traces.join(", ")),
+        escape(&j.host),
+        escape(&j.kernel),
+        escape(&j.start)
+    );
     if !j.complete {
-        let _ = write!(h, "<p class='warn'>The trace did not end cleanly (truncated or corrupt): this report covers what is intact.</p>");
+        let _ = write!(
+            h,
+            "<p class='warn'>The trace did not end cleanly (truncated or corrupt): this report covers what is intact.</p>"
+        );
     }
     for d in &j.devices {
-        let Some(ds) = s.devices.values().find(|x| x.major == d.major && x.minor == d.minor) else { continue };
-        let _ = write!(h, "<h2>{} ({}:{})</h2><p>{} .. {}</p>", escape(&d.name), d.major, d.minor, escape(&d.start), escape(&d.end));
-        let _ = write!(h, "<table><tr><th class='l'>op</th><th>IOs</th><th>% IOs</th><th>bytes</th><th>% volume</th><th class='l'>block sizes</th><th>p50</th><th>p99</th><th>p99.9</th><th>max</th></tr>");
+        let Some(ds) = s
+            .devices
+            .values()
+            .find(|x| x.major == d.major && x.minor == d.minor)
+        else {
+            continue;
+        };
+        let _ = write!(
+            h,
+            "<h2>{} ({}:{})</h2><p>{} .. {}</p>",
+            escape(&d.name),
+            d.major,
+            d.minor,
+            escape(&d.start),
+            escape(&d.end)
+        );
+        let _ = write!(
+            h,
+            "<table><tr><th class='l'>op</th><th>IOs</th><th>% IOs</th><th>bytes</th><th>% volume</th><th class='l'>block sizes</th><th>p50</th><th>p99</th><th>p99.9</th><th>max</th></tr>"
+        );
         for k in ["read", "write", "discard", "flush"] {
-            let Some(o) = d.ops.get(k).filter(|o| o.ios > 0) else { continue };
-            let mix: Vec<String> = o.block_sizes.iter().take(3).map(|z| format!("{:.0}% {}", z.pct_ios, z.class)).collect();
+            let Some(o) = d.ops.get(k).filter(|o| o.ios > 0) else {
+                continue;
+            };
+            let mix: Vec<String> = o
+                .block_sizes
+                .iter()
+                .take(3)
+                .map(|z| format!("{:.0}% {}", z.pct_ios, z.class))
+                .collect();
             let l = &o.total_latency_us;
             let _ = write!(
                 h,
                 "<tr><td class='l'>{k}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{:.1}</td><td class='l'>{}</td><td>{:.0} us</td><td>{:.0} us</td><td>{:.0} us</td><td>{:.0} us</td></tr>",
-                o.ios, o.pct_ios, o.bytes, o.pct_bytes, escape(&mix.join(", ")), l.p50, l.p99, l.p999, l.max
+                o.ios,
+                o.pct_ios,
+                o.bytes,
+                o.pct_bytes,
+                escape(&mix.join(", ")),
+                l.p50,
+                l.p99,
+                l.p999,
+                l.max
             );
         }
         h.push_str("</table>");
-        for (_, svg) in crate::plots::device_charts(s, ds) {
-            h.push_str(inline_svg(&svg));
+        for c in crate::plots::charts(s, j, ds) {
+            h.push_str(inline_svg(&c.svg()));
         }
         if !d.bursts.is_empty() {
-            let _ = write!(h, "<h3>Write bursts</h3><table><tr><th class='l'>start</th><th>duration s</th><th>written bytes</th><th>peak MB/s</th><th class='l'>write size</th><th>read p99 us</th><th>queue mean</th><th>discards after</th></tr>");
+            let _ = write!(
+                h,
+                "<h3>Write bursts</h3><table><tr><th class='l'>start</th><th>duration s</th><th>written bytes</th><th>peak MB/s</th><th class='l'>write size</th><th>read p99 us</th><th>queue mean</th><th>discards after</th></tr>"
+            );
             for b in &d.bursts {
-                let _ = write!(h, "<tr><td class='l'>{}</td><td>{:.1}</td><td>{}</td><td>{:.0}</td><td class='l'>{:.0}% {}</td><td>{:.0}</td><td>{:.1}</td><td>{}</td></tr>", escape(&b.start), b.duration_s, b.write_bytes, b.peak_mb_per_s, b.dominant_write_size_pct, escape(&b.dominant_write_size), b.read_p99_us, b.queue_depth_mean, b.discards_after);
+                let _ = write!(
+                    h,
+                    "<tr><td class='l'>{}</td><td>{:.1}</td><td>{}</td><td>{:.0}</td><td class='l'>{:.0}% {}</td><td>{:.0}</td><td>{:.1}</td><td>{}</td></tr>",
+                    escape(&b.start),
+                    b.duration_s,
+                    b.write_bytes,
+                    b.peak_mb_per_s,
+                    b.dominant_write_size_pct,
+                    escape(&b.dominant_write_size),
+                    b.read_p99_us,
+                    b.queue_depth_mean,
+                    b.discards_after
+                );
             }
             let r = &d.reads_during_bursts;
-            let _ = write!(h, "</table><p>Reads during bursts: {} IOs, p99 {:.0} us, queue {:.1}; outside: {} IOs, p99 {:.0} us, queue {:.1}.</p>", r.inside_ios, r.inside_p99_us, r.inside_queue_depth_mean, r.outside_ios, r.outside_p99_us, r.outside_queue_depth_mean);
+            let _ = write!(
+                h,
+                "</table><p>Reads during bursts: {} IOs, p99 {:.0} us, queue {:.1}; outside: {} IOs, p99 {:.0} us, queue {:.1}.</p>",
+                r.inside_ios,
+                r.inside_p99_us,
+                r.inside_queue_depth_mean,
+                r.outside_ios,
+                r.outside_p99_us,
+                r.outside_queue_depth_mean
+            );
         }
         if !d.queue_depth_spikes.is_empty() {
-            let _ = write!(h, "<h3>Queue-depth spikes</h3><table><tr><th class='l'>start</th><th>duration s</th><th>peak mean depth</th><th>peak in flight</th></tr>");
+            let _ = write!(
+                h,
+                "<h3>Queue-depth spikes</h3><table><tr><th class='l'>start</th><th>duration s</th><th>peak mean depth</th><th>peak in flight</th></tr>"
+            );
             for sp in &d.queue_depth_spikes {
-                let _ = write!(h, "<tr><td class='l'>{}</td><td>{:.1}</td><td>{:.0}</td><td>{}</td></tr>", escape(&sp.start), sp.duration_s, sp.peak_mean_depth, sp.peak_inflight);
+                let _ = write!(
+                    h,
+                    "<tr><td class='l'>{}</td><td>{:.1}</td><td>{:.0}</td><td>{}</td></tr>",
+                    escape(&sp.start),
+                    sp.duration_s,
+                    sp.peak_mean_depth,
+                    sp.peak_inflight
+                );
             }
             h.push_str("</table>");
         }
         if let Some(c) = &d.coverage {
             h.push_str("<h3>Coverage of the kernel's own counters</h3><ul>");
-            for g in c.groups.iter().filter(|g| g.kernel_ios > 0 || g.aggregate_ios > 0) {
-                let _ = write!(h, "<li>{}</li>", escape(&tracer_common::coverage::describe(g)));
+            for g in c
+                .groups
+                .iter()
+                .filter(|g| g.kernel_ios > 0 || g.aggregate_ios > 0)
+            {
+                let _ = write!(
+                    h,
+                    "<li>{}</li>",
+                    escape(&tracer_common::coverage::describe(g))
+                );
             }
             h.push_str("</ul>");
         }
     }
     // Submitting tasks are user-controlled strings (a comm can be anything): escaped.
-    let tasks = s.tasks.iter().take(20).map(|t| format!("{} ({})", escape(&t.1), t.0)).collect::<Vec<_>>();
+    let tasks = s
+        .tasks
+        .iter()
+        .take(20)
+        .map(|t| format!("{} ({})", escape(&t.1), t.0))
+        .collect::<Vec<_>>();
     if !tasks.is_empty() {
         let _ = write!(h, "<h3>Submitting tasks</h3><p>{}</p>", tasks.join(", "));
     }
     for (dev, m) in &j.flush_match {
-        let _ = write!(h, "<h3>{}: write bursts vs application flushes</h3><p>flushes matched {} of {} (recall {:.2}); bursts matched {} of {} (precision {:.2}); tolerance {:.0} s</p>", escape(dev), m.flushes_matched, m.flushes, m.recall, m.bursts_matched, m.bursts, m.precision, m.tolerance_s);
+        let _ = write!(
+            h,
+            "<h3>{}: write bursts vs application flushes</h3><p>flushes matched {} of {} (recall {:.2}); bursts matched {} of {} (precision {:.2}); tolerance {:.0} s</p>",
+            escape(dev),
+            m.flushes_matched,
+            m.flushes,
+            m.recall,
+            m.bursts_matched,
+            m.bursts,
+            m.precision,
+            m.tolerance_s
+        );
     }
     let l = &j.lost;
-    let _ = write!(h, "<p>Lost: {} IOs ({} ring drops, {} missed completions, {} kernel-skipped runs, {} untracked, {} unaccounted).</p>", l.total, l.ring_drops, l.missed_completions, l.recursion_misses, l.untracked, l.unaccounted);
+    let _ = write!(
+        h,
+        "<p>Lost: {} IOs ({} ring drops, {} missed completions, {} kernel-skipped runs, {} untracked, {} unaccounted).</p>",
+        l.total, l.ring_drops, l.missed_completions, l.recursion_misses, l.untracked, l.unaccounted
+    );
     h.push_str("</body></html>\n");
     h
 }
@@ -100,6 +203,9 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}} th{{background:#
 mod tests {
     #[test]
     fn escapes_markup() {
-        assert_eq!(super::escape("<img src=x onerror=alert(1)>&'\""), "&lt;img src=x onerror=alert(1)&gt;&amp;&#39;&quot;");
+        assert_eq!(
+            super::escape("<img src=x onerror=alert(1)>&'\""),
+            "&lt;img src=x onerror=alert(1)&gt;&amp;&#39;&quot;"
+        );
     }
 }

@@ -15,7 +15,11 @@ pub struct LogHist {
 
 impl Default for LogHist {
     fn default() -> Self {
-        LogHist { counts: Box::new([0; BUCKETS]), total: 0, max: 0 }
+        LogHist {
+            counts: Box::new([0; BUCKETS]),
+            total: 0,
+            max: 0,
+        }
     }
 }
 
@@ -96,7 +100,11 @@ mod tests {
         for v in 1..=100_000u64 {
             h.record(v * 1000);
         }
-        for (q, want) in [(0.5, 50_000_000f64), (0.99, 99_000_000.0), (0.999, 99_900_000.0)] {
+        for (q, want) in [
+            (0.5, 50_000_000f64),
+            (0.99, 99_000_000.0),
+            (0.999, 99_900_000.0),
+        ] {
             let got = h.quantile(q) as f64;
             assert!((got - want).abs() / want < 0.13, "q{q}: {got} vs {want}");
         }

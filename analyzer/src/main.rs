@@ -106,15 +106,28 @@ enum Cmd {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
-        Cmd::Import { from, input, output, skip_bad } => match if from == "blk" {
+        Cmd::Import {
+            from,
+            input,
+            output,
+            skip_bad,
+        } => match if from == "blk" {
             analyzer::import::import_blk(&input, &output, skip_bad)
         } else {
             analyzer::import::import_msr(&input, &output, skip_bad)
         } {
             Ok(st) => {
-                eprintln!("blkprof: imported {} IOs into {}", st.records, output.display());
+                eprintln!(
+                    "blkprof: imported {} IOs into {}",
+                    st.records,
+                    output.display()
+                );
                 if st.skipped > 0 {
-                    eprintln!("blkprof: skipped {} malformed lines (first: {})", st.skipped, st.first_skipped.unwrap_or_default());
+                    eprintln!(
+                        "blkprof: skipped {} malformed lines (first: {})",
+                        st.skipped,
+                        st.first_skipped.unwrap_or_default()
+                    );
                 }
                 ExitCode::SUCCESS
             }
@@ -123,8 +136,24 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
-        Cmd::Check { trace, baseline, rules, junit } => run_check(&trace, baseline.as_deref(), rules.as_deref(), junit.as_deref()),
-        Cmd::Export { trace, format, device, target, output } => {
+        Cmd::Check {
+            trace,
+            baseline,
+            rules,
+            junit,
+        } => run_check(
+            &trace,
+            baseline.as_deref(),
+            rules.as_deref(),
+            junit.as_deref(),
+        ),
+        Cmd::Export {
+            trace,
+            format,
+            device,
+            target,
+            output,
+        } => {
             let fmt = match format.as_str() {
                 "csv" => analyzer::export::Format::Csv,
                 "jsonl" => analyzer::export::Format::Jsonl,
@@ -141,21 +170,38 @@ fn main() -> ExitCode {
                 },
                 None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
             };
-            match analyzer::export::export(&trace, fmt, device.as_deref(), target.as_deref(), &mut out) {
+            match analyzer::export::export(
+                &trace,
+                fmt,
+                device.as_deref(),
+                target.as_deref(),
+                &mut out,
+            ) {
                 Ok(st) => {
                     if st.skipped > 0 {
-                        eprintln!("blkprof: {} IOs an iolog cannot express were left out", st.skipped);
+                        eprintln!(
+                            "blkprof: {} IOs an iolog cannot express were left out",
+                            st.skipped
+                        );
                     }
                     ExitCode::SUCCESS
                 }
-                Err(analyzer::export::ExportError::Io(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+                Err(analyzer::export::ExportError::Io(e))
+                    if e.kind() == std::io::ErrorKind::BrokenPipe =>
+                {
+                    ExitCode::SUCCESS
+                }
                 Err(e) => {
                     eprintln!("blkprof: {e}");
                     ExitCode::from(2)
                 }
             }
         }
-        Cmd::Compare { traces, device, json } => {
+        Cmd::Compare {
+            traces,
+            device,
+            json,
+        } => {
             let mut reports = Vec::new();
             for t in &traces {
                 match analyzer::summary::summarize(t, &analyzer::series::Options::default()) {
@@ -176,7 +222,9 @@ fn main() -> ExitCode {
             let stdout = std::io::stdout();
             let mut out = stdout.lock();
             let r = if json {
-                serde_json::to_writer_pretty(&mut out, &c).map_err(std::io::Error::other).and_then(|()| writeln!(out))
+                serde_json::to_writer_pretty(&mut out, &c)
+                    .map_err(std::io::Error::other)
+                    .and_then(|()| writeln!(out))
             } else {
                 analyzer::compare::write_text(&mut out, &c)
             };
@@ -189,12 +237,19 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Cmd::Report { traces, json, stress, app_logs, out_dir } => {
+        Cmd::Report {
+            traces,
+            json,
+            stress,
+            app_logs,
+            out_dir,
+        } => {
             if let Some(dir) = &out_dir
-                && let Err(e) = std::fs::create_dir_all(dir) {
-                    eprintln!("blkprof: cannot create {}: {e}", dir.display());
-                    return ExitCode::from(2);
-                }
+                && let Err(e) = std::fs::create_dir_all(dir)
+            {
+                eprintln!("blkprof: cannot create {}: {e}", dir.display());
+                return ExitCode::from(2);
+            }
             let mut context = analyzer::summary::Context::default();
             for p in &stress {
                 match analyzer::stress::read_stress(p) {
@@ -209,7 +264,10 @@ fn main() -> ExitCode {
                 match analyzer::stress::read_app_log(p) {
                     Ok(l) => {
                         if l.flushes.is_empty() {
-                            eprintln!("blkprof: warning: {} has no flush lines (\"Enqueuing flush\" / \"Completed flushing\"): no flush markers to match", p.display());
+                            eprintln!(
+                                "blkprof: warning: {} has no flush lines (\"Enqueuing flush\" / \"Completed flushing\"): no flush markers to match",
+                                p.display()
+                            );
                         }
                         context.logs.push(l);
                     }
@@ -222,21 +280,25 @@ fn main() -> ExitCode {
             let stdout = std::io::stdout();
             let mut out = stdout.lock();
             for t in &traces {
-                let mut s = match analyzer::summary::summarize(t, &analyzer::series::Options::default()) {
-                    Ok(s) => s,
-                    Err(e) => {
-                        eprintln!("blkprof: {e}");
-                        return ExitCode::from(2);
-                    }
-                };
+                let mut s =
+                    match analyzer::summary::summarize(t, &analyzer::series::Options::default()) {
+                        Ok(s) => s,
+                        Err(e) => {
+                            eprintln!("blkprof: {e}");
+                            return ExitCode::from(2);
+                        }
+                    };
                 s.context = context.clone();
                 if let Some(dir) = &out_dir
-                    && let Err(e) = write_files(dir, t, &s) {
-                        eprintln!("blkprof: writing into {}: {e}", dir.display());
-                        return ExitCode::from(1);
-                    }
+                    && let Err(e) = write_files(dir, t, &s)
+                {
+                    eprintln!("blkprof: writing into {}: {e}", dir.display());
+                    return ExitCode::from(1);
+                }
                 let r = if json {
-                    serde_json::to_writer_pretty(&mut out, &s.to_json()).map_err(std::io::Error::other).and_then(|()| writeln!(out))
+                    serde_json::to_writer_pretty(&mut out, &s.to_json())
+                        .map_err(std::io::Error::other)
+                        .and_then(|()| writeln!(out))
                 } else {
                     analyzer::text::write(&mut out, &s)
                 };
@@ -254,23 +316,41 @@ fn main() -> ExitCode {
 }
 
 /// report.html, report.json and the charts as SVG files; several traces get name prefixes.
-fn write_files(dir: &std::path::Path, trace: &std::path::Path, s: &analyzer::summary::Summary) -> std::io::Result<()> {
-    let stem = trace.file_stem().map_or_else(|| "trace".into(), |x| x.to_string_lossy().into_owned());
-    std::fs::write(dir.join(format!("{stem}.html")), analyzer::html::render(s))?;
-    let json = serde_json::to_vec_pretty(&s.to_json()).map_err(std::io::Error::other)?;
+fn write_files(
+    dir: &std::path::Path,
+    trace: &std::path::Path,
+    s: &analyzer::summary::Summary,
+) -> std::io::Result<()> {
+    let stem = trace
+        .file_stem()
+        .map_or_else(|| "trace".into(), |x| x.to_string_lossy().into_owned());
+    let j = s.to_json();
+    std::fs::write(
+        dir.join(format!("{stem}.html")),
+        analyzer::html::render(s, &j),
+    )?;
+    let json = serde_json::to_vec_pretty(&j).map_err(std::io::Error::other)?;
     std::fs::write(dir.join(format!("{stem}.json")), json)?;
     for d in s.devices.values() {
-        for c in analyzer::plots::charts(s, d) {
+        for c in analyzer::plots::charts(s, &j, d) {
             let base = dir.join(format!("{stem}-{}-{}", d.name.replace('/', "_"), c.name));
             std::fs::write(base.with_extension("svg"), c.svg())?;
             c.png(&base.with_extension("png"))?;
         }
     }
-    eprintln!("blkprof: wrote {}", dir.join(format!("{stem}.html")).display());
+    eprintln!(
+        "blkprof: wrote {}",
+        dir.join(format!("{stem}.html")).display()
+    );
     Ok(())
 }
 
-fn run_check(trace: &std::path::Path, baseline: Option<&std::path::Path>, rules: Option<&std::path::Path>, junit: Option<&std::path::Path>) -> ExitCode {
+fn run_check(
+    trace: &std::path::Path,
+    baseline: Option<&std::path::Path>,
+    rules: Option<&std::path::Path>,
+    junit: Option<&std::path::Path>,
+) -> ExitCode {
     let bad = |msg: String| {
         eprintln!("blkprof: {msg}");
         ExitCode::from(2)
@@ -279,18 +359,37 @@ fn run_check(trace: &std::path::Path, baseline: Option<&std::path::Path>, rules:
         return bad("check needs --baseline BASE.json or --rules RULES.json (or both)".into());
     }
     let base: Option<analyzer::summary::JsonReport> = match baseline {
-        Some(p) => match std::fs::read(p).map_err(|e| e.to_string()).and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string())) {
+        Some(p) => match std::fs::read(p)
+            .map_err(|e| e.to_string())
+            .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+        {
             Ok(b) => Some(b),
-            Err(e) => return bad(format!("{}: not a `blkprof report --json` document: {e}", p.display())),
+            Err(e) => {
+                return bad(format!(
+                    "{}: not a `blkprof report --json` document: {e}",
+                    p.display()
+                ));
+            }
         },
         None => None,
     };
     let rules: analyzer::check::Rules = match rules {
-        Some(p) => match std::fs::read(p).map_err(|e| e.to_string()).and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string())) {
+        Some(p) => match std::fs::read(p)
+            .map_err(|e| e.to_string())
+            .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+        {
             Ok(r) => r,
-            Err(e) => return bad(format!("{}: not a rules file (docs/check-rules.md): {e}", p.display())),
+            Err(e) => {
+                return bad(format!(
+                    "{}: not a rules file (docs/check-rules.md): {e}",
+                    p.display()
+                ));
+            }
         },
-        None => analyzer::check::Rules { device: None, rules: analyzer::check::default_rules() },
+        None => analyzer::check::Rules {
+            device: None,
+            rules: analyzer::check::default_rules(),
+        },
     };
     let summary = match analyzer::summary::summarize(trace, &analyzer::series::Options::default()) {
         Ok(s) => s.to_json(),
@@ -302,9 +401,16 @@ fn run_check(trace: &std::path::Path, baseline: Option<&std::path::Path>, rules:
     };
     let _ = analyzer::check::write_table(&mut std::io::stdout().lock(), &verdicts);
     if let Some(j) = junit
-        && let Err(e) = std::fs::write(j, analyzer::check::junit(&verdicts, &trace.display().to_string()))
+        && let Err(e) = std::fs::write(
+            j,
+            analyzer::check::junit(&verdicts, &trace.display().to_string()),
+        )
     {
         return bad(format!("cannot write {}: {e}", j.display()));
     }
-    if verdicts.iter().all(|v| v.pass) { ExitCode::SUCCESS } else { ExitCode::from(1) }
+    if verdicts.iter().all(|v| v.pass) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
 }

@@ -124,8 +124,17 @@ impl Series {
             if i + OPEN_WINDOW < self.highest {
                 self.late += 1;
             } else {
-                let o = self.open[i].get_or_insert_with(|| Box::new(Open { read: LogHist::default(), write: LogHist::default() }));
-                if g == StatGroup::Read { o.read.record(total) } else { o.write.record(total) }
+                let o = self.open[i].get_or_insert_with(|| {
+                    Box::new(Open {
+                        read: LogHist::default(),
+                        write: LogHist::default(),
+                    })
+                });
+                if g == StatGroup::Read {
+                    o.read.record(total)
+                } else {
+                    o.write.record(total)
+                }
             }
         }
         if i > self.highest {
@@ -138,7 +147,11 @@ impl Series {
         // Queue depth: spread the request's time in the OS over the bins it spans; the in-flight
         // count sampled at its issue belongs to the bin of the issue.
         self.add_area(r.enter_ns.min(r.complete_ns), r.complete_ns);
-        let at = if r.issue_ns != 0 { r.issue_ns } else { r.enter_ns };
+        let at = if r.issue_ns != 0 {
+            r.issue_ns
+        } else {
+            r.enter_ns
+        };
         let (fi, ii) = (self.at(at, self.fine_ns), self.at(at, self.interval_ns));
         grow(&mut self.fine_queue_max, fi);
         self.fine_queue_max[fi] = self.fine_queue_max[fi].max(r.os_inflight);
@@ -164,7 +177,10 @@ impl Series {
             let hi = lo + self.fine_ns;
             self.fine_queue_area_ns[b] += u128::from(end.min(hi) - s.max(lo));
         }
-        let (is, ie) = (self.at(s, self.interval_ns), self.at(end - 1, self.interval_ns));
+        let (is, ie) = (
+            self.at(s, self.interval_ns),
+            self.at(end - 1, self.interval_ns),
+        );
         grow(&mut self.intervals, ie);
         for b in is..=ie {
             let lo = self.t0_ns + b as u64 * self.interval_ns;
@@ -175,7 +191,14 @@ impl Series {
 
     fn finalise(&mut self, k: usize) {
         if let Some(o) = self.open.get_mut(k).and_then(Option::take) {
-            let q = |h: &LogHist| [h.quantile(0.5), h.quantile(0.99), h.quantile(0.999), h.max()];
+            let q = |h: &LogHist| {
+                [
+                    h.quantile(0.5),
+                    h.quantile(0.99),
+                    h.quantile(0.999),
+                    h.max(),
+                ]
+            };
             self.intervals[k].read_lat = q(&o.read);
             self.intervals[k].write_lat = q(&o.write);
         }
@@ -185,7 +208,10 @@ impl Series {
         for k in 0..self.open.len() {
             self.finalise(k);
         }
-        let n = self.fine_write_bytes.len().max(self.fine_queue_area_ns.len());
+        let n = self
+            .fine_write_bytes
+            .len()
+            .max(self.fine_queue_area_ns.len());
         self.fine_write_bytes.resize(n, 0);
         self.fine_queue_area_ns.resize(n, 0);
         self.fine_queue_max.resize(n, 0);
@@ -193,11 +219,15 @@ impl Series {
 
     /// Mean requests in the OS over a fine bin.
     pub fn fine_queue(&self, b: usize) -> f64 {
-        self.fine_queue_area_ns.get(b).map_or(0.0, |&a| a as f64 / self.fine_ns as f64)
+        self.fine_queue_area_ns
+            .get(b)
+            .map_or(0.0, |&a| a as f64 / self.fine_ns as f64)
     }
 
     pub fn interval_queue(&self, i: usize) -> f64 {
-        self.intervals.get(i).map_or(0.0, |iv| iv.queue_area_ns as f64 / self.interval_ns as f64)
+        self.intervals
+            .get(i)
+            .map_or(0.0, |iv| iv.queue_area_ns as f64 / self.interval_ns as f64)
     }
 
     /// Interval index of a monotonic time.
@@ -250,13 +280,22 @@ pub struct BurstBins {
 
 pub fn detect_bursts(s: &Series, o: &Options) -> Vec<BurstBins> {
     let per_s = 1e9 / s.fine_ns as f64;
-    let rates: Vec<f64> = s.fine_write_bytes.iter().map(|&b| b as f64 * per_s).collect();
+    let rates: Vec<f64> = s
+        .fine_write_bytes
+        .iter()
+        .map(|&b| b as f64 * per_s)
+        .collect();
     let baseline = median(rates.clone());
     let threshold = (baseline * o.burst_factor).max(o.burst_min_bytes_per_s);
     let gap = (o.burst_gap_ns / s.fine_ns) as usize;
     runs(rates.len(), gap, |b| rates[b] > threshold)
         .into_iter()
-        .map(|(a, b)| BurstBins { start: a, end: b, threshold_bytes_per_s: threshold, baseline_bytes_per_s: baseline })
+        .map(|(a, b)| BurstBins {
+            start: a,
+            end: b,
+            threshold_bytes_per_s: threshold,
+            baseline_bytes_per_s: baseline,
+        })
         .collect()
 }
 
@@ -275,7 +314,15 @@ pub fn detect_spikes(s: &Series, o: &Options) -> Vec<SpikeBins> {
     let baseline = median(q.iter().copied().filter(|&v| v > 0.0).collect());
     let threshold = (baseline * o.spike_factor).max(o.spike_min_depth);
     let gap = (o.spike_gap_ns / s.fine_ns) as usize;
-    runs(n, gap, |b| q[b] > threshold).into_iter().map(|(a, b)| SpikeBins { start: a, end: b, threshold, baseline }).collect()
+    runs(n, gap, |b| q[b] > threshold)
+        .into_iter()
+        .map(|(a, b)| SpikeBins {
+            start: a,
+            end: b,
+            threshold,
+            baseline,
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -286,6 +333,9 @@ mod tests {
     fn runs_merge_across_small_gaps() {
         let hot = [0, 1, 1, 0, 1, 0, 0, 0, 1, 1];
         assert_eq!(runs(hot.len(), 1, |b| hot[b] == 1), vec![(1, 5), (8, 10)]);
-        assert_eq!(runs(hot.len(), 0, |b| hot[b] == 1), vec![(1, 3), (4, 5), (8, 10)]);
+        assert_eq!(
+            runs(hot.len(), 0, |b| hot[b] == 1),
+            vec![(1, 3), (4, 5), (8, 10)]
+        );
     }
 }

@@ -10,16 +10,24 @@ use serde::Serialize;
 #[derive(Debug, thiserror::Error)]
 pub enum ParseError {
     #[error("cannot read {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
-    #[error("{path}: not YCSB or cassandra-stress output (no status lines like \"10 sec: 21029 operations; ...\" or \"total, 20480, 20460, ...\", and no summary lines like \"[READ], Operations, 81898\" or \"Op rate : 12,345 op/s\")")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "{path}: not YCSB or cassandra-stress output (no status lines like \"10 sec: 21029 operations; ...\" or \"total, 20480, 20460, ...\", and no summary lines like \"[READ], Operations, 81898\" or \"Op rate : 12,345 op/s\")"
+    )]
     NotStress { path: PathBuf },
-    #[error("{path}: no Cassandra log lines (\"INFO  [thread] 2026-11-22 02:45:25,863 File.java:1 - ...\") found")]
+    #[error(
+        "{path}: no Cassandra log lines (\"INFO  [thread] 2026-11-22 02:45:25,863 File.java:1 - ...\") found"
+    )]
     NotAppLog { path: PathBuf },
 }
 
 /// Civil date-time (taken as UTC) to Unix epoch nanoseconds.
 pub fn civil_to_unix_ns(y: i64, mo: u32, d: u32, h: u32, mi: u32, s: u32, ms: u32) -> Option<i64> {
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || s > 60 || ms > 999 {
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || s > 60 || ms > 999
+    {
         return None;
     }
     // Days from civil, after H. Hinnant.
@@ -30,17 +38,36 @@ pub fn civil_to_unix_ns(y: i64, mo: u32, d: u32, h: u32, mi: u32, s: u32, ms: u3
     let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     let days = era * 146_097 + doe - 719_468;
-    Some(((days * 86400 + i64::from(h) * 3600 + i64::from(mi) * 60 + i64::from(s)) * 1000 + i64::from(ms)) * 1_000_000)
+    Some(
+        ((days * 86400 + i64::from(h) * 3600 + i64::from(mi) * 60 + i64::from(s)) * 1000
+            + i64::from(ms))
+            * 1_000_000,
+    )
 }
 
 /// "2026-11-22 02:45:18:771" (YCSB) or "2026-11-22 02:45:25,863" (log4j/logback).
 fn parse_stamp(s: &str) -> Option<i64> {
     let b = s.as_bytes();
-    if b.len() < 23 || b[4] != b'-' || b[7] != b'-' || b[10] != b' ' || b[13] != b':' || b[16] != b':' || !(b[19] == b':' || b[19] == b',' || b[19] == b'.') {
+    if b.len() < 23
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || b[10] != b' '
+        || b[13] != b':'
+        || b[16] != b':'
+        || !(b[19] == b':' || b[19] == b',' || b[19] == b'.')
+    {
         return None;
     }
     let n = |r: std::ops::Range<usize>| s.get(r).and_then(|v| v.parse::<u32>().ok());
-    civil_to_unix_ns(i64::from(n(0..4)?), n(5..7)?, n(8..10)?, n(11..13)?, n(14..16)?, n(17..19)?, n(20..23)?)
+    civil_to_unix_ns(
+        i64::from(n(0..4)?),
+        n(5..7)?,
+        n(8..10)?,
+        n(11..13)?,
+        n(14..16)?,
+        n(17..19)?,
+        n(20..23)?,
+    )
 }
 
 #[derive(Clone, Debug, Serialize, serde::Deserialize, Default)]
@@ -79,9 +106,14 @@ pub struct StressRun {
 }
 
 fn parse_latency_block(op: &str, body: &str) -> OpLatency {
-    let mut l = OpLatency { op: op.to_string(), ..Default::default() };
+    let mut l = OpLatency {
+        op: op.to_string(),
+        ..Default::default()
+    };
     for kv in body.split(',') {
-        let Some((k, v)) = kv.trim().split_once('=') else { continue };
+        let Some((k, v)) = kv.trim().split_once('=') else {
+            continue;
+        };
         let v: Option<f64> = v.trim().parse().ok();
         match k.trim() {
             "Count" => l.count = v.map(|x| x as u64),
@@ -101,7 +133,9 @@ fn parse_status_blocks(s: &str) -> Vec<OpLatency> {
     let mut out = Vec::new();
     let mut rest = s;
     while let Some(open) = rest.find('[') {
-        let Some(close) = rest[open..].find(']') else { break };
+        let Some(close) = rest[open..].find(']') else {
+            break;
+        };
         let inner = &rest[open + 1..open + close];
         if let Some((op, body)) = inner.split_once(": ") {
             out.push(parse_latency_block(op.trim(), body));
@@ -122,12 +156,24 @@ fn parse_status(line: &str) -> Option<StatusPoint> {
     let elapsed_s: u64 = secs.trim().parse().ok()?;
     let (ops, rest) = rest.split_once(" operations;")?;
     let operations: u64 = ops.trim().parse().ok()?;
-    let ops_per_s = rest.split_once(" current ops/sec").and_then(|(v, _)| v.trim().parse().ok());
-    Some(StatusPoint { time_ns, elapsed_s, operations, ops_per_s, latencies: parse_status_blocks(rest) })
+    let ops_per_s = rest
+        .split_once(" current ops/sec")
+        .and_then(|(v, _)| v.trim().parse().ok());
+    Some(StatusPoint {
+        time_ns,
+        elapsed_s,
+        operations,
+        ops_per_s,
+        latencies: parse_status_blocks(rest),
+    })
 }
 
 pub fn parse_ycsb(path: &Path, text: &str) -> Result<StressRun, ParseError> {
-    let mut run = StressRun { path: path.display().to_string(), tool: "ycsb".into(), ..Default::default() };
+    let mut run = StressRun {
+        path: path.display().to_string(),
+        tool: "ycsb".into(),
+        ..Default::default()
+    };
     for line in text.lines() {
         let l = line.trim_end();
         if let Some(p) = parse_status(l) {
@@ -136,19 +182,28 @@ pub fn parse_ycsb(path: &Path, text: &str) -> Result<StressRun, ParseError> {
         }
         if let Some(rest) = l.strip_prefix('[')
             && let Some((section, rest)) = rest.split_once("], ")
-                && let Some((metric, value)) = rest.split_once(", ")
-                    && let Ok(v) = value.trim().parse::<f64>() {
-                        if let Ok(ms) = metric.trim().parse::<u64>() {
-                            run.time_series.entry(section.to_string()).or_default().push((ms, v));
-                        } else {
-                            run.summary.entry(section.to_string()).or_default().insert(metric.trim().to_string(), v);
-                        }
-                        continue;
-                    }
+            && let Some((metric, value)) = rest.split_once(", ")
+            && let Ok(v) = value.trim().parse::<f64>()
+        {
+            if let Ok(ms) = metric.trim().parse::<u64>() {
+                run.time_series
+                    .entry(section.to_string())
+                    .or_default()
+                    .push((ms, v));
+            } else {
+                run.summary
+                    .entry(section.to_string())
+                    .or_default()
+                    .insert(metric.trim().to_string(), v);
+            }
+            continue;
+        }
         run.other_lines += 1;
     }
     if run.status.is_empty() && run.summary.is_empty() {
-        return Err(ParseError::NotStress { path: path.to_owned() });
+        return Err(ParseError::NotStress {
+            path: path.to_owned(),
+        });
     }
     Ok(run)
 }
@@ -160,7 +215,11 @@ pub fn parse_ycsb(path: &Path, text: &str) -> Result<StressRun, ParseError> {
 /// ("Op rate : 12,345 op/s [WRITE: 12,345 op/s]", "Latency 99th percentile : 7.0 ms ...")
 /// becomes the summary, under section "OVERALL" with one metric per line.
 pub fn parse_cassandra_stress(path: &Path, text: &str) -> Result<StressRun, ParseError> {
-    let mut run = StressRun { path: path.display().to_string(), tool: "cassandra-stress".into(), ..Default::default() };
+    let mut run = StressRun {
+        path: path.display().to_string(),
+        tool: "cassandra-stress".into(),
+        ..Default::default()
+    };
     let mut columns: Vec<String> = Vec::new();
     let mut in_results = false;
     for line in text.lines() {
@@ -180,7 +239,11 @@ pub fn parse_cassandra_stress(path: &Path, text: &str) -> Result<StressRun, Pars
                 // "12,345 op/s  [WRITE: 12,345 op/s]" -> 12345; "1.2 ms" -> 1.2; "00:01:00" (time) kept as seconds.
                 let v = v.trim();
                 let first = v.split('[').next().unwrap_or("").trim();
-                let num = first.split_whitespace().next().unwrap_or("").replace(',', "");
+                let num = first
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or("")
+                    .replace(',', "");
                 let value = if k == "Total operation time" {
                     let p: Vec<f64> = v.split(':').filter_map(|x| x.trim().parse().ok()).collect();
                     (p.len() == 3).then(|| p[0] * 3600.0 + p[1] * 60.0 + p[2])
@@ -189,8 +252,15 @@ pub fn parse_cassandra_stress(path: &Path, text: &str) -> Result<StressRun, Pars
                 };
                 if let Some(v) = value {
                     let unit = first.split_whitespace().nth(1).unwrap_or("");
-                    let name = if unit.is_empty() || k == "Total operation time" { k.to_string() } else { format!("{k} ({unit})") };
-                    run.summary.entry("OVERALL".into()).or_default().insert(name, v);
+                    let name = if unit.is_empty() || k == "Total operation time" {
+                        k.to_string()
+                    } else {
+                        format!("{k} ({unit})")
+                    };
+                    run.summary
+                        .entry("OVERALL".into())
+                        .or_default()
+                        .insert(name, v);
                     continue;
                 }
             }
@@ -202,15 +272,41 @@ pub fn parse_cassandra_stress(path: &Path, text: &str) -> Result<StressRun, Pars
             let f: Vec<&str> = l.split(',').map(str::trim).collect();
             if f.len() == columns.len() {
                 let typed = columns[0] == "type";
-                let (op, vals) = if typed { (f[0].to_string(), &f[1..]) } else { ("total".to_string(), &f[..]) };
+                let (op, vals) = if typed {
+                    (f[0].to_string(), &f[1..])
+                } else {
+                    ("total".to_string(), &f[..])
+                };
                 let cols = if typed { &columns[1..] } else { &columns[..] };
-                let get = |name: &str| cols.iter().position(|c| c == name).and_then(|i| vals.get(i)).and_then(|v| v.replace(',', "").parse::<f64>().ok());
+                let get = |name: &str| {
+                    cols.iter()
+                        .position(|c| c == name)
+                        .and_then(|i| vals.get(i))
+                        .and_then(|v| v.replace(',', "").parse::<f64>().ok())
+                };
                 if let (Some(total), Some(time)) = (get("total ops"), get("time")) {
                     let ms = |v: Option<f64>| v.map(|x| x * 1000.0);
-                    let lat = OpLatency { op: op.to_uppercase(), count: Some(total as u64), avg_us: ms(get("mean")), p90_us: None, p99_us: ms(get(".99")), p999_us: ms(get(".999")), max_us: ms(get("max")) };
-                    let same = run.status.last().is_some_and(|p| typed && p.elapsed_s == time as u64);
+                    let lat = OpLatency {
+                        op: op.to_uppercase(),
+                        count: Some(total as u64),
+                        avg_us: ms(get("mean")),
+                        p90_us: None,
+                        p99_us: ms(get(".99")),
+                        p999_us: ms(get(".999")),
+                        max_us: ms(get("max")),
+                    };
+                    let same = run
+                        .status
+                        .last()
+                        .is_some_and(|p| typed && p.elapsed_s == time as u64);
                     if !same {
-                        run.status.push(StatusPoint { time_ns: None, elapsed_s: time as u64, operations: total as u64, ops_per_s: get("op/s"), latencies: Vec::new() });
+                        run.status.push(StatusPoint {
+                            time_ns: None,
+                            elapsed_s: time as u64,
+                            operations: total as u64,
+                            ops_per_s: get("op/s"),
+                            latencies: Vec::new(),
+                        });
                     }
                     let last = run.status.last_mut().expect("just pushed");
                     if op == "total" {
@@ -225,17 +321,24 @@ pub fn parse_cassandra_stress(path: &Path, text: &str) -> Result<StressRun, Pars
         run.other_lines += 1;
     }
     if run.status.is_empty() && run.summary.is_empty() {
-        return Err(ParseError::NotStress { path: path.to_owned() });
+        return Err(ParseError::NotStress {
+            path: path.to_owned(),
+        });
     }
     Ok(run)
 }
 
 /// YCSB or cassandra-stress output, told apart by their own header lines.
 pub fn read_stress(path: &Path) -> Result<StressRun, ParseError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ParseError::Read { path: path.to_owned(), source })?;
+    let text = std::fs::read_to_string(path).map_err(|source| ParseError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
     let is_cs = text.lines().any(|l| {
         let l = l.trim();
-        l.starts_with("type,") && l.contains("op/s") || l.starts_with("total ops ,") || l.starts_with("Op rate")
+        l.starts_with("type,") && l.contains("op/s")
+            || l.starts_with("total ops ,")
+            || l.starts_with("Op rate")
     });
     if is_cs {
         return parse_cassandra_stress(path, &text);
@@ -302,12 +405,17 @@ fn table_of_path(p: &str) -> Option<String> {
     if n < 3 {
         return None;
     }
-    let table = parts[n - 2].rsplit_once('-').map_or(parts[n - 2], |(t, _)| t);
+    let table = parts[n - 2]
+        .rsplit_once('-')
+        .map_or(parts[n - 2], |(t, _)| t);
     Some(format!("{}.{}", parts[n - 3], table))
 }
 
 pub fn parse_cassandra_log(path: &Path, text: &str) -> Result<AppLog, ParseError> {
-    let mut log = AppLog { path: path.display().to_string(), ..Default::default() };
+    let mut log = AppLog {
+        path: path.display().to_string(),
+        ..Default::default()
+    };
     let mut pending: HashMap<String, VecDeque<i64>> = HashMap::new();
     let wall = tracer_common::format::rfc3339;
     for line in text.lines() {
@@ -322,9 +430,18 @@ pub fn parse_cassandra_log(path: &Path, text: &str) -> Result<AppLog, ParseError
             continue;
         };
         log.log_lines += 1;
-        let Some((_, msg)) = rest.split_once(" - ") else { continue };
+        let Some((_, msg)) = rest.split_once(" - ") else {
+            continue;
+        };
         let mut push = |kind: &str, table: Option<String>, bytes: Option<u64>| {
-            log.markers.push(Marker { time: wall(t), time_ns: t, kind: kind.into(), table, bytes, detail: msg.chars().take(200).collect() });
+            log.markers.push(Marker {
+                time: wall(t),
+                time_ns: t,
+                kind: kind.into(),
+                table,
+                bytes,
+                detail: msg.chars().take(200).collect(),
+            });
         };
         if let Some(r) = msg.strip_prefix("Enqueuing flush of ") {
             let table = r.split(',').next().unwrap_or("").trim().to_string();
@@ -335,9 +452,17 @@ pub fn parse_cassandra_log(path: &Path, text: &str) -> Result<AppLog, ParseError
             let bytes = tail.split_once(')').and_then(|(s, _)| parse_size(s));
             let table = table_of_path(p);
             if let Some(tb) = &table
-                && let Some(start) = pending.get_mut(tb).and_then(VecDeque::pop_front) {
-                    log.flushes.push(Flush { table: tb.clone(), start: wall(start), end: wall(t), start_ns: start, end_ns: t, bytes });
-                }
+                && let Some(start) = pending.get_mut(tb).and_then(VecDeque::pop_front)
+            {
+                log.flushes.push(Flush {
+                    table: tb.clone(),
+                    start: wall(start),
+                    end: wall(t),
+                    start_ns: start,
+                    end_ns: t,
+                    bytes,
+                });
+            }
             push("flush-completed", table, bytes);
         } else if msg.starts_with("Compacting (") {
             push("compaction-started", None, None);
@@ -348,13 +473,18 @@ pub fn parse_cassandra_log(path: &Path, text: &str) -> Result<AppLog, ParseError
         }
     }
     if log.log_lines == 0 {
-        return Err(ParseError::NotAppLog { path: path.to_owned() });
+        return Err(ParseError::NotAppLog {
+            path: path.to_owned(),
+        });
     }
     Ok(log)
 }
 
 pub fn read_app_log(path: &Path) -> Result<AppLog, ParseError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ParseError::Read { path: path.to_owned(), source })?;
+    let text = std::fs::read_to_string(path).map_err(|source| ParseError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
     parse_cassandra_log(path, &text)
 }
 
@@ -377,23 +507,43 @@ pub struct FlushMatch {
 
 /// A burst matches a flush when it overlaps [enqueued - tol, completed + tol].
 pub fn match_flushes(flushes: &[Flush], bursts: &[(i64, i64, String)], tol_ns: i64) -> FlushMatch {
-    let big: Vec<&Flush> = flushes.iter().filter(|f| f.bytes.is_none_or(|b| b >= MIN_MATCH_FLUSH_BYTES)).collect();
-    let overlaps = |f: &Flush, b: &(i64, i64, String)| b.0 <= f.end_ns + tol_ns && b.1 >= f.start_ns - tol_ns;
+    let big: Vec<&Flush> = flushes
+        .iter()
+        .filter(|f| f.bytes.is_none_or(|b| b >= MIN_MATCH_FLUSH_BYTES))
+        .collect();
+    let overlaps =
+        |f: &Flush, b: &(i64, i64, String)| b.0 <= f.end_ns + tol_ns && b.1 >= f.start_ns - tol_ns;
     let mut rows = Vec::new();
     let mut fm = 0;
     for f in &big {
         let hit = bursts.iter().find(|b| overlaps(f, b));
         fm += usize::from(hit.is_some());
-        rows.push((f.table.clone(), f.start.clone(), f.end.clone(), hit.map(|b| b.2.clone())));
+        rows.push((
+            f.table.clone(),
+            f.start.clone(),
+            f.end.clone(),
+            hit.map(|b| b.2.clone()),
+        ));
     }
-    let bm = bursts.iter().filter(|b| big.iter().any(|f| overlaps(f, b))).count();
+    let bm = bursts
+        .iter()
+        .filter(|b| big.iter().any(|f| overlaps(f, b)))
+        .count();
     FlushMatch {
         flushes: big.len(),
         flushes_matched: fm,
         bursts: bursts.len(),
         bursts_matched: bm,
-        precision: if bursts.is_empty() { 0.0 } else { bm as f64 / bursts.len() as f64 },
-        recall: if big.is_empty() { 0.0 } else { fm as f64 / big.len() as f64 },
+        precision: if bursts.is_empty() {
+            0.0
+        } else {
+            bm as f64 / bursts.len() as f64
+        },
+        recall: if big.is_empty() {
+            0.0
+        } else {
+            fm as f64 / big.len() as f64
+        },
         tolerance_s: tol_ns as f64 / 1e9,
         small_flushes_ignored: flushes.len() - big.len(),
         rows,
@@ -406,8 +556,14 @@ mod tests {
 
     #[test]
     fn stamps() {
-        assert_eq!(parse_stamp("2026-11-22 02:45:25,863 x"), Some(1_795_315_525_863_000_000));
-        assert_eq!(parse_stamp("2026-11-22 02:45:18:771 5 sec"), Some(1_795_315_518_771_000_000));
+        assert_eq!(
+            parse_stamp("2026-11-22 02:45:25,863 x"),
+            Some(1_795_315_525_863_000_000)
+        );
+        assert_eq!(
+            parse_stamp("2026-11-22 02:45:18:771 5 sec"),
+            Some(1_795_315_518_771_000_000)
+        );
         assert_eq!(parse_stamp("2026-13-22 02:45:18:771"), None);
         assert_eq!(parse_stamp("10 sec: 5 operations"), None);
     }
@@ -415,13 +571,22 @@ mod tests {
     #[test]
     fn status_lines_with_and_without_timestamps() {
         let p = parse_status("2026-11-22 02:45:18:771 5 sec: 2825 operations; 564.77 current ops/sec; est completion in 2 days 1 hour [READ: Count=1400, Max=121535, Min=1691, Avg=19070.52, 90=32591, 99=49023, 99.9=117183, 99.99=121535] [UPDATE: Count=1506, Max=96831, Min=1587, Avg=15271.74, 90=25359, 99=53183, 99.9=92095, 99.99=96831] ").unwrap();
-        assert_eq!((p.elapsed_s, p.operations, p.ops_per_s), (5, 2825, Some(564.77)));
+        assert_eq!(
+            (p.elapsed_s, p.operations, p.ops_per_s),
+            (5, 2825, Some(564.77))
+        );
         assert_eq!(p.latencies.len(), 2);
         assert_eq!(p.latencies[0].p99_us, Some(49023.0));
         assert_eq!(p.latencies[1].count, Some(1506));
         let q = parse_status("10 sec: 21029 operations; 2102.9 current ops/sec; est completion in 5 days 12 hours [READ AverageLatency(us)=22779.72]").unwrap();
-        assert_eq!((q.time_ns, q.elapsed_s, q.latencies[0].avg_us), (None, 10, Some(22779.72)));
-        let z = parse_status("2026-11-22 02:45:13:865 0 sec: 0 operations; est completion in 0 second ").unwrap();
+        assert_eq!(
+            (q.time_ns, q.elapsed_s, q.latencies[0].avg_us),
+            (None, 10, Some(22779.72))
+        );
+        let z = parse_status(
+            "2026-11-22 02:45:13:865 0 sec: 0 operations; est completion in 0 second ",
+        )
+        .unwrap();
         assert_eq!((z.operations, z.ops_per_s), (0, None));
     }
 
@@ -429,7 +594,10 @@ mod tests {
     fn sizes_and_tables() {
         assert_eq!(parse_size("2.475MiB"), Some(2_595_226));
         assert_eq!(parse_size("183B"), Some(183));
-        assert_eq!(table_of_path("/var/lib/c/data/data/ycsb/usertable-1b2c/nb-73-big-Data.db").as_deref(), Some("ycsb.usertable"));
+        assert_eq!(
+            table_of_path("/var/lib/c/data/data/ycsb/usertable-1b2c/nb-73-big-Data.db").as_deref(),
+            Some("ycsb.usertable")
+        );
     }
 
     #[test]
@@ -447,7 +615,14 @@ Latency 99th percentile   :    7.0 ms [WRITE: 7.0 ms]\n\
 Total operation time      : 00:01:02\n";
         let r = parse_cassandra_stress(Path::new("cs3.txt"), v3).unwrap();
         assert_eq!(r.status.len(), 2);
-        assert_eq!((r.status[1].elapsed_s, r.status[1].operations, r.status[1].ops_per_s), (2, 61440, Some(40960.0)));
+        assert_eq!(
+            (
+                r.status[1].elapsed_s,
+                r.status[1].operations,
+                r.status[1].ops_per_s
+            ),
+            (2, 61440, Some(40960.0))
+        );
         assert_eq!(r.status[0].latencies[0].p99_us, Some(7000.0));
         assert_eq!(r.summary["OVERALL"]["Op rate (op/s)"], 30720.0);
         assert_eq!(r.summary["OVERALL"]["Latency 99th percentile (ms)"], 7.0);
@@ -458,27 +633,49 @@ WRITE, 3000, 3000, 3000, 3000, 1.0, 0.8, 2.0, 4.0, 8.0, 12.0, 1.0, 0.0, 0, 0, 0,
 total, 4000, 4000, 4000, 4000, 1.2, 0.9, 3.0, 8.0, 18.0, 30.0, 1.0, 0.0, 0, 0, 0, 0, 0, 0\n";
         let r = parse_cassandra_stress(Path::new("cs4.txt"), v4).unwrap();
         assert_eq!(r.status.len(), 1, "one point per interval");
-        let ops: Vec<&str> = r.status[0].latencies.iter().map(|l| l.op.as_str()).collect();
+        let ops: Vec<&str> = r.status[0]
+            .latencies
+            .iter()
+            .map(|l| l.op.as_str())
+            .collect();
         assert_eq!(ops, ["READ", "WRITE", "TOTAL"]);
-        assert_eq!((r.status[0].operations, r.status[0].ops_per_s), (4000, Some(4000.0)), "from the total line");
+        assert_eq!(
+            (r.status[0].operations, r.status[0].ops_per_s),
+            (4000, Some(4000.0)),
+            "from the total line"
+        );
         assert_eq!(r.status[0].latencies[0].p99_us, Some(9000.0));
     }
 
     #[test]
     fn garbage_is_refused_plainly() {
         let e = parse_ycsb(Path::new("x.txt"), "hello\nworld\n").unwrap_err();
-        assert!(e.to_string().contains("not YCSB or cassandra-stress output"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("not YCSB or cassandra-stress output"),
+            "{e}"
+        );
         let e = parse_cassandra_log(Path::new("x.log"), "hello\n").unwrap_err();
         assert!(e.to_string().contains("no Cassandra log lines"), "{e}");
     }
 
     #[test]
     fn flush_matching_counts_precision_and_recall() {
-        let f = |s: i64, e: i64| Flush { table: "ks.t".into(), start: String::new(), end: String::new(), start_ns: s * 1_000_000_000, end_ns: e * 1_000_000_000, bytes: Some(5 << 20) };
+        let f = |s: i64, e: i64| Flush {
+            table: "ks.t".into(),
+            start: String::new(),
+            end: String::new(),
+            start_ns: s * 1_000_000_000,
+            end_ns: e * 1_000_000_000,
+            bytes: Some(5 << 20),
+        };
         let flushes = [f(10, 11), f(20, 21), f(30, 31)];
         let b = |s: i64, e: i64| (s * 1_000_000_000, e * 1_000_000_000, String::new());
         let m = match_flushes(&flushes, &[b(11, 12), b(22, 23), b(50, 51)], 1_000_000_000);
-        assert_eq!((m.flushes, m.flushes_matched, m.bursts, m.bursts_matched), (3, 2, 3, 2));
+        assert_eq!(
+            (m.flushes, m.flushes_matched, m.bursts, m.bursts_matched),
+            (3, 2, 3, 2)
+        );
         assert!((m.precision - 2.0 / 3.0).abs() < 1e-9 && (m.recall - 2.0 / 3.0).abs() < 1e-9);
     }
 }

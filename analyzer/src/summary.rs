@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use tracer_common::coverage::{DeviceCoverage, coverage};
-use tracer_common::format::{Ending, FormatError, IoRecord, TraceHeader, TraceReader, TraceTrailer, rfc3339};
+use tracer_common::format::{
+    Ending, FormatError, IoRecord, TraceHeader, TraceReader, TraceTrailer, rfc3339,
+};
 use tracer_common::op::{Op, StatGroup, flags};
 
 use crate::bursts::{Burst, Classifier, ReadImpact, Spike, burst_ranges};
@@ -37,7 +39,17 @@ impl OpStats {
             h.auto(true);
             h
         };
-        OpStats { ios: 0, bytes: 0, sizes: BTreeMap::new(), exact: Vec::new(), last_exact: 0, device_latency_ns: h(), total_latency_ns: h(), readahead_bytes: 0, errors: 0 }
+        OpStats {
+            ios: 0,
+            bytes: 0,
+            sizes: BTreeMap::new(),
+            exact: Vec::new(),
+            last_exact: 0,
+            device_latency_ns: h(),
+            total_latency_ns: h(),
+            readahead_bytes: 0,
+            errors: 0,
+        }
     }
 
     #[inline]
@@ -161,7 +173,9 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
         if !r.next_chunk(&mut buf)? {
             break;
         }
-        let (lo, hi) = buf.iter().fold((u64::MAX, 0), |(lo, hi), x| (lo.min(x.complete_ns), hi.max(x.complete_ns)));
+        let (lo, hi) = buf.iter().fold((u64::MAX, 0), |(lo, hi), x| {
+            (lo.min(x.complete_ns), hi.max(x.complete_ns))
+        });
         chunks.push((pos, lo, hi));
         task_counts.resize(r.tasks().len(), 0);
         for rec in &buf {
@@ -240,7 +254,10 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
     }
     let trailer = r.trailer().cloned();
     let ending = r.ending().clone();
-    let cov = trailer.as_ref().map(|t| coverage(&header, t)).unwrap_or_default();
+    let cov = trailer
+        .as_ref()
+        .map(|t| coverage(&header, t))
+        .unwrap_or_default();
 
     // Bursts and spikes from the series; pass two classifies reads and writes by burst.
     let mut found = BTreeMap::new();
@@ -248,12 +265,26 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
         d.series.finish();
         let bins = detect_bursts(&d.series, opts);
         let spikes = detect_spikes(&d.series, opts);
-        found.insert(dev, (bins.clone(), spikes, Classifier::new(&burst_ranges(&d.series, &bins), opts.discard_window_ns)));
+        found.insert(
+            dev,
+            (
+                bins.clone(),
+                spikes,
+                Classifier::new(&burst_ranges(&d.series, &bins), opts.discard_window_ns),
+            ),
+        );
     }
     // Burst spans of all devices (a superset is fine: records are routed by device).
     let ranges: Vec<(u64, u64)> = found
         .values()
-        .flat_map(|(bins, _, _)| bins.iter().map(|b| (t0 + b.start as u64 * opts.fine_ns, t0 + b.end as u64 * opts.fine_ns)))
+        .flat_map(|(bins, _, _)| {
+            bins.iter().map(|b| {
+                (
+                    t0 + b.start as u64 * opts.fine_ns,
+                    t0 + b.end as u64 * opts.fine_ns,
+                )
+            })
+        })
         .collect();
     if !ranges.is_empty() {
         for d in &discards {
@@ -281,10 +312,7 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
             }
         }
     }
-    let wall = |t: u64| {
-        let off = t as i128 - header.monotonic_base_ns as i128;
-        rfc3339((header.wall_clock_start_ns as i128 + off) as i64)
-    };
+    let wall = |t: u64| wall_time(&header, t);
     for (dev, (bins, spike_bins, mut c)) in found {
         let d = devices.get_mut(&dev).expect("device");
         // Reads outside bursts: all reads of pass one minus those pass two found inside.
@@ -316,6 +344,12 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
     })
 }
 
+/// RFC 3339 wall-clock time of a CLOCK_MONOTONIC instant of the trace.
+pub fn wall_time(header: &TraceHeader, mono_ns: u64) -> String {
+    let off = mono_ns as i128 - header.monotonic_base_ns as i128;
+    rfc3339((header.wall_clock_start_ns as i128 + off) as i64)
+}
+
 /// What the trace knows it missed.
 #[derive(Serialize, serde::Deserialize, Default, Clone, Debug, PartialEq, Eq)]
 pub struct Lost {
@@ -334,14 +368,23 @@ pub struct Lost {
 
 impl Summary {
     pub fn lost(&self) -> Lost {
-        let c = self.trailer.as_ref().map(|t| t.counters_end.clone()).unwrap_or_default();
+        let c = self
+            .trailer
+            .as_ref()
+            .map(|t| t.counters_end.clone())
+            .unwrap_or_default();
         let c0 = &self.header.counters_start;
         let drops = c.ring_drops.saturating_sub(c0.ring_drops);
         let missed = c.missed_completions.saturating_sub(c0.missed_completions);
         let rec = c.recursion_misses().saturating_sub(c0.recursion_misses());
         let untracked = c.request_map_full.saturating_sub(c0.request_map_full);
         let reported = missed + rec + untracked;
-        let unaccounted: u64 = self.coverage.iter().flat_map(|d| d.groups.iter()).map(|g| g.unaccounted(reported)).sum();
+        let unaccounted: u64 = self
+            .coverage
+            .iter()
+            .flat_map(|d| d.groups.iter())
+            .map(|g| g.unaccounted(reported))
+            .sum();
         Lost {
             total: drops + missed + rec + untracked + unaccounted,
             ring_drops: drops,
@@ -354,8 +397,7 @@ impl Summary {
     }
 
     pub fn wall(&self, mono_ns: u64) -> String {
-        let off = mono_ns as i128 - self.header.monotonic_base_ns as i128;
-        rfc3339((self.header.wall_clock_start_ns as i128 + off) as i64)
+        wall_time(&self.header, mono_ns)
     }
 }
 
@@ -392,8 +434,21 @@ pub struct JsonLatency {
 
 impl JsonLatency {
     pub fn of(h: &Histogram<u64>) -> JsonLatency {
-        let q = |p: f64| if h.is_empty() { 0.0 } else { h.value_at_quantile(p) as f64 / 1e3 };
-        JsonLatency { p50: q(0.5), p90: q(0.9), p99: q(0.99), p999: q(0.999), p9999: q(0.9999), max: h.max() as f64 / 1e3 }
+        let q = |p: f64| {
+            if h.is_empty() {
+                0.0
+            } else {
+                h.value_at_quantile(p) as f64 / 1e3
+            }
+        };
+        JsonLatency {
+            p50: q(0.5),
+            p90: q(0.9),
+            p99: q(0.99),
+            p999: q(0.999),
+            p9999: q(0.9999),
+            max: h.max() as f64 / 1e3,
+        }
     }
 }
 
@@ -479,29 +534,46 @@ impl Summary {
                 let mut sizes: Vec<JsonSize> = o
                     .sizes
                     .iter()
-                    .map(|(c, (n, b))| JsonSize { class: c.label(), pct_ios: *n as f64 * 100.0 / o.ios.max(1) as f64, ios: *n, bytes: *b })
+                    .map(|(c, (n, b))| JsonSize {
+                        class: c.label(),
+                        pct_ios: *n as f64 * 100.0 / o.ios.max(1) as f64,
+                        ios: *n,
+                        bytes: *b,
+                    })
                     .collect();
                 sizes.sort_by_key(|z| std::cmp::Reverse(z.ios));
-                ops.insert(k.clone(), JsonOp {
-                    ios: o.ios,
-                    bytes: o.bytes,
-                    pct_ios: o.ios as f64 * 100.0 / tot_ios as f64,
-                    pct_bytes: o.bytes as f64 * 100.0 / tot_bytes as f64,
-                    block_sizes: sizes,
-                    device_latency_us: JsonLatency::of(&o.device_latency_ns),
-                    total_latency_us: JsonLatency::of(&o.total_latency_ns),
-                    readahead_bytes: o.readahead_bytes,
-                    errors: o.errors,
-                });
+                ops.insert(
+                    k.clone(),
+                    JsonOp {
+                        ios: o.ios,
+                        bytes: o.bytes,
+                        pct_ios: o.ios as f64 * 100.0 / tot_ios as f64,
+                        pct_bytes: o.bytes as f64 * 100.0 / tot_bytes as f64,
+                        block_sizes: sizes,
+                        device_latency_us: JsonLatency::of(&o.device_latency_ns),
+                        total_latency_us: JsonLatency::of(&o.total_latency_ns),
+                        readahead_bytes: o.readahead_bytes,
+                        errors: o.errors,
+                    },
+                );
             }
             for k in ["read", "write", "discard", "flush"] {
                 if !ops.contains_key(k) {
                     let o = OpStats::new();
-                    ops.insert(k.into(), JsonOp {
-                        ios: 0, bytes: 0, pct_ios: 0.0, pct_bytes: 0.0, block_sizes: Vec::new(),
-                        device_latency_us: JsonLatency::of(&o.device_latency_ns), total_latency_us: JsonLatency::of(&o.total_latency_ns),
-                        readahead_bytes: 0, errors: 0,
-                    });
+                    ops.insert(
+                        k.into(),
+                        JsonOp {
+                            ios: 0,
+                            bytes: 0,
+                            pct_ios: 0.0,
+                            pct_bytes: 0.0,
+                            block_sizes: Vec::new(),
+                            device_latency_us: JsonLatency::of(&o.device_latency_ns),
+                            total_latency_us: JsonLatency::of(&o.total_latency_ns),
+                            readahead_bytes: 0,
+                            errors: 0,
+                        },
+                    );
                 }
             }
             devices.push(JsonDevice {
@@ -512,7 +584,11 @@ impl Summary {
                 end: self.wall(d.last_ns),
                 ops,
                 absorbed_flushes: d.absorbed_flushes,
-                coverage: self.coverage.iter().find(|c| c.major == d.major && c.minor == d.minor).cloned(),
+                coverage: self
+                    .coverage
+                    .iter()
+                    .find(|c| c.major == d.major && c.minor == d.minor)
+                    .cloned(),
                 throughput: throughput(d),
                 bursts: d.bursts.clone(),
                 queue_depth_spikes: d.spikes.clone(),
@@ -529,7 +605,12 @@ impl Summary {
             records: self.records,
             complete: self.endings.iter().all(|(_, e)| *e == Ending::Complete),
             devices,
-            markers: self.context.logs.iter().flat_map(|l| l.markers.iter().cloned()).collect(),
+            markers: self
+                .context
+                .logs
+                .iter()
+                .flat_map(|l| l.markers.iter().cloned())
+                .collect(),
             stress: self.context.stress.clone(),
             flush_match: self.flush_matches(),
             lost: self.lost(),
@@ -540,8 +621,16 @@ impl Summary {
 fn rate(s: &Series, g: StatGroup) -> JsonRate {
     let secs = s.interval_ns as f64 / 1e9;
     let n = s.intervals.len().max(1) as f64;
-    let ios: Vec<f64> = s.intervals.iter().map(|iv| iv.groups[g as usize].0 as f64 / secs).collect();
-    let mbs: Vec<f64> = s.intervals.iter().map(|iv| iv.groups[g as usize].1 as f64 / 1e6 / secs).collect();
+    let ios: Vec<f64> = s
+        .intervals
+        .iter()
+        .map(|iv| iv.groups[g as usize].0 as f64 / secs)
+        .collect();
+    let mbs: Vec<f64> = s
+        .intervals
+        .iter()
+        .map(|iv| iv.groups[g as usize].1 as f64 / 1e6 / secs)
+        .collect();
     JsonRate {
         mean_mb_per_s: mbs.iter().sum::<f64>() / n,
         max_mb_per_s: mbs.iter().copied().fold(0.0, f64::max),
@@ -567,7 +656,9 @@ impl Summary {
     fn series_json(&self, d: &DeviceStats) -> JsonSeries {
         let s = &d.series;
         let secs = s.interval_ns as f64 / 1e9;
-        let g = |f: &dyn Fn(&crate::series::Interval) -> f64| s.intervals.iter().map(f).collect::<Vec<f64>>();
+        let g = |f: &dyn Fn(&crate::series::Interval) -> f64| {
+            s.intervals.iter().map(f).collect::<Vec<f64>>()
+        };
         JsonSeries {
             interval_s: secs,
             start: self.wall(s.t0_ns),
@@ -577,7 +668,9 @@ impl Summary {
             write_mb_per_s: g(&|iv| iv.groups[1].1 as f64 / 1e6 / secs),
             discard_mb_per_s: g(&|iv| iv.groups[2].1 as f64 / 1e6 / secs),
             flush_iops: g(&|iv| iv.groups[3].0 as f64 / secs),
-            queue_depth_mean: (0..s.intervals.len()).map(|i| s.interval_queue(i)).collect(),
+            queue_depth_mean: (0..s.intervals.len())
+                .map(|i| s.interval_queue(i))
+                .collect(),
             queue_depth_max: s.intervals.iter().map(|iv| iv.queue_max).collect(),
             read_p99_us: g(&|iv| iv.read_lat[1] as f64 / 1e3),
             read_max_us: g(&|iv| iv.read_lat[3] as f64 / 1e3),
@@ -596,7 +689,10 @@ impl Summary {
             Some(t) => (self.header.wall_clock_start_ns, t.wall_clock_end_ns),
             None => {
                 let last = self.devices.values().map(|d| d.last_ns).max().unwrap_or(0);
-                (self.header.wall_clock_start_ns, (wall0 + last as i128) as i64)
+                (
+                    self.header.wall_clock_start_ns,
+                    (wall0 + last as i128) as i64,
+                )
             }
         };
         let flushes: Vec<crate::stress::Flush> = self
@@ -615,9 +711,18 @@ impl Summary {
                 let bursts: Vec<(i64, i64, String)> = d
                     .bursts
                     .iter()
-                    .map(|b| ((wall0 + b.start_ns as i128) as i64, (wall0 + b.end_ns as i128) as i64, b.start.clone()))
+                    .map(|b| {
+                        (
+                            (wall0 + b.start_ns as i128) as i64,
+                            (wall0 + b.end_ns as i128) as i64,
+                            b.start.clone(),
+                        )
+                    })
                     .collect();
-                (d.name.clone(), crate::stress::match_flushes(&flushes, &bursts, 1_000_000_000))
+                (
+                    d.name.clone(),
+                    crate::stress::match_flushes(&flushes, &bursts, 1_000_000_000),
+                )
             })
             .collect()
     }

@@ -4,8 +4,8 @@
 use std::path::Path;
 
 use tracer_common::format::{
-    AggregateSnapshot, DeviceInfo, DiskStats, FormatError, IoRecord, ProbeCounters, TraceHeader, TraceTrailer, TraceWriter,
-    comm_bytes,
+    AggregateSnapshot, DeviceInfo, DiskStats, FormatError, IoRecord, ProbeCounters, TraceHeader,
+    TraceTrailer, TraceWriter, comm_bytes,
 };
 use tracer_common::op::{Op, StatGroup, flags};
 
@@ -30,7 +30,13 @@ pub struct Io {
 /// aggregates that match them exactly.
 pub fn write_trace(path: &Path, ios: &mut [Io]) -> Result<(), FormatError> {
     ios.sort_by_key(|i| i.complete_ns);
-    let mut start = DiskStats { name: "nvme0n1".into(), major: 259, minor: 1, at_ns: BASE_NS, ..Default::default() };
+    let mut start = DiskStats {
+        name: "nvme0n1".into(),
+        major: 259,
+        minor: 1,
+        at_ns: BASE_NS,
+        ..Default::default()
+    };
     start.read_ios = 1000;
     start.write_ios = 2000;
     let header = TraceHeader {
@@ -39,7 +45,12 @@ pub fn write_trace(path: &Path, ios: &mut [Io]) -> Result<(), FormatError> {
         kernel: "6.18".into(),
         wall_clock_start_ns: WALL_NS,
         monotonic_base_ns: BASE_NS,
-        devices: vec![DeviceInfo { name: "nvme0n1".into(), major: 259, minor: 1, logical_block_size: 512 }],
+        devices: vec![DeviceInfo {
+            name: "nvme0n1".into(),
+            major: 259,
+            minor: 1,
+            logical_block_size: 512,
+        }],
         interval_ms: 1000,
         diskstats_start: vec![start.clone()],
         ..Default::default()
@@ -84,7 +95,10 @@ pub fn write_trace(path: &Path, ios: &mut [Io]) -> Result<(), FormatError> {
         }
         end.weighted_ms += 0; // kept in ns below
         let fr = io.flags & flags::FLUSH_RQ != 0;
-        match aggs.iter_mut().find(|a| a.op == Some(io.op) && a.flush_rq == fr) {
+        match aggs
+            .iter_mut()
+            .find(|a| a.op == Some(io.op) && a.flush_rq == fr)
+        {
             Some(a) => {
                 a.ios += 1;
                 a.bytes += b;
@@ -104,7 +118,8 @@ pub fn write_trace(path: &Path, ios: &mut [Io]) -> Result<(), FormatError> {
     }
     let last = ios.last().map_or(BASE_NS, |i| i.complete_ns);
     end.at_ns = last + 1_000_000;
-    end.weighted_ms = start.weighted_ms + aggs.iter().map(|a| a.total_ns_sum).sum::<u64>() / 1_000_000;
+    end.weighted_ms =
+        start.weighted_ms + aggs.iter().map(|a| a.total_ns_sum).sum::<u64>() / 1_000_000;
     w.finish(&TraceTrailer {
         wall_clock_end_ns: WALL_NS + (end.at_ns - BASE_NS) as i64,
         monotonic_end_ns: end.at_ns,
@@ -140,29 +155,73 @@ pub fn cassandra_like(seconds: u64, read_iops: u64, bursts: &[(f64, f64, f64)]) 
     let mut rng = Rng(0x1234_5678);
     let mut ios = Vec::new();
     let s = 1_000_000_000u64;
-    let in_burst = |t: u64| bursts.iter().any(|&(b, d, _)| t as f64 >= b * 1e9 && (t as f64) < (b + d) * 1e9);
+    let in_burst = |t: u64| {
+        bursts
+            .iter()
+            .any(|&(b, d, _)| t as f64 >= b * 1e9 && (t as f64) < (b + d) * 1e9)
+    };
     // Reads: fast outside bursts, slow inside.
     let n = seconds * read_iops;
     for i in 0..n {
         let t = i * s / read_iops + rng.below(s / read_iops);
-        let lat = if in_burst(t) { 8_000_000 + rng.below(4_000_000) } else { 80_000 + rng.below(40_000) };
+        let lat = if in_burst(t) {
+            8_000_000 + rng.below(4_000_000)
+        } else {
+            80_000 + rng.below(40_000)
+        };
         let enter = BASE_NS + t;
-        ios.push(Io { enter_ns: enter, issue_ns: enter + 2_000, complete_ns: enter + 2_000 + lat, op: Op::Read, bytes: 4096, sector: rng.below(1 << 30) & !7, os_inflight: if in_burst(t) { 200 } else { 4 }, flags: flags::SYNC });
+        ios.push(Io {
+            enter_ns: enter,
+            issue_ns: enter + 2_000,
+            complete_ns: enter + 2_000 + lat,
+            op: Op::Read,
+            bytes: 4096,
+            sector: rng.below(1 << 30) & !7,
+            os_inflight: if in_burst(t) { 200 } else { 4 },
+            flags: flags::SYNC,
+        });
     }
     // Commit-log trickle: 4 KB writes, 50 per second.
     for i in 0..seconds * 50 {
         let enter = BASE_NS + i * s / 50 + 7;
-        ios.push(Io { enter_ns: enter, issue_ns: enter + 1_000, complete_ns: enter + 30_000, op: Op::Write, bytes: 4096, sector: 1_000_000 + i * 8, os_inflight: 2, flags: flags::SYNC });
+        ios.push(Io {
+            enter_ns: enter,
+            issue_ns: enter + 1_000,
+            complete_ns: enter + 30_000,
+            op: Op::Write,
+            bytes: 4096,
+            sector: 1_000_000 + i * 8,
+            os_inflight: 2,
+            flags: flags::SYNC,
+        });
     }
     for &(b, d, mbps) in bursts {
         let per_s = (mbps * 1e6 / (512.0 * 1024.0)) as u64;
         let count = (per_s as f64 * d) as u64;
         for i in 0..count {
             let enter = BASE_NS + (b * 1e9) as u64 + i * (d * 1e9) as u64 / count.max(1);
-            ios.push(Io { enter_ns: enter, issue_ns: enter + 5_000, complete_ns: enter + 3_000_000, op: Op::Write, bytes: 512 << 10, sector: 2_000_000 + i * 1024, os_inflight: 200, flags: 0 });
+            ios.push(Io {
+                enter_ns: enter,
+                issue_ns: enter + 5_000,
+                complete_ns: enter + 3_000_000,
+                op: Op::Write,
+                bytes: 512 << 10,
+                sector: 2_000_000 + i * 1024,
+                os_inflight: 200,
+                flags: 0,
+            });
         }
         let t = BASE_NS + ((b + d + 2.0) * 1e9) as u64;
-        ios.push(Io { enter_ns: t, issue_ns: t + 1_000, complete_ns: t + 50_000_000, op: Op::Discard, bytes: !511, sector: 0, os_inflight: 1, flags: 0 });
+        ios.push(Io {
+            enter_ns: t,
+            issue_ns: t + 1_000,
+            complete_ns: t + 50_000_000,
+            op: Op::Discard,
+            bytes: !511,
+            sector: 0,
+            os_inflight: 1,
+            flags: 0,
+        });
     }
     ios
 }

@@ -16,21 +16,39 @@ fn bytes(b: u64) -> String {
         v /= 1000.0;
         i += 1;
     }
-    if i == 0 { format!("{b} B") } else { format!("{v:.1} {}", U[i]) }
+    if i == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", U[i])
+    }
 }
 
 fn fmt_us(us: f64) -> String {
-    if us >= 1000.0 { format!("{:.1}ms", us / 1000.0) } else { format!("{us:.0}us") }
+    if us >= 1000.0 {
+        format!("{:.1}ms", us / 1000.0)
+    } else {
+        format!("{us:.0}us")
+    }
 }
 
 fn lat(l: &JsonLatency) -> String {
-    let f = |us: f64| if us >= 1000.0 { format!("{:.1}ms", us / 1000.0) } else { format!("{us:.0}us") };
+    let f = |us: f64| {
+        if us >= 1000.0 {
+            format!("{:.1}ms", us / 1000.0)
+        } else {
+            format!("{us:.0}us")
+        }
+    };
     format!("{}/{}/{}/{}", f(l.p50), f(l.p99), f(l.p999), f(l.max))
 }
 
 pub fn write(out: &mut dyn Write, s: &Summary) -> std::io::Result<()> {
     let j = s.to_json();
-    let dur = s.trailer.as_ref().map(|t| t.monotonic_end_ns.saturating_sub(s.header.monotonic_base_ns) as f64 / 1e9);
+    let dur = s.trailer.as_ref().map(|t| {
+        t.monotonic_end_ns
+            .saturating_sub(s.header.monotonic_base_ns) as f64
+            / 1e9
+    });
     writeln!(
         out,
         "trace {} (host {}, kernel {}, started {}{})",
@@ -43,12 +61,21 @@ pub fn write(out: &mut dyn Write, s: &Summary) -> std::io::Result<()> {
     for (p, e) in &s.endings {
         match e {
             Ending::Complete => {}
-            Ending::Truncated { intact_bytes, trailing_bytes } => writeln!(
+            Ending::Truncated {
+                intact_bytes,
+                trailing_bytes,
+            } => writeln!(
                 out,
                 "warning: {} ends without a trailer after {} intact bytes ({} trailing bytes dropped): the tracer did not stop cleanly; reporting what is intact",
-                p.display(), thousands(*intact_bytes), thousands(*trailing_bytes)
+                p.display(),
+                thousands(*intact_bytes),
+                thousands(*trailing_bytes)
             )?,
-            Ending::Corrupt { frame, offset, reason } => writeln!(
+            Ending::Corrupt {
+                frame,
+                offset,
+                reason,
+            } => writeln!(
                 out,
                 "warning: {} is corrupt at frame {frame} (byte {offset}): {reason}; reporting the frames before it",
                 p.display()
@@ -57,33 +84,87 @@ pub fn write(out: &mut dyn Write, s: &Summary) -> std::io::Result<()> {
         }
     }
     for d in &j.devices {
-        writeln!(out, "\n{} ({}:{})  {} .. {}", d.name, d.major, d.minor, d.start, d.end)?;
+        writeln!(
+            out,
+            "\n{} ({}:{})  {} .. {}",
+            d.name, d.major, d.minor, d.start, d.end
+        )?;
         writeln!(
             out,
             "  {:<8} {:>12} {:>7} {:>10} {:>8}  {:<34} {:<30} {:<30}",
-            "op", "IOs", "%IOs", "bytes", "%volume", "block sizes", "device lat p50/p99/p99.9/max", "total lat p50/p99/p99.9/max"
+            "op",
+            "IOs",
+            "%IOs",
+            "bytes",
+            "%volume",
+            "block sizes",
+            "device lat p50/p99/p99.9/max",
+            "total lat p50/p99/p99.9/max"
         )?;
-        for k in ["read", "write", "discard", "flush"].into_iter().chain(d.ops.keys().map(String::as_str).filter(|k| !matches!(*k, "read" | "write" | "discard" | "flush"))) {
+        for k in ["read", "write", "discard", "flush"].into_iter().chain(
+            d.ops
+                .keys()
+                .map(String::as_str)
+                .filter(|k| !matches!(*k, "read" | "write" | "discard" | "flush")),
+        ) {
             let Some(o) = d.ops.get(k) else { continue };
-            let mix: Vec<String> = o.block_sizes.iter().take(2).map(|z| format!("{:.0}% {}", z.pct_ios, z.class)).collect();
-            let mix = if o.ios == 0 { "-".to_string() } else { mix.join(", ") };
-            let (dl, tl) = if o.ios == 0 { ("-".into(), "-".into()) } else { (lat(&o.device_latency_us), lat(&o.total_latency_us)) };
+            let mix: Vec<String> = o
+                .block_sizes
+                .iter()
+                .take(2)
+                .map(|z| format!("{:.0}% {}", z.pct_ios, z.class))
+                .collect();
+            let mix = if o.ios == 0 {
+                "-".to_string()
+            } else {
+                mix.join(", ")
+            };
+            let (dl, tl) = if o.ios == 0 {
+                ("-".into(), "-".into())
+            } else {
+                (lat(&o.device_latency_us), lat(&o.total_latency_us))
+            };
             writeln!(
                 out,
                 "  {:<8} {:>12} {:>6.1}% {:>10} {:>7.1}%  {:<34} {:<30} {:<30}",
-                k, thousands(o.ios), o.pct_ios, bytes(o.bytes), o.pct_bytes, mix, dl, tl
+                k,
+                thousands(o.ios),
+                o.pct_ios,
+                bytes(o.bytes),
+                o.pct_bytes,
+                mix,
+                dl,
+                tl
             )?;
         }
         if d.absorbed_flushes > 0 {
-            writeln!(out, "  + {} empty flush requests absorbed by the flush machinery (the kernel counts them as 0-byte reads)", thousands(d.absorbed_flushes))?;
+            writeln!(
+                out,
+                "  + {} empty flush requests absorbed by the flush machinery (the kernel counts them as 0-byte reads)",
+                thousands(d.absorbed_flushes)
+            )?;
         }
         if let Some(r) = d.ops.get("read")
-            && r.readahead_bytes > 0 {
-                writeln!(out, "  read-ahead: {:.1}% of read bytes", r.readahead_bytes as f64 * 100.0 / r.bytes.max(1) as f64)?;
-            }
+            && r.readahead_bytes > 0
+        {
+            writeln!(
+                out,
+                "  read-ahead: {:.1}% of read bytes",
+                r.readahead_bytes as f64 * 100.0 / r.bytes.max(1) as f64
+            )?;
+        }
         let t = &d.throughput;
-        writeln!(out, "  throughput per {}s interval, mean / max:", d.series.interval_s)?;
-        for (k, r) in [("read", &t.read), ("write", &t.write), ("discard", &t.discard), ("flush", &t.flush)] {
+        writeln!(
+            out,
+            "  throughput per {}s interval, mean / max:",
+            d.series.interval_s
+        )?;
+        for (k, r) in [
+            ("read", &t.read),
+            ("write", &t.write),
+            ("discard", &t.discard),
+            ("flush", &t.flush),
+        ] {
             if r.max_iops > 0.0 {
                 writeln!(
                     out,
@@ -92,59 +173,127 @@ pub fn write(out: &mut dyn Write, s: &Summary) -> std::io::Result<()> {
                 )?;
             }
         }
-        writeln!(out, "  queue depth (requests in the OS): mean {:.1}, max {}", t.queue_depth_mean, t.queue_depth_max)?;
+        writeln!(
+            out,
+            "  queue depth (requests in the OS): mean {:.1}, max {}",
+            t.queue_depth_mean, t.queue_depth_max
+        )?;
         // Latency peaks: the intervals with the worst read and write latency.
-        for (k, maxes) in [("read", &d.series.read_max_us), ("write", &d.series.write_max_us)] {
+        for (k, maxes) in [
+            ("read", &d.series.read_max_us),
+            ("write", &d.series.write_max_us),
+        ] {
             let mut idx: Vec<usize> = (0..maxes.len()).filter(|&i| maxes[i] > 0.0).collect();
             idx.sort_by(|&a, &b| maxes[b].total_cmp(&maxes[a]));
             let peaks: Vec<String> = idx
                 .iter()
                 .take(3)
-                .map(|&i| format!("{} at +{:.0}s", fmt_us(maxes[i]), i as f64 * d.series.interval_s))
+                .map(|&i| {
+                    format!(
+                        "{} at +{:.0}s",
+                        fmt_us(maxes[i]),
+                        i as f64 * d.series.interval_s
+                    )
+                })
                 .collect();
             if !peaks.is_empty() {
                 writeln!(out, "  {k} latency peaks: {}", peaks.join(", "))?;
             }
         }
         if !d.queue_depth_spikes.is_empty() {
-            writeln!(out, "  queue-depth spikes ({}; baseline {:.1}):", d.queue_depth_spikes.len(), d.queue_depth_spikes[0].baseline_depth)?;
+            writeln!(
+                out,
+                "  queue-depth spikes ({}; baseline {:.1}):",
+                d.queue_depth_spikes.len(),
+                d.queue_depth_spikes[0].baseline_depth
+            )?;
             for sp in d.queue_depth_spikes.iter().take(10) {
-                writeln!(out, "    {}  +{:.1}s  {:.1}s  mean depth up to {:.0}, {} in flight at peak", sp.start, sp.start_s, sp.duration_s, sp.peak_mean_depth, sp.peak_inflight)?;
+                writeln!(
+                    out,
+                    "    {}  +{:.1}s  {:.1}s  mean depth up to {:.0}, {} in flight at peak",
+                    sp.start, sp.start_s, sp.duration_s, sp.peak_mean_depth, sp.peak_inflight
+                )?;
             }
         }
         if !d.bursts.is_empty() {
             let b0 = &d.bursts;
             writeln!(out, "  write bursts ({}):", b0.len())?;
-            writeln!(out, "    {:<24} {:>8} {:>7} {:>10} {:>10} {:<16} {:>9} {:>9} {:>14}", "start", "+s", "dur s", "written", "peak MB/s", "write size", "read p99", "qd mean", "discards after")?;
+            writeln!(
+                out,
+                "    {:<24} {:>8} {:>7} {:>10} {:>10} {:<16} {:>9} {:>9} {:>14}",
+                "start",
+                "+s",
+                "dur s",
+                "written",
+                "peak MB/s",
+                "write size",
+                "read p99",
+                "qd mean",
+                "discards after"
+            )?;
             for b in b0.iter().take(20) {
                 let disc = if b.discards_after > 0 {
-                    format!("{} ({}) +{:.1}s", b.discards_after, bytes(b.discard_bytes_after), b.first_discard_after_s.unwrap_or(0.0))
+                    format!(
+                        "{} ({}) +{:.1}s",
+                        b.discards_after,
+                        bytes(b.discard_bytes_after),
+                        b.first_discard_after_s.unwrap_or(0.0)
+                    )
                 } else {
                     "-".into()
                 };
                 writeln!(
                     out,
                     "    {:<24} {:>8.1} {:>7.1} {:>10} {:>10.0} {:<16} {:>9} {:>9.1} {:>14}",
-                    b.start, b.start_s, b.duration_s, bytes(b.write_bytes), b.peak_mb_per_s,
-                    format!("{:.0}% {}", b.dominant_write_size_pct, b.dominant_write_size), fmt_us(b.read_p99_us), b.queue_depth_mean, disc
+                    b.start,
+                    b.start_s,
+                    b.duration_s,
+                    bytes(b.write_bytes),
+                    b.peak_mb_per_s,
+                    format!(
+                        "{:.0}% {}",
+                        b.dominant_write_size_pct, b.dominant_write_size
+                    ),
+                    fmt_us(b.read_p99_us),
+                    b.queue_depth_mean,
+                    disc
                 )?;
             }
             let r = &d.reads_during_bursts;
             writeln!(
                 out,
                 "  reads during bursts: {} IOs, p50 {} p99 {} max {}, queue {:.1}; outside: {} IOs, p50 {} p99 {} max {}, queue {:.1}",
-                thousands(r.inside_ios), fmt_us(r.inside_p50_us), fmt_us(r.inside_p99_us), fmt_us(r.inside_max_us), r.inside_queue_depth_mean,
-                thousands(r.outside_ios), fmt_us(r.outside_p50_us), fmt_us(r.outside_p99_us), fmt_us(r.outside_max_us), r.outside_queue_depth_mean
+                thousands(r.inside_ios),
+                fmt_us(r.inside_p50_us),
+                fmt_us(r.inside_p99_us),
+                fmt_us(r.inside_max_us),
+                r.inside_queue_depth_mean,
+                thousands(r.outside_ios),
+                fmt_us(r.outside_p50_us),
+                fmt_us(r.outside_p99_us),
+                fmt_us(r.outside_max_us),
+                r.outside_queue_depth_mean
             )?;
         }
         match &d.coverage {
             Some(c) => {
-                for g in c.groups.iter().filter(|g| g.kernel_ios > 0 || g.aggregate_ios > 0) {
+                for g in c
+                    .groups
+                    .iter()
+                    .filter(|g| g.kernel_ios > 0 || g.aggregate_ios > 0)
+                {
                     writeln!(out, "  coverage: {}", describe(g))?;
                 }
-                writeln!(out, "  mean queue size (requests in the OS): {:.2} traced, {:.2} by /proc/diskstats", c.aggregate_mean_queue, c.kernel_mean_queue)?;
+                writeln!(
+                    out,
+                    "  mean queue size (requests in the OS): {:.2} traced, {:.2} by /proc/diskstats",
+                    c.aggregate_mean_queue, c.kernel_mean_queue
+                )?;
             }
-            None => writeln!(out, "  coverage: unknown (no trailer: the trace did not end cleanly)")?,
+            None => writeln!(
+                out,
+                "  coverage: unknown (no trailer: the trace did not end cleanly)"
+            )?,
         }
     }
     for (dev, m) in &j.flush_match {
@@ -153,9 +302,19 @@ pub fn write(out: &mut dyn Write, s: &Summary) -> std::io::Result<()> {
             "\n{dev}: write bursts vs flushes in the application log (a burst matches a flush it overlaps, {:.0} s tolerance; {} flushes under 1 MiB left out):",
             m.tolerance_s, m.small_flushes_ignored
         )?;
-        writeln!(out, "  flushes matched {} of {} (recall {:.2}); bursts matched {} of {} (precision {:.2})", m.flushes_matched, m.flushes, m.recall, m.bursts_matched, m.bursts, m.precision)?;
+        writeln!(
+            out,
+            "  flushes matched {} of {} (recall {:.2}); bursts matched {} of {} (precision {:.2})",
+            m.flushes_matched, m.flushes, m.recall, m.bursts_matched, m.bursts, m.precision
+        )?;
         for (table, start, end, hit) in m.rows.iter().take(40) {
-            writeln!(out, "    {table:<24} {start} .. {}  {}", end.get(11..).unwrap_or(end), hit.as_deref().map_or("NO BURST".to_string(), |b| format!("burst at {b}")))?;
+            writeln!(
+                out,
+                "    {table:<24} {start} .. {}  {}",
+                end.get(11..).unwrap_or(end),
+                hit.as_deref()
+                    .map_or("NO BURST".to_string(), |b| format!("burst at {b}"))
+            )?;
         }
     }
     let markers = &j.markers;
@@ -168,7 +327,13 @@ pub fn write(out: &mut dyn Write, s: &Summary) -> std::io::Result<()> {
         writeln!(out, "\napplication log markers: {}", list.join(", "))?;
     }
     for run in &j.stress {
-        writeln!(out, "\n{} ({}): {} status lines", run.path, run.tool, run.status.len())?;
+        writeln!(
+            out,
+            "\n{} ({}): {} status lines",
+            run.path,
+            run.tool,
+            run.status.len()
+        )?;
         if let Some(o) = run.summary.get("OVERALL") {
             writeln!(
                 out,
@@ -178,40 +343,108 @@ pub fn write(out: &mut dyn Write, s: &Summary) -> std::io::Result<()> {
             )?;
         }
         for (op, m) in &run.summary {
-            if let (Some(n), Some(p99)) = (m.get("Operations"), m.get("99thPercentileLatency(us)")) {
-                writeln!(out, "  {op:<8} {n:>10.0} ops, avg {}, p95 {}, p99 {}, max {}", fmt_us(m.get("AverageLatency(us)").copied().unwrap_or(0.0)), fmt_us(m.get("95thPercentileLatency(us)").copied().unwrap_or(0.0)), fmt_us(*p99), fmt_us(m.get("MaxLatency(us)").copied().unwrap_or(0.0)))?;
+            if let (Some(n), Some(p99)) = (m.get("Operations"), m.get("99thPercentileLatency(us)"))
+            {
+                writeln!(
+                    out,
+                    "  {op:<8} {n:>10.0} ops, avg {}, p95 {}, p99 {}, max {}",
+                    fmt_us(m.get("AverageLatency(us)").copied().unwrap_or(0.0)),
+                    fmt_us(m.get("95thPercentileLatency(us)").copied().unwrap_or(0.0)),
+                    fmt_us(*p99),
+                    fmt_us(m.get("MaxLatency(us)").copied().unwrap_or(0.0))
+                )?;
             }
         }
         // Client and disk on one wall-clock axis.
         if let Some(d) = s.devices.values().next() {
-            let timed: Vec<_> = run.status.iter().filter(|p| p.time_ns.is_some() && p.ops_per_s.is_some()).collect();
+            let timed: Vec<_> = run
+                .status
+                .iter()
+                .filter(|p| p.time_ns.is_some() && p.ops_per_s.is_some())
+                .collect();
             let wall_end = s.trailer.as_ref().map_or(i64::MAX, |t| t.wall_clock_end_ns);
-            let overlaps = timed.iter().any(|p| p.time_ns.is_some_and(|t| t >= s.header.wall_clock_start_ns && t <= wall_end + 5_000_000_000));
+            let overlaps = timed.iter().any(|p| {
+                p.time_ns.is_some_and(|t| {
+                    t >= s.header.wall_clock_start_ns && t <= wall_end + 5_000_000_000
+                })
+            });
             if !timed.is_empty() && !overlaps {
-                writeln!(out, "  its status lines ({} .. {}) do not overlap the trace: no side-by-side view", tracer_common::format::rfc3339(timed[0].time_ns.unwrap_or(0)), tracer_common::format::rfc3339(timed[timed.len() - 1].time_ns.unwrap_or(0)))?;
+                writeln!(
+                    out,
+                    "  its status lines ({} .. {}) do not overlap the trace: no side-by-side view",
+                    tracer_common::format::rfc3339(timed[0].time_ns.unwrap_or(0)),
+                    tracer_common::format::rfc3339(timed[timed.len() - 1].time_ns.unwrap_or(0))
+                )?;
             }
             if !timed.is_empty() && overlaps {
-                writeln!(out, "  client vs {} at each status line (disk figures over the preceding status interval):", d.name)?;
-                writeln!(out, "    {:<24} {:>9} {:>12} {:>11} {:>10} {:>9} {:>12}", "time", "ops/s", "client p99", "disk wMB/s", "disk rIOPS", "disk qd", "disk read p99")?;
-                let wall0 = s.header.wall_clock_start_ns as i128 - s.header.monotonic_base_ns as i128;
+                writeln!(
+                    out,
+                    "  client vs {} at each status line (disk figures over the preceding status interval):",
+                    d.name
+                )?;
+                writeln!(
+                    out,
+                    "    {:<24} {:>9} {:>12} {:>11} {:>10} {:>9} {:>12}",
+                    "time",
+                    "ops/s",
+                    "client p99",
+                    "disk wMB/s",
+                    "disk rIOPS",
+                    "disk qd",
+                    "disk read p99"
+                )?;
+                let wall0 =
+                    s.header.wall_clock_start_ns as i128 - s.header.monotonic_base_ns as i128;
                 let mut prev: Option<i64> = None;
                 for p in timed {
                     let t = p.time_ns.unwrap_or(0);
                     let from = prev.unwrap_or(t - 5_000_000_000);
                     prev = Some(t);
                     let to_mono = |w: i64| (w as i128 - wall0).max(0) as u64;
-                    let (a, b) = (d.series.at_interval(to_mono(from)), d.series.at_interval(to_mono(t)));
-                    let ivs = d.series.intervals.get(a..b.min(d.series.intervals.len())).unwrap_or(&[]);
+                    let (a, b) = (
+                        d.series.at_interval(to_mono(from)),
+                        d.series.at_interval(to_mono(t)),
+                    );
+                    let ivs = d
+                        .series
+                        .intervals
+                        .get(a..b.min(d.series.intervals.len()))
+                        .unwrap_or(&[]);
                     let secs = (ivs.len() as f64 * d.series.interval_ns as f64 / 1e9).max(1e-9);
                     let wmb = ivs.iter().map(|iv| iv.groups[1].1).sum::<u64>() as f64 / 1e6 / secs;
                     let riops = ivs.iter().map(|iv| iv.groups[0].0).sum::<u64>() as f64 / secs;
-                    let qd = (a..b).map(|i| d.series.interval_queue(i)).sum::<f64>() / (b - a).max(1) as f64;
+                    let qd = (a..b).map(|i| d.series.interval_queue(i)).sum::<f64>()
+                        / (b - a).max(1) as f64;
                     let rp99 = ivs.iter().map(|iv| iv.read_lat[1]).max().unwrap_or(0) as f64 / 1e3;
-                    let client = p.latencies.iter().filter_map(|l| l.p99_us.or(l.avg_us)).fold(0.0, f64::max);
+                    let client = p
+                        .latencies
+                        .iter()
+                        .filter_map(|l| l.p99_us.or(l.avg_us))
+                        .fold(0.0, f64::max);
                     if ivs.is_empty() {
-                        writeln!(out, "    {:<24} {:>9.0} {:>12} {:>11} {:>10} {:>9} {:>12}", tracer_common::format::rfc3339(t), p.ops_per_s.unwrap_or(0.0), fmt_us(client), "-", "-", "-", "(outside trace)")?;
+                        writeln!(
+                            out,
+                            "    {:<24} {:>9.0} {:>12} {:>11} {:>10} {:>9} {:>12}",
+                            tracer_common::format::rfc3339(t),
+                            p.ops_per_s.unwrap_or(0.0),
+                            fmt_us(client),
+                            "-",
+                            "-",
+                            "-",
+                            "(outside trace)"
+                        )?;
                     } else {
-                        writeln!(out, "    {:<24} {:>9.0} {:>12} {:>11.1} {:>10.0} {:>9.1} {:>12}", tracer_common::format::rfc3339(t), p.ops_per_s.unwrap_or(0.0), fmt_us(client), wmb, riops, qd, fmt_us(rp99))?;
+                        writeln!(
+                            out,
+                            "    {:<24} {:>9.0} {:>12} {:>11.1} {:>10.0} {:>9.1} {:>12}",
+                            tracer_common::format::rfc3339(t),
+                            p.ops_per_s.unwrap_or(0.0),
+                            fmt_us(client),
+                            wmb,
+                            riops,
+                            qd,
+                            fmt_us(rp99)
+                        )?;
                     }
                 }
             }
@@ -227,7 +460,14 @@ pub fn write(out: &mut dyn Write, s: &Summary) -> std::io::Result<()> {
         thousands(l.recursion_misses),
         thousands(l.untracked),
         thousands(l.unaccounted),
-        if l.filtered_out > 0 { format!("; {} filtered out by --pid/--comm/--op", thousands(l.filtered_out)) } else { String::new() }
+        if l.filtered_out > 0 {
+            format!(
+                "; {} filtered out by --pid/--comm/--op",
+                thousands(l.filtered_out)
+            )
+        } else {
+            String::new()
+        }
     )?;
     let _ = human;
     Ok(())

@@ -8,31 +8,77 @@ fn blkprof() -> Command {
 }
 
 fn golden(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/data")
+        .join(name)
 }
 
 #[test]
 fn check_exits_0_on_pass_1_on_fail_2_on_bad_input() {
     let dir = tempfile::tempdir().unwrap();
     let base = dir.path().join("base.json");
-    let o = blkprof().arg("report").arg(golden("cassandra-shaped-a.blkp")).arg("--json").output().unwrap();
+    let o = blkprof()
+        .arg("report")
+        .arg(golden("cassandra-shaped-a.blkp"))
+        .arg("--json")
+        .output()
+        .unwrap();
     assert!(o.status.success());
     std::fs::write(&base, &o.stdout).unwrap();
     let junit = dir.path().join("junit.xml");
-    let o = blkprof().arg("check").arg(golden("cassandra-shaped-b.blkp")).arg("--baseline").arg(&base).arg("--junit").arg(&junit).output().unwrap();
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stdout));
-    assert!(std::fs::read_to_string(&junit).unwrap().contains("failures=\"0\""));
-    let o = blkprof().arg("check").arg(golden("cassandra-shaped-bigger-writes.blkp")).arg("--baseline").arg(&base).output().unwrap();
+    let o = blkprof()
+        .arg("check")
+        .arg(golden("cassandra-shaped-b.blkp"))
+        .arg("--baseline")
+        .arg(&base)
+        .arg("--junit")
+        .arg(&junit)
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    assert!(
+        std::fs::read_to_string(&junit)
+            .unwrap()
+            .contains("failures=\"0\"")
+    );
+    let o = blkprof()
+        .arg("check")
+        .arg(golden("cassandra-shaped-bigger-writes.blkp"))
+        .arg("--baseline")
+        .arg(&base)
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(1));
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(out.contains("FAIL   write.mean_request_bytes") && out.contains("from the baseline"), "{out}");
+    assert!(
+        out.contains("FAIL   write.mean_request_bytes") && out.contains("from the baseline"),
+        "{out}"
+    );
     // Bad input: no baseline or rules, a trace as baseline, a missing trace.
-    let o = blkprof().arg("check").arg(golden("cassandra-shaped-b.blkp")).output().unwrap();
+    let o = blkprof()
+        .arg("check")
+        .arg(golden("cassandra-shaped-b.blkp"))
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(2));
-    let o = blkprof().arg("check").arg(golden("cassandra-shaped-b.blkp")).arg("--baseline").arg(golden("cassandra-shaped-a.blkp")).output().unwrap();
+    let o = blkprof()
+        .arg("check")
+        .arg(golden("cassandra-shaped-b.blkp"))
+        .arg("--baseline")
+        .arg(golden("cassandra-shaped-a.blkp"))
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("not a `blkprof report --json` document"));
-    let o = blkprof().args(["report", "/nonexistent.blkp"]).output().unwrap();
+    let o = blkprof()
+        .args(["report", "/nonexistent.blkp"])
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent.blkp"));
 }
@@ -55,10 +101,21 @@ fn report_of_a_non_trace_and_of_an_unknown_version_say_so() {
 #[test]
 fn output_dir_gets_html_json_and_every_chart_as_svg_and_png() {
     let dir = tempfile::tempdir().unwrap();
-    let o = blkprof().arg("report").arg(golden("cassandra-shaped-a.blkp")).arg("-o").arg(dir.path()).output().unwrap();
+    let o = blkprof()
+        .arg("report")
+        .arg(golden("cassandra-shaped-a.blkp"))
+        .arg("-o")
+        .arg(dir.path())
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     for ext in ["html", "json"] {
-        assert!(dir.path().join(format!("cassandra-shaped-a.{ext}")).exists(), "{ext}");
+        assert!(
+            dir.path()
+                .join(format!("cassandra-shaped-a.{ext}"))
+                .exists(),
+            "{ext}"
+        );
     }
     for chart in ["throughput", "iops", "latency", "queue"] {
         let base = dir.path().join(format!("cassandra-shaped-a-loop1-{chart}"));
@@ -67,7 +124,13 @@ fn output_dir_gets_html_json_and_every_chart_as_svg_and_png() {
         let png = std::fs::read(base.with_extension("png")).unwrap();
         assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "{chart}.png is a PNG");
         // IHDR: width and height.
-        assert_eq!((u32::from_be_bytes(png[16..20].try_into().unwrap()), u32::from_be_bytes(png[20..24].try_into().unwrap())), (960, 280));
+        assert_eq!(
+            (
+                u32::from_be_bytes(png[16..20].try_into().unwrap()),
+                u32::from_be_bytes(png[20..24].try_into().unwrap())
+            ),
+            (960, 280)
+        );
         assert!(png.len() > 20_000, "{chart}.png has content");
     }
 }

@@ -7,16 +7,24 @@ use analyzer::series::Options;
 use analyzer::summary::{JsonReport, summarize};
 
 fn golden(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/data")
+        .join(name)
 }
 
 fn report(name: &str) -> JsonReport {
-    summarize(&golden(name), &Options::default()).unwrap().to_json()
+    summarize(&golden(name), &Options::default())
+        .unwrap()
+        .to_json()
 }
 
 #[test]
 fn golden_traces_report_what_the_workload_did() {
-    for name in ["cassandra-shaped-a.blkp", "cassandra-shaped-b.blkp", "cassandra-shaped-bigger-writes.blkp"] {
+    for name in [
+        "cassandra-shaped-a.blkp",
+        "cassandra-shaped-b.blkp",
+        "cassandra-shaped-bigger-writes.blkp",
+    ] {
         let j = report(name);
         assert!(j.complete, "{name}");
         let d = &j.devices[0];
@@ -33,27 +41,62 @@ fn golden_traces_report_what_the_workload_did() {
         assert_eq!(j.lost.unaccounted, 0, "{name}");
         assert!(j.lost.total <= 10, "{name}: {:?}", j.lost);
         // Write bursts: the fio job writes 200 blocks, then thinks for 2 s.
-        assert!((3..=5).contains(&d.bursts.len()), "{name}: {} bursts", d.bursts.len());
-        assert!(d.reads_during_bursts.inside_p99_us > 5.0 * d.reads_during_bursts.outside_p99_us, "{name}: {:?}", d.reads_during_bursts);
+        assert!(
+            (3..=5).contains(&d.bursts.len()),
+            "{name}: {} bursts",
+            d.bursts.len()
+        );
+        assert!(
+            d.reads_during_bursts.inside_p99_us > 5.0 * d.reads_during_bursts.outside_p99_us,
+            "{name}: {:?}",
+            d.reads_during_bursts
+        );
     }
     let a = report("cassandra-shaped-a.blkp");
     assert_eq!(a.devices[0].ops["write"].block_sizes[0].class, "512KB");
     let big = report("cassandra-shaped-bigger-writes.blkp");
     let w = &big.devices[0].ops["write"];
     // fio's 1 MB writes reach this loop device partly split into 512 KB requests.
-    assert!(w.block_sizes.iter().any(|z| z.class == "1MB" && z.ios > 0), "{:?}", w.block_sizes.iter().map(|z| &z.class).collect::<Vec<_>>());
+    assert!(
+        w.block_sizes.iter().any(|z| z.class == "1MB" && z.ios > 0),
+        "{:?}",
+        w.block_sizes.iter().map(|z| &z.class).collect::<Vec<_>>()
+    );
     assert!(w.bytes / w.ios > 600 << 10);
 }
 
 #[test]
 fn check_passes_a_second_recording_and_fails_bigger_writes() {
-    let base: JsonReport = serde_json::from_str(&serde_json::to_string(&report("cassandra-shaped-a.blkp")).unwrap()).unwrap();
-    let rules = Rules { device: None, rules: default_rules() };
+    let base: JsonReport =
+        serde_json::from_str(&serde_json::to_string(&report("cassandra-shaped-a.blkp")).unwrap())
+            .unwrap();
+    let rules = Rules {
+        device: None,
+        rules: default_rules(),
+    };
     let again = check(&report("cassandra-shaped-b.blkp"), Some(&base), &rules).unwrap();
-    assert!(again.iter().all(|v| v.pass), "{:#?}", again.iter().filter(|v| !v.pass).collect::<Vec<_>>());
-    let bigger = check(&report("cassandra-shaped-bigger-writes.blkp"), Some(&base), &rules).unwrap();
-    let failed: Vec<&str> = bigger.iter().filter(|v| !v.pass).map(|v| v.rule.metric.as_str()).collect();
-    for m in ["write.mean_request_bytes", "write.size_mix_distance", "write.pct_bytes", "write.mb_per_s_mean"] {
+    assert!(
+        again.iter().all(|v| v.pass),
+        "{:#?}",
+        again.iter().filter(|v| !v.pass).collect::<Vec<_>>()
+    );
+    let bigger = check(
+        &report("cassandra-shaped-bigger-writes.blkp"),
+        Some(&base),
+        &rules,
+    )
+    .unwrap();
+    let failed: Vec<&str> = bigger
+        .iter()
+        .filter(|v| !v.pass)
+        .map(|v| v.rule.metric.as_str())
+        .collect();
+    for m in [
+        "write.mean_request_bytes",
+        "write.size_mix_distance",
+        "write.pct_bytes",
+        "write.mb_per_s_mean",
+    ] {
         assert!(failed.contains(&m), "{m} should fail: {failed:?}");
     }
 }
@@ -61,15 +104,35 @@ fn check_passes_a_second_recording_and_fails_bigger_writes() {
 #[test]
 fn iolog_export_of_a_golden_trace_has_every_io() {
     let mut out = Vec::new();
-    let st = analyzer::export::export(&golden("cassandra-shaped-a.blkp"), analyzer::export::Format::Iolog, None, Some("/dev/sdx"), &mut out).unwrap();
+    let st = analyzer::export::export(
+        &golden("cassandra-shaped-a.blkp"),
+        analyzer::export::Format::Iolog,
+        None,
+        Some("/dev/sdx"),
+        &mut out,
+    )
+    .unwrap();
     let j = report("cassandra-shaped-a.blkp");
     let d = &j.devices[0];
-    assert_eq!(st.written, d.ops["read"].ios + d.ops["write"].ios + d.ops["discard"].ios);
+    assert_eq!(
+        st.written,
+        d.ops["read"].ios + d.ops["write"].ios + d.ops["discard"].ios
+    );
     let text = String::from_utf8(out).unwrap();
-    assert_eq!(text.lines().filter(|l| l.contains(" read ")).count() as u64, d.ops["read"].ios);
+    assert_eq!(
+        text.lines().filter(|l| l.contains(" read ")).count() as u64,
+        d.ops["read"].ios
+    );
     // Version 2: the same IOs, no timestamps.
     let mut out2 = Vec::new();
-    let st2 = analyzer::export::export(&golden("cassandra-shaped-a.blkp"), analyzer::export::Format::Iolog2, None, Some("/dev/sdx"), &mut out2).unwrap();
+    let st2 = analyzer::export::export(
+        &golden("cassandra-shaped-a.blkp"),
+        analyzer::export::Format::Iolog2,
+        None,
+        Some("/dev/sdx"),
+        &mut out2,
+    )
+    .unwrap();
     assert_eq!(st2.written, st.written);
     let text2 = String::from_utf8(out2).unwrap();
     assert_eq!(text2.lines().next(), Some("fio version 2 iolog"));

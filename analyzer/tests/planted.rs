@@ -16,7 +16,8 @@ fn report(ios: &mut [Io]) -> analyzer::summary::Summary {
 #[test]
 fn summary_numbers_equal_the_planted_truth() {
     let mut ios = cassandra_like(60, 2000, &[(10.0, 2.0, 1500.0), (30.0, 3.0, 2500.0)]);
-    let (mut reads, mut writes, mut wbytes, mut discards, mut dbytes) = (0u64, 0u64, 0u64, 0u64, 0u64);
+    let (mut reads, mut writes, mut wbytes, mut discards, mut dbytes) =
+        (0u64, 0u64, 0u64, 0u64, 0u64);
     let mut w512 = 0u64;
     for io in &ios {
         match io.op {
@@ -68,24 +69,63 @@ fn bursts_are_found_where_planted_and_nowhere_else() {
     let d = s.devices.values().next().unwrap();
     assert_eq!(d.bursts.len(), planted.len(), "{:#?}", d.bursts);
     for (b, &(start, dur, mbps)) in d.bursts.iter().zip(&planted) {
-        assert!((b.start_s - start).abs() <= 0.1, "start {} vs {start}", b.start_s);
-        assert!((b.duration_s - dur).abs() <= 0.2, "duration {} vs {dur}", b.duration_s);
-        assert!((b.mean_mb_per_s / (mbps * 1.048576) - 1.0).abs() < 0.15, "rate {} vs {mbps}", b.mean_mb_per_s);
+        assert!(
+            (b.start_s - start).abs() <= 0.1,
+            "start {} vs {start}",
+            b.start_s
+        );
+        assert!(
+            (b.duration_s - dur).abs() <= 0.2,
+            "duration {} vs {dur}",
+            b.duration_s
+        );
+        assert!(
+            (b.mean_mb_per_s / (mbps * 1.048576) - 1.0).abs() < 0.15,
+            "rate {} vs {mbps}",
+            b.mean_mb_per_s
+        );
         assert_eq!(b.dominant_write_size, "512KB");
-        assert_eq!(b.discards_after, 1, "the planted discard follows each burst");
+        assert_eq!(
+            b.discards_after, 1,
+            "the planted discard follows each burst"
+        );
         assert!((b.first_discard_after_s.unwrap() - 2.05).abs() < 0.2);
-        assert!(b.read_p99_us > 7_000.0, "reads inside a burst are slow: {}", b.read_p99_us);
+        assert!(
+            b.read_p99_us > 7_000.0,
+            "reads inside a burst are slow: {}",
+            b.read_p99_us
+        );
     }
     let r = &d.read_impact;
-    assert_eq!(r.inside_ios + r.outside_ios, d.ops["read"].ios, "every read is inside or outside");
-    let planted_inside = ios.iter().filter(|io| io.op == Op::Read && planted.iter().any(|&(b, dur, _)| {
-        let t = (io.complete_ns - BASE_NS) as f64 / 1e9;
-        t >= b && t < b + dur
-    })).count() as u64;
-    assert!(r.inside_ios.abs_diff(planted_inside) * 20 <= planted_inside, "inside {} vs planted {planted_inside}", r.inside_ios);
-    assert!(r.inside_p99_us > 7_000.0 && r.outside_p99_us < 200.0, "{r:?}");
+    assert_eq!(
+        r.inside_ios + r.outside_ios,
+        d.ops["read"].ios,
+        "every read is inside or outside"
+    );
+    let planted_inside = ios
+        .iter()
+        .filter(|io| {
+            io.op == Op::Read
+                && planted.iter().any(|&(b, dur, _)| {
+                    let t = (io.complete_ns - BASE_NS) as f64 / 1e9;
+                    t >= b && t < b + dur
+                })
+        })
+        .count() as u64;
+    assert!(
+        r.inside_ios.abs_diff(planted_inside) * 20 <= planted_inside,
+        "inside {} vs planted {planted_inside}",
+        r.inside_ios
+    );
+    assert!(
+        r.inside_p99_us > 7_000.0 && r.outside_p99_us < 200.0,
+        "{r:?}"
+    );
     // Time-weighted: ~2000 reads/s x 10 ms plus ~2900 writes/s x 3 ms inside; ~0.2 outside.
-    assert!(r.inside_queue_depth_mean > 20.0 && r.outside_queue_depth_mean < 1.0, "{r:?}");
+    assert!(
+        r.inside_queue_depth_mean > 20.0 && r.outside_queue_depth_mean < 1.0,
+        "{r:?}"
+    );
     // RFC 3339 wall-clock times for scripts.
     let j = s.to_json();
     assert!(j.devices[0].bursts[0].start.ends_with('Z'));
@@ -107,14 +147,27 @@ fn queue_depth_spikes_are_found_where_planted() {
     for &(at, n) in &[(5.0f64, 300u64), (12.0, 500)] {
         for i in 0..n {
             let enter = BASE_NS + (at * 1e9) as u64 + i * 1000;
-            ios.push(Io { enter_ns: enter, issue_ns: enter + 1000, complete_ns: enter + 400_000_000, op: Op::Read, bytes: 4096, sector: i * 8, os_inflight: (i + 1) as u32, flags: flags::SYNC });
+            ios.push(Io {
+                enter_ns: enter,
+                issue_ns: enter + 1000,
+                complete_ns: enter + 400_000_000,
+                op: Op::Read,
+                bytes: 4096,
+                sector: i * 8,
+                os_inflight: (i + 1) as u32,
+                flags: flags::SYNC,
+            });
         }
     }
     let s = report(&mut ios);
     let d = s.devices.values().next().unwrap();
     assert_eq!(d.spikes.len(), 2, "{:#?}", d.spikes);
     assert!((d.spikes[0].start_s - 5.0).abs() <= 0.1 && (d.spikes[1].start_s - 12.0).abs() <= 0.1);
-    assert!((d.spikes[0].duration_s - 0.4).abs() <= 0.15, "{}", d.spikes[0].duration_s);
+    assert!(
+        (d.spikes[0].duration_s - 0.4).abs() <= 0.15,
+        "{}",
+        d.spikes[0].duration_s
+    );
     assert_eq!(d.spikes[0].peak_inflight, 300);
     assert_eq!(d.spikes[1].peak_inflight, 500);
     assert!(d.spikes[1].peak_mean_depth > 400.0);
@@ -144,17 +197,34 @@ fn hostile_strings_are_escaped_in_html() {
     use tracer_common::format::{IoRecord, TraceHeader, TraceTrailer, TraceWriter, comm_bytes};
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("t.blkp");
-    let header = TraceHeader { host: "<script>alert(1)</script>".into(), monotonic_base_ns: BASE_NS, ..Default::default() };
+    let header = TraceHeader {
+        host: "<script>alert(1)</script>".into(),
+        monotonic_base_ns: BASE_NS,
+        ..Default::default()
+    };
     let mut w = TraceWriter::create(&p, &header).unwrap();
     for i in 0..100u64 {
         let t = BASE_NS + i * 1_000_000;
-        let r = IoRecord { complete_ns: t + 50_000, enter_ns: t, issue_ns: t + 1000, bytes: 4096, pid: 7, dev: analyzer::synth::DEV, op: Op::Read, ..Default::default() };
-        w.push(&r, &comm_bytes("<img src=x onerror=alert(1)>")).unwrap();
+        let r = IoRecord {
+            complete_ns: t + 50_000,
+            enter_ns: t,
+            issue_ns: t + 1000,
+            bytes: 4096,
+            pid: 7,
+            dev: analyzer::synth::DEV,
+            op: Op::Read,
+            ..Default::default()
+        };
+        w.push(&r, &comm_bytes("<img src=x onerror=alert(1)>"))
+            .unwrap();
     }
     w.finish(&TraceTrailer::default()).unwrap();
     let s = summarize(&p, &Options::default()).unwrap();
-    let html = analyzer::html::render(&s);
-    assert!(html.contains("&lt;img src=x oner"), "the comm is shown, escaped");
+    let html = analyzer::html::render(&s, &s.to_json());
+    assert!(
+        html.contains("&lt;img src=x oner"),
+        "the comm is shown, escaped"
+    );
     assert!(!html.contains("<img"), "no markup from the trace");
     assert!(!html.contains("<script>"), "no markup from the trace");
     assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
@@ -168,22 +238,46 @@ fn compare_flags_a_changed_workload_and_not_an_unchanged_one() {
         write_trace(&p, ios).unwrap();
         summarize(&p, &Options::default()).unwrap().to_json()
     };
-    let a = mk("a.blkp", &mut cassandra_like(40, 2000, &[(10.0, 2.0, 1500.0)]));
-    let a2 = mk("a2.blkp", &mut cassandra_like(40, 2000, &[(10.0, 2.0, 1500.0)]));
-    let same = mk("same.blkp", &mut cassandra_like(40, 2000, &[(10.0, 2.0, 1500.0)]));
+    let a = mk(
+        "a.blkp",
+        &mut cassandra_like(40, 2000, &[(10.0, 2.0, 1500.0)]),
+    );
+    let a2 = mk(
+        "a2.blkp",
+        &mut cassandra_like(40, 2000, &[(10.0, 2.0, 1500.0)]),
+    );
+    let same = mk(
+        "same.blkp",
+        &mut cassandra_like(40, 2000, &[(10.0, 2.0, 1500.0)]),
+    );
     // Bigger flushes and twice the reads.
-    let b = mk("b.blkp", &mut cassandra_like(40, 4000, &[(10.0, 2.0, 1500.0), (25.0, 4.0, 3000.0)]));
+    let b = mk(
+        "b.blkp",
+        &mut cassandra_like(40, 4000, &[(10.0, 2.0, 1500.0), (25.0, 4.0, 3000.0)]),
+    );
     let c = analyzer::compare::compare(&[a2, same], None).unwrap();
-    assert!(c.rows.iter().all(|r| !r.flagged), "{:?}", c.rows.iter().filter(|r| r.flagged).collect::<Vec<_>>());
+    assert!(
+        c.rows.iter().all(|r| !r.flagged),
+        "{:?}",
+        c.rows.iter().filter(|r| r.flagged).collect::<Vec<_>>()
+    );
     let c = analyzer::compare::compare(&[a, b], None).unwrap();
-    let flagged: Vec<&str> = c.rows.iter().filter(|r| r.flagged).map(|r| r.metric.as_str()).collect();
+    let flagged: Vec<&str> = c
+        .rows
+        .iter()
+        .filter(|r| r.flagged)
+        .map(|r| r.metric.as_str())
+        .collect();
     for m in ["read IOs", "write bytes", "write bursts"] {
         assert!(flagged.contains(&m), "{m} not flagged: {flagged:?}");
     }
     let mut out = Vec::new();
     analyzer::compare::write_text(&mut out, &c).unwrap();
     let text = String::from_utf8(out).unwrap();
-    assert!(text.contains("! read IOs") && text.contains("(+100%)"), "{text}");
+    assert!(
+        text.contains("! read IOs") && text.contains("(+100%)"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -195,27 +289,62 @@ fn check_fails_a_changed_workload_and_passes_a_second_recording() {
         write_trace(&p, ios).unwrap();
         summarize(&p, &Options::default()).unwrap().to_json()
     };
-    let base = mk("base.blkp", &mut cassandra_like(60, 2000, &[(10.0, 2.0, 1500.0), (40.0, 2.0, 1500.0)]));
+    let base = mk(
+        "base.blkp",
+        &mut cassandra_like(60, 2000, &[(10.0, 2.0, 1500.0), (40.0, 2.0, 1500.0)]),
+    );
     // A second recording of the same workload: a little longer, bursts a little later.
-    let again = mk("again.blkp", &mut cassandra_like(62, 2000, &[(11.0, 2.0, 1500.0), (41.0, 2.0, 1500.0)]));
+    let again = mk(
+        "again.blkp",
+        &mut cassandra_like(62, 2000, &[(11.0, 2.0, 1500.0), (41.0, 2.0, 1500.0)]),
+    );
     // A changed workload: twice the flush volume and a higher read share.
-    let changed = mk("changed.blkp", &mut cassandra_like(60, 3000, &[(10.0, 2.0, 3000.0), (40.0, 2.0, 3000.0)]));
+    let changed = mk(
+        "changed.blkp",
+        &mut cassandra_like(60, 3000, &[(10.0, 2.0, 3000.0), (40.0, 2.0, 3000.0)]),
+    );
     // Round-trip the baseline through JSON, as CI would.
-    let base: analyzer::summary::JsonReport = serde_json::from_str(&serde_json::to_string(&base).unwrap()).unwrap();
-    let rules = Rules { device: None, rules: default_rules() };
+    let base: analyzer::summary::JsonReport =
+        serde_json::from_str(&serde_json::to_string(&base).unwrap()).unwrap();
+    let rules = Rules {
+        device: None,
+        rules: default_rules(),
+    };
     let v = check(&again, Some(&base), &rules).unwrap();
-    assert!(v.iter().all(|v| v.pass), "{:#?}", v.iter().filter(|v| !v.pass).collect::<Vec<_>>());
+    assert!(
+        v.iter().all(|v| v.pass),
+        "{:#?}",
+        v.iter().filter(|v| !v.pass).collect::<Vec<_>>()
+    );
     let v = check(&changed, Some(&base), &rules).unwrap();
     let failed: Vec<_> = v.iter().filter(|v| !v.pass).collect();
-    assert!(failed.iter().any(|v| v.rule.metric == "write.mb_per_s_mean" && v.reason.contains("from the baseline")), "{failed:#?}");
-    assert!(failed.iter().any(|v| v.rule.metric == "read.mb_per_s_mean"), "{failed:#?}");
+    assert!(
+        failed
+            .iter()
+            .any(|v| v.rule.metric == "write.mb_per_s_mean"
+                && v.reason.contains("from the baseline")),
+        "{failed:#?}"
+    );
+    assert!(
+        failed.iter().any(|v| v.rule.metric == "read.mb_per_s_mean"),
+        "{failed:#?}"
+    );
     let xml = analyzer::check::junit(&v, "changed");
     assert!(xml.contains("<failure message=") && xml.contains("tests=\"10\""));
     // Explicit rules, no baseline.
     let rules: Rules = serde_json::from_str(r#"{"rules": [{"metric": "read.latency_p99_us", "max": 5000}, {"metric": "queue_depth_max", "max": 256}, {"metric": "lost.total", "max": 0}]}"#).unwrap();
     let v = check(&again, None, &rules).unwrap();
-    assert!(!v[0].pass && v[0].reason.contains("above the maximum 5000"), "read p99 of ~12 ms inside bursts: {:?}", v[0]);
+    assert!(
+        !v[0].pass && v[0].reason.contains("above the maximum 5000"),
+        "read p99 of ~12 ms inside bursts: {:?}",
+        v[0]
+    );
     assert!(v[1].pass && v[2].pass);
-    let bad: Rules = serde_json::from_str(r#"{"rules": [{"metric": "read.nonsense", "max": 1}]}"#).unwrap();
-    assert!(check(&again, None, &bad).unwrap_err().contains("unknown metric"));
+    let bad: Rules =
+        serde_json::from_str(r#"{"rules": [{"metric": "read.nonsense", "max": 1}]}"#).unwrap();
+    assert!(
+        check(&again, None, &bad)
+            .unwrap_err()
+            .contains("unknown metric")
+    );
 }

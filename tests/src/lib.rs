@@ -8,7 +8,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use tracer_common::format::{DiskStats, Ending, IoRecord, TraceHeader, TraceReader, TraceTrailer, parse_diskstats};
+use tracer_common::format::{
+    DiskStats, Ending, IoRecord, TraceHeader, TraceReader, TraceTrailer, parse_diskstats,
+};
 use tracer_common::op::StatGroup;
 
 pub fn bin(name: &str) -> PathBuf {
@@ -16,13 +18,21 @@ pub fn bin(name: &str) -> PathBuf {
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release"));
     let p = dir.join(name);
-    assert!(p.exists(), "{} not built: run `cargo xtask test`", p.display());
+    assert!(
+        p.exists(),
+        "{} not built: run `cargo xtask test`",
+        p.display()
+    );
     p
 }
 
 pub fn sh(cmd: &str) -> String {
     let out = Command::new("sh").args(["-c", cmd]).output().expect("sh");
-    assert!(out.status.success(), "`{cmd}` failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "`{cmd}` failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
@@ -43,7 +53,11 @@ impl Scratch {
     /// `direct_io`: loop reads/writes the backing file with O_DIRECT (realistic latency);
     /// `in_shm`: back it by /dev/shm (fastest device for overhead tests).
     pub fn new(tag: &str, size_mb: u64, direct_io: bool, in_shm: bool) -> Scratch {
-        let dir = if in_shm { PathBuf::from("/dev/shm") } else { scratch_dir() };
+        let dir = if in_shm {
+            PathBuf::from("/dev/shm")
+        } else {
+            scratch_dir()
+        };
         let img = dir.join(format!("blkprof-{tag}-{}.img", std::process::id()));
         sh(&format!("truncate -s {size_mb}M {}", img.display()));
         let dio = if direct_io { "--direct-io=on" } else { "" };
@@ -54,12 +68,19 @@ impl Scratch {
 
     /// 2 = no merging at all: every bio becomes its own request.
     pub fn set_nomerges(&self, v: u32) {
-        std::fs::write(format!("/sys/block/{}/queue/nomerges", self.name), v.to_string()).expect("nomerges");
+        std::fs::write(
+            format!("/sys/block/{}/queue/nomerges", self.name),
+            v.to_string(),
+        )
+        .expect("nomerges");
     }
 
     pub fn diskstats(&self) -> DiskStats {
         let text = std::fs::read_to_string("/proc/diskstats").expect("diskstats");
-        parse_diskstats(&text, 0).into_values().find(|d| d.name == self.name).expect("device in diskstats")
+        parse_diskstats(&text, 0)
+            .into_values()
+            .find(|d| d.name == self.name)
+            .expect("device in diskstats")
     }
 }
 
@@ -109,7 +130,12 @@ impl Tracer {
                 }
             }
         });
-        let mut t = Tracer { child, stdout, stderr_lines, stderr: String::new() };
+        let mut t = Tracer {
+            child,
+            stdout,
+            stderr_lines,
+            stderr: String::new(),
+        };
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             match t.stderr_lines.recv_timeout(Duration::from_millis(100)) {
@@ -122,9 +148,16 @@ impl Tracer {
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {
                     if let Ok(Some(status)) = t.child.try_wait() {
-                        panic!("blkprof-trace exited ({status}) before attaching: {}", t.stderr);
+                        panic!(
+                            "blkprof-trace exited ({status}) before attaching: {}",
+                            t.stderr
+                        );
                     }
-                    assert!(Instant::now() < deadline, "blkprof-trace did not attach: {}", t.stderr);
+                    assert!(
+                        Instant::now() < deadline,
+                        "blkprof-trace did not attach: {}",
+                        t.stderr
+                    );
                 }
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
                     let _ = t.child.wait();
@@ -165,19 +198,34 @@ impl Tracer {
 
     pub fn wait(mut self) -> Finished {
         let status = self.child.wait().expect("wait");
-        let stdout = self.stdout.recv_timeout(Duration::from_secs(10)).unwrap_or_default();
+        let stdout = self
+            .stdout
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap_or_default();
         while let Ok(l) = self.stderr_lines.recv_timeout(Duration::from_millis(200)) {
             self.stderr.push_str(&l);
             self.stderr.push('\n');
         }
-        Finished { status, stdout, stderr: self.stderr }
+        Finished {
+            status,
+            stdout,
+            stderr: self.stderr,
+        }
     }
 }
 
 /// Run a fio job with JSON output; panics if fio fails.
 pub fn fio(args: &[&str]) -> serde_json::Value {
-    let out = Command::new("fio").args(args).arg("--output-format=json").output().expect("fio is installed (cargo xtask setup)");
-    assert!(out.status.success(), "fio {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new("fio")
+        .args(args)
+        .arg("--output-format=json")
+        .output()
+        .expect("fio is installed (cargo xtask setup)");
+    assert!(
+        out.status.success(),
+        "fio {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     // fio may print notes before the JSON document.
     let start = text.find('{').expect("fio JSON");
@@ -200,7 +248,12 @@ impl Trace {
         while r.next_chunk(&mut buf).expect("trace reads") {
             records.extend_from_slice(&buf);
         }
-        Trace { header: r.header().clone(), trailer: r.trailer().cloned(), ending: r.ending().clone(), records }
+        Trace {
+            header: r.header().clone(),
+            trailer: r.trailer().cloned(),
+            ending: r.ending().clone(),
+            records,
+        }
     }
 
     /// (ios, bytes) per diskstats group.
@@ -217,16 +270,18 @@ impl Trace {
     /// Diskstats delta of one device over the trace (the tracer's own snapshots).
     pub fn kernel_delta(&self, name: &str) -> BTreeMap<StatGroup, (u64, u64)> {
         let t = self.trailer.as_ref().expect("trailer");
-        let a = self.header.diskstats_start.iter().find(|d| d.name == name).expect("start diskstats");
-        let b = t.diskstats_end.iter().find(|d| d.name == name).expect("end diskstats");
-        StatGroup::ALL
+        let a = self
+            .header
+            .diskstats_start
             .iter()
-            .map(|&g| {
-                let (i0, b0) = a.group(g);
-                let (i1, b1) = b.group(g);
-                (g, (i1 - i0, b1 - b0))
-            })
-            .collect()
+            .find(|d| d.name == name)
+            .expect("start diskstats");
+        let b = t
+            .diskstats_end
+            .iter()
+            .find(|d| d.name == name)
+            .expect("end diskstats");
+        delta(a, b)
     }
 }
 
@@ -250,7 +305,11 @@ pub fn fio_iolog(path: &Path) -> Vec<(String, u64, u64)> {
         let f: Vec<&str> = line.split_whitespace().collect();
         let f = if f.len() == 5 { &f[1..] } else { &f[..] };
         if f.len() == 4 && matches!(f[1], "read" | "write" | "trim") {
-            out.push((f[1].to_string(), f[2].parse().expect("offset"), f[3].parse().expect("length")));
+            out.push((
+                f[1].to_string(),
+                f[2].parse().expect("offset"),
+                f[3].parse().expect("length"),
+            ));
         }
     }
     out

@@ -10,20 +10,39 @@ use tracer_common::format::Ending;
 use tracer_common::op::{Op, StatGroup, flags};
 
 fn out_path(tag: &str) -> String {
-    scratch_dir().join(format!("{tag}.blkp")).display().to_string()
+    scratch_dir()
+        .join(format!("{tag}.blkp"))
+        .display()
+        .to_string()
 }
 
 /// Trace `work` on `dev`; return the trace and the test's own diskstats delta around `work`.
-fn traced(tag: &str, dev: &Scratch, extra: &[&str], work: impl FnOnce()) -> (Trace, BTreeMap<StatGroup, (u64, u64)>, String) {
+fn traced(
+    tag: &str,
+    dev: &Scratch,
+    extra: &[&str],
+    work: impl FnOnce(),
+) -> (Trace, BTreeMap<StatGroup, (u64, u64)>, String) {
     let out = out_path(tag);
-    let mut args = vec!["--device", dev.name.as_str(), "--output", out.as_str(), "--quiet"];
+    let mut args = vec![
+        "--device",
+        dev.name.as_str(),
+        "--output",
+        out.as_str(),
+        "--quiet",
+    ];
     args.extend_from_slice(extra);
     let t = Tracer::start(&args);
     let before = dev.diskstats();
     work();
     let after = dev.diskstats();
     let f = t.stop();
-    assert!(f.status.success(), "tracer failed: {}\n{}", f.stderr, f.stdout);
+    assert!(
+        f.status.success(),
+        "tracer failed: {}\n{}",
+        f.stderr,
+        f.stdout
+    );
     let trace = Trace::read(std::path::Path::new(&out));
     assert_eq!(trace.ending, Ending::Complete);
     (trace, delta(&before, &after), f.stdout)
@@ -35,29 +54,58 @@ fn assert_exact(trace: &Trace, dev: &Scratch, own: &BTreeMap<StatGroup, (u64, u6
     let kernel = trace.kernel_delta(&dev.name);
     let t = trace.trailer.as_ref().expect("trailer");
     let c = &t.counters_end;
-    assert_eq!(c.ring_drops, 0, "no ring drops at this rate with default settings");
+    assert_eq!(
+        c.ring_drops, 0,
+        "no ring drops at this rate with default settings"
+    );
     // The test's own snapshots around the workload see the same (nothing else uses the device).
-    assert_eq!(&kernel, own, "diskstats around the workload vs over the trace");
+    assert_eq!(
+        &kernel, own,
+        "diskstats around the workload vs over the trace"
+    );
     let misses = c.reported_misses();
     let cov = tracer_common::coverage::coverage(&trace.header, t);
-    let d = cov.iter().find(|d| d.name == dev.name).expect("coverage of the device");
+    let d = cov
+        .iter()
+        .find(|d| d.name == dev.name)
+        .expect("coverage of the device");
     let groups = trace.groups();
     let mut missed_total = 0;
     for g in &d.groups {
         let grp = g.group.unwrap();
         let rec = groups.get(&grp).copied().unwrap_or((0, 0));
         // Records and the exact in-kernel aggregates agree with each other...
-        assert_eq!(rec, (g.aggregate_ios, g.aggregate_bytes), "records vs in-kernel aggregates, {grp:?}");
+        assert_eq!(
+            rec,
+            (g.aggregate_ios, g.aggregate_bytes),
+            "records vs in-kernel aggregates, {grp:?}"
+        );
         // ...and with the kernel, up to the misses the tracer itself reported.
-        assert!(g.aggregate_ios <= g.kernel_ios, "{grp:?}: more IOs than the kernel counted");
-        assert_eq!(g.unaccounted(misses), 0, "{grp:?}: trace {} vs kernel {} IOs, reported misses {misses}", g.aggregate_ios, g.kernel_ios);
+        assert!(
+            g.aggregate_ios <= g.kernel_ios,
+            "{grp:?}: more IOs than the kernel counted"
+        );
+        assert_eq!(
+            g.unaccounted(misses),
+            0,
+            "{grp:?}: trace {} vs kernel {} IOs, reported misses {misses}",
+            g.aggregate_ios,
+            g.kernel_ios
+        );
         if g.aggregate_ios == g.kernel_ios {
             assert_eq!(g.aggregate_bytes, g.kernel_bytes, "{grp:?} bytes");
         }
         missed_total += g.kernel_ios - g.aggregate_ios;
     }
-    assert_eq!(missed_total, misses.min(missed_total), "every missing IO is a reported miss");
-    assert!(missed_total * 1_000 <= d.groups.iter().map(|g| g.kernel_ios).sum::<u64>(), "misses stay below 0.1%: {missed_total}");
+    assert_eq!(
+        missed_total,
+        misses.min(missed_total),
+        "every missing IO is a reported miss"
+    );
+    assert!(
+        missed_total * 1_000 <= d.groups.iter().map(|g| g.kernel_ios).sum::<u64>(),
+        "misses stay below 0.1%: {missed_total}"
+    );
 }
 
 fn sizes(trace: &Trace, op: Op) -> BTreeMap<u32, u64> {
@@ -74,23 +122,45 @@ fn random_4k_reads_match_diskstats_and_fio() {
     dev.set_nomerges(2);
     let mut job = serde_json::Value::Null;
     let (trace, own, stdout) = traced("rr", &dev, &[], || {
-        job = fio(&["--name=rr", &format!("--filename={}", dev.path), "--rw=randread", "--bs=4k", "--direct=1",
-            "--ioengine=libaio", "--iodepth=16", "--runtime=3", "--time_based"]);
+        job = fio(&[
+            "--name=rr",
+            &format!("--filename={}", dev.path),
+            "--rw=randread",
+            "--bs=4k",
+            "--direct=1",
+            "--ioengine=libaio",
+            "--iodepth=16",
+            "--runtime=3",
+            "--time_based",
+        ]);
     });
     assert_exact(&trace, &dev, &own);
     let fio_reads = job["jobs"][0]["read"]["total_ios"].as_u64().unwrap();
     let reads = sizes(&trace, Op::Read);
     let traced_reads = reads.get(&4096).copied().unwrap_or(0);
     assert_eq!(reads.len(), 1, "only 4 KB requests: {reads:?}");
-    let misses = trace.trailer.as_ref().unwrap().counters_end.reported_misses();
-    assert!(traced_reads <= fio_reads && traced_reads + misses >= fio_reads,
-        "every fio read is one 4 KB request: traced {traced_reads} (+{misses} reported misses) vs fio {fio_reads}");
+    let misses = trace
+        .trailer
+        .as_ref()
+        .unwrap()
+        .counters_end
+        .reported_misses();
+    assert!(
+        traced_reads <= fio_reads && traced_reads + misses >= fio_reads,
+        "every fio read is one 4 KB request: traced {traced_reads} (+{misses} reported misses) vs fio {fio_reads}"
+    );
     assert!(fio_reads > 1000);
     assert!(stdout.contains("coverage: read"), "{stdout}");
     if misses == 0 {
-        assert!(stdout.contains("read") && stdout.contains("100.000%"), "{stdout}");
+        assert!(
+            stdout.contains("read") && stdout.contains("100.000%"),
+            "{stdout}"
+        );
     } else {
-        assert!(stdout.contains(&format!("{misses} completions not seen by the probe")), "{stdout}");
+        assert!(
+            stdout.contains(&format!("{misses} completions not seen by the probe")),
+            "{stdout}"
+        );
     }
     // Submitter is fio, taken at submission.
     let fio_pids: std::collections::BTreeSet<u32> = trace.records.iter().map(|r| r.pid).collect();
@@ -104,8 +174,16 @@ fn sequential_128k_and_512k_writes_are_exact() {
     let mut jobs = Vec::new();
     let (trace, own, _) = traced("sw", &dev, &[], || {
         for bs in ["128k", "512k"] {
-            jobs.push(fio(&["--name=sw", &format!("--filename={}", dev.path), "--rw=write", &format!("--bs={bs}"),
-                "--direct=1", "--ioengine=libaio", "--iodepth=4", "--size=256m"]));
+            jobs.push(fio(&[
+                "--name=sw",
+                &format!("--filename={}", dev.path),
+                "--rw=write",
+                &format!("--bs={bs}"),
+                "--direct=1",
+                "--ioengine=libaio",
+                "--iodepth=4",
+                "--size=256m",
+            ]));
         }
     });
     assert_exact(&trace, &dev, &own);
@@ -113,17 +191,41 @@ fn sequential_128k_and_512k_writes_are_exact() {
     let n512 = jobs[1]["jobs"][0]["write"]["total_ios"].as_u64().unwrap();
     assert_eq!((n128, n512), (2048, 512));
     let got = sizes(&trace, Op::Write);
-    let misses = trace.trailer.as_ref().unwrap().counters_end.reported_misses();
-    assert_eq!(got.keys().copied().collect::<Vec<_>>(), vec![128 << 10, 512 << 10], "only fio's two sizes");
+    let misses = trace
+        .trailer
+        .as_ref()
+        .unwrap()
+        .counters_end
+        .reported_misses();
+    assert_eq!(
+        got.keys().copied().collect::<Vec<_>>(),
+        vec![128 << 10, 512 << 10],
+        "only fio's two sizes"
+    );
     let missing = (n128 - got[&(128 << 10)]) + (n512 - got[&(512 << 10)]);
-    assert!(missing <= misses, "128k {} of {n128}, 512k {} of {n512}, {misses} reported misses", got[&(128 << 10)], got[&(512 << 10)]);
+    assert!(
+        missing <= misses,
+        "128k {} of {n128}, 512k {} of {n512}, {misses} reported misses",
+        got[&(128 << 10)],
+        got[&(512 << 10)]
+    );
     // Sequential: each write starts where the previous one (of the same job) ended.
-    let w: Vec<_> = trace.records.iter().filter(|r| r.op == Op::Write && r.bytes == 512 << 10).collect();
+    let w: Vec<_> = trace
+        .records
+        .iter()
+        .filter(|r| r.op == Op::Write && r.bytes == 512 << 10)
+        .collect();
     let mut starts: Vec<u64> = w.iter().map(|r| r.sector).collect();
     starts.sort_unstable();
     let gaps = starts.windows(2).filter(|p| p[1] - p[0] != 1024).count() as u64;
-    assert!(starts.windows(2).all(|p| p[1] > p[0]), "no 512 KB write counted twice");
-    assert!(gaps <= misses, "512 KB writes cover the device once, in order ({gaps} gaps, {misses} misses)");
+    assert!(
+        starts.windows(2).all(|p| p[1] > p[0]),
+        "no 512 KB write counted twice"
+    );
+    assert!(
+        gaps <= misses,
+        "512 KB writes cover the device once, in order ({gaps} gaps, {misses} misses)"
+    );
 }
 
 #[test]
@@ -132,15 +234,31 @@ fn size_mix_equals_what_fio_issued_exactly() {
     dev.set_nomerges(2);
     let log = scratch_dir().join("mix.iolog");
     let (trace, own, _) = traced("mix", &dev, &[], || {
-        fio(&["--name=mix", &format!("--filename={}", dev.path), "--rw=randrw", "--rwmixread=60",
-            "--bssplit=4k/50:16k/20:64k/15:512k/15", "--direct=1", "--ioengine=libaio", "--iodepth=8",
-            "--runtime=3", "--time_based", &format!("--write_iolog={}", log.display())]);
+        fio(&[
+            "--name=mix",
+            &format!("--filename={}", dev.path),
+            "--rw=randrw",
+            "--rwmixread=60",
+            "--bssplit=4k/50:16k/20:64k/15:512k/15",
+            "--direct=1",
+            "--ioengine=libaio",
+            "--iodepth=8",
+            "--runtime=3",
+            "--time_based",
+            &format!("--write_iolog={}", log.display()),
+        ]);
     });
     assert_exact(&trace, &dev, &own);
     // Compare the multiset of (op, offset, size) fio issued with what the trace saw.
     let mut want: Vec<(Op, u64, u32)> = fio_iolog(&log)
         .into_iter()
-        .map(|(a, off, len)| (if a == "read" { Op::Read } else { Op::Write }, off, len as u32))
+        .map(|(a, off, len)| {
+            (
+                if a == "read" { Op::Read } else { Op::Write },
+                off,
+                len as u32,
+            )
+        })
         .collect();
     let mut got: Vec<(Op, u64, u32)> = trace
         .records
@@ -155,17 +273,44 @@ fn size_mix_equals_what_fio_issued_exactly() {
     let (mut i, mut j, mut missing, mut extra) = (0, 0, 0u64, 0u64);
     while i < want.len() || j < got.len() {
         match (want.get(i), got.get(j)) {
-            (Some(a), Some(b)) if a == b => { i += 1; j += 1; }
-            (Some(a), Some(b)) if a < b => { missing += 1; i += 1; }
-            (Some(_), None) => { missing += 1; i += 1; }
-            _ => { extra += 1; j += 1; }
+            (Some(a), Some(b)) if a == b => {
+                i += 1;
+                j += 1;
+            }
+            (Some(a), Some(b)) if a < b => {
+                missing += 1;
+                i += 1;
+            }
+            (Some(_), None) => {
+                missing += 1;
+                i += 1;
+            }
+            _ => {
+                extra += 1;
+                j += 1;
+            }
         }
     }
-    let misses = trace.trailer.as_ref().unwrap().counters_end.reported_misses();
-    assert_eq!(extra, 0, "no IO in the trace that fio did not issue, none counted twice");
-    assert!(missing <= misses, "{missing} of fio's {} IOs missing, {misses} misses reported", want.len());
+    let misses = trace
+        .trailer
+        .as_ref()
+        .unwrap()
+        .counters_end
+        .reported_misses();
+    assert_eq!(
+        extra, 0,
+        "no IO in the trace that fio did not issue, none counted twice"
+    );
+    assert!(
+        missing <= misses,
+        "{missing} of fio's {} IOs missing, {misses} misses reported",
+        want.len()
+    );
     if misses == 0 {
-        assert!(got == want, "exactly the IOs fio issued, with their offsets and sizes");
+        assert!(
+            got == want,
+            "exactly the IOs fio issued, with their offsets and sizes"
+        );
     }
 }
 
@@ -174,28 +319,67 @@ fn trims_are_discards_with_exact_bytes() {
     let dev = Scratch::new("trim", 1024, true, false);
     dev.set_nomerges(2);
     let (trace, own, _) = traced("trim", &dev, &[], || {
-        fio(&["--name=trim", &format!("--filename={}", dev.path), "--rw=randtrim", "--bs=1m", "--direct=1",
-            "--ioengine=libaio", "--iodepth=4", "--size=512m", "--number_ios=300"]);
-        sh(&format!("blkdiscard --offset 0 --length 64MiB {}", dev.path));
+        fio(&[
+            "--name=trim",
+            &format!("--filename={}", dev.path),
+            "--rw=randtrim",
+            "--bs=1m",
+            "--direct=1",
+            "--ioengine=libaio",
+            "--iodepth=4",
+            "--size=512m",
+            "--number_ios=300",
+        ]);
+        sh(&format!(
+            "blkdiscard --offset 0 --length 64MiB {}",
+            dev.path
+        ));
     });
     assert_exact(&trace, &dev, &own);
     let d = trace.groups()[&StatGroup::Discard];
-    let misses = trace.trailer.as_ref().unwrap().counters_end.reported_misses();
+    let misses = trace
+        .trailer
+        .as_ref()
+        .unwrap()
+        .counters_end
+        .reported_misses();
     assert!(d.0 + misses >= 301, "{d:?}");
-    let mb = sizes(&trace, Op::Discard).get(&(1 << 20)).copied().unwrap_or(0);
-    assert!(mb <= 300 && mb + misses >= 300, "300 discards of 1 MB from fio: {mb} (+{misses} reported misses)");
+    let mb = sizes(&trace, Op::Discard)
+        .get(&(1 << 20))
+        .copied()
+        .unwrap_or(0);
+    assert!(
+        mb <= 300 && mb + misses >= 300,
+        "300 discards of 1 MB from fio: {mb} (+{misses} reported misses)"
+    );
 }
 
 #[test]
 fn fsync_driven_flushes_are_counted_like_the_kernel() {
     let dev = Scratch::new("fsync", 1024, true, false);
     let (trace, own, _) = traced("fsync", &dev, &[], || {
-        fio(&["--name=fs", &format!("--filename={}", dev.path), "--rw=write", "--bs=4k", "--direct=1",
-            "--ioengine=sync", "--fsync=1", "--size=8m"]);
+        fio(&[
+            "--name=fs",
+            &format!("--filename={}", dev.path),
+            "--rw=write",
+            "--bs=4k",
+            "--direct=1",
+            "--ioengine=sync",
+            "--fsync=1",
+            "--size=8m",
+        ]);
     });
     assert_exact(&trace, &dev, &own);
-    let flushes: Vec<_> = trace.records.iter().filter(|r| r.flags & flags::FLUSH_RQ != 0).collect();
-    assert!(flushes.len() >= 1000, "one device flush per fsync: {}", flushes.len());
+    let flushes: Vec<_> = trace
+        .records
+        .iter()
+        .filter(|r| r.flags & flags::FLUSH_RQ != 0)
+        .collect();
+    assert!(
+        flushes.len() >= 1000,
+        "one device flush per fsync: {}",
+        flushes.len()
+    );
     assert!(flushes.iter().all(|r| r.op == Op::Flush && r.issue_ns != 0));
 }
 
@@ -203,23 +387,56 @@ fn fsync_driven_flushes_are_counted_like_the_kernel() {
 fn mean_queue_size_matches_diskstats_within_5_percent() {
     let dev = Scratch::new("qd", 1024, true, false);
     let (trace, _, _) = traced("qd", &dev, &[], || {
-        fio(&["--name=qd", &format!("--filename={}", dev.path), "--rw=randrw", "--bs=4k", "--direct=1",
-            "--ioengine=libaio", "--iodepth=32", "--runtime=4", "--time_based"]);
+        fio(&[
+            "--name=qd",
+            &format!("--filename={}", dev.path),
+            "--rw=randrw",
+            "--bs=4k",
+            "--direct=1",
+            "--ioengine=libaio",
+            "--iodepth=32",
+            "--runtime=4",
+            "--time_based",
+        ]);
     });
     let t = trace.trailer.as_ref().unwrap();
-    let a = trace.header.diskstats_start.iter().find(|d| d.name == dev.name).unwrap();
+    let a = trace
+        .header
+        .diskstats_start
+        .iter()
+        .find(|d| d.name == dev.name)
+        .unwrap();
     let b = t.diskstats_end.iter().find(|d| d.name == dev.name).unwrap();
     let elapsed_ns = (b.at_ns - a.at_ns) as f64;
     let kernel = (b.weighted_ms - a.weighted_ms) as f64 * 1e6 / elapsed_ns;
     // Time-weighted mean of requests in the OS, from the records' own enter/complete times.
-    let traced: f64 = trace.records.iter().map(|r| r.total_ns() as f64).sum::<f64>() / elapsed_ns;
+    let traced: f64 = trace
+        .records
+        .iter()
+        .map(|r| r.total_ns() as f64)
+        .sum::<f64>()
+        / elapsed_ns;
     assert!(kernel > 5.0, "a real queue: {kernel}");
     let err = (traced - kernel).abs() / kernel;
-    assert!(err < 0.05, "traced {traced:.3} vs diskstats {kernel:.3} ({:.1}% off)", err * 100.0);
+    assert!(
+        err < 0.05,
+        "traced {traced:.3} vs diskstats {kernel:.3} ({:.1}% off)",
+        err * 100.0
+    );
     // In-flight counts sampled at issue are plausible: at least this IO, at most fio's iodepth
     // (plus a few requests whose completion the probe missed, if any were reported).
     let slack = t.counters_end.reported_misses() as u32;
-    let bad: Vec<_> = trace.records.iter().filter(|r| r.os_inflight < 1 || r.os_inflight > 32 + slack || r.dev_inflight > r.os_inflight || r.dev_inflight < 1).take(5).collect();
+    let bad: Vec<_> = trace
+        .records
+        .iter()
+        .filter(|r| {
+            r.os_inflight < 1
+                || r.os_inflight > 32 + slack
+                || r.dev_inflight > r.os_inflight
+                || r.dev_inflight < 1
+        })
+        .take(5)
+        .collect();
     assert!(bad.is_empty(), "implausible in-flight counts: {bad:?}");
     assert!(trace.records.iter().any(|r| r.os_inflight >= 16));
 }
@@ -228,10 +445,27 @@ fn mean_queue_size_matches_diskstats_within_5_percent() {
 fn overload_drops_are_counted_and_aggregates_stay_exact() {
     let dev = Scratch::new("ovl", 512, false, true);
     let out = out_path("ovl");
-    let t = Tracer::start(&["--device", &dev.name, "--output", &out, "--quiet", "--ring-size", "4K"]);
+    let t = Tracer::start(&[
+        "--device",
+        &dev.name,
+        "--output",
+        &out,
+        "--quiet",
+        "--ring-size",
+        "4K",
+    ]);
     let before = dev.diskstats();
-    fio(&["--name=ovl", &format!("--filename={}", dev.path), "--rw=randread", "--bs=4k", "--direct=1",
-        "--ioengine=libaio", "--iodepth=32", "--runtime=3", "--time_based"]);
+    fio(&[
+        "--name=ovl",
+        &format!("--filename={}", dev.path),
+        "--rw=randread",
+        "--bs=4k",
+        "--direct=1",
+        "--ioengine=libaio",
+        "--iodepth=32",
+        "--runtime=3",
+        "--time_based",
+    ]);
     let after = dev.diskstats();
     let f = t.stop();
     assert!(f.status.success(), "{}", f.stderr);
@@ -242,12 +476,20 @@ fn overload_drops_are_counted_and_aggregates_stay_exact() {
     assert!(drops > 0, "a 4 KB ring at this rate must overflow");
     let misses = tr.counters_end.reported_misses();
     let seen = trace.records.len() as u64 + drops;
-    assert!(seen <= kernel && seen + misses >= kernel, "records {} + drops {drops} (+ misses {misses}) = diskstats {kernel}", trace.records.len());
+    assert!(
+        seen <= kernel && seen + misses >= kernel,
+        "records {} + drops {drops} (+ misses {misses}) = diskstats {kernel}",
+        trace.records.len()
+    );
     let cov = tracer_common::coverage::coverage(&trace.header, tr);
     let g = &cov.iter().find(|d| d.name == dev.name).unwrap().groups[0];
     let misses = tr.counters_end.reported_misses();
     assert_eq!(g.unaccounted(misses), 0);
-    assert!(g.aggregate_ios <= kernel && g.aggregate_ios + misses >= kernel, "aggregates {} + misses {misses} vs kernel {kernel}", g.aggregate_ios);
+    assert!(
+        g.aggregate_ios <= kernel && g.aggregate_ios + misses >= kernel,
+        "aggregates {} + misses {misses} vs kernel {kernel}",
+        g.aggregate_ios
+    );
     assert!(f.stdout.contains("dropped (ring full)"), "{}", f.stdout);
 }
 
@@ -255,11 +497,28 @@ fn overload_drops_are_counted_and_aggregates_stay_exact() {
 fn sigkill_leaves_a_file_readable_to_its_last_chunk() {
     let dev = Scratch::new("kill", 512, true, false);
     let out = out_path("kill");
-    let t = Tracer::start(&["--device", &dev.name, "--output", &out, "--quiet", "--interval", "200ms"]);
+    let t = Tracer::start(&[
+        "--device",
+        &dev.name,
+        "--output",
+        &out,
+        "--quiet",
+        "--interval",
+        "200ms",
+    ]);
     let path = dev.path.clone();
     let load = std::thread::spawn(move || {
-        fio(&["--name=k", &format!("--filename={path}"), "--rw=randread", "--bs=4k", "--direct=1",
-            "--ioengine=libaio", "--iodepth=8", "--runtime=4", "--time_based"]);
+        fio(&[
+            "--name=k",
+            &format!("--filename={path}"),
+            "--rw=randread",
+            "--bs=4k",
+            "--direct=1",
+            "--ioengine=libaio",
+            "--iodepth=8",
+            "--runtime=4",
+            "--time_based",
+        ]);
     });
     std::thread::sleep(Duration::from_secs(2));
     t.signal(libc::SIGKILL);
@@ -267,21 +526,42 @@ fn sigkill_leaves_a_file_readable_to_its_last_chunk() {
     assert!(!f.status.success());
     load.join().unwrap();
     let trace = Trace::read(std::path::Path::new(&out));
-    assert!(matches!(trace.ending, Ending::Truncated { .. }), "{:?}", trace.ending);
+    assert!(
+        matches!(trace.ending, Ending::Truncated { .. }),
+        "{:?}",
+        trace.ending
+    );
     assert!(trace.trailer.is_none());
-    assert!(trace.records.len() > 1000, "records up to the last flushed chunk: {}", trace.records.len());
+    assert!(
+        trace.records.len() > 1000,
+        "records up to the last flushed chunk: {}",
+        trace.records.len()
+    );
 }
 
 #[test]
 fn errors_name_the_fix() {
     let run = |args: &[&str]| {
-        let o = std::process::Command::new(blkprof_e2e::bin("blkprof-trace")).args(args).output().unwrap();
-        (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+        let o = std::process::Command::new(blkprof_e2e::bin("blkprof-trace"))
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
     };
     let (code, err) = run(&["--device", "no-such-disk", "--duration", "1s"]);
     assert_eq!(code, Some(1));
     assert!(err.contains("\"no-such-disk\" not found"), "{err}");
-    let (code, err) = run(&["--device", "loop0", "--output", "/nonexistent-dir/x.blkp", "--duration", "1s"]);
+    let (code, err) = run(&[
+        "--device",
+        "loop0",
+        "--output",
+        "/nonexistent-dir/x.blkp",
+        "--duration",
+        "1s",
+    ]);
     assert_eq!(code, Some(1));
     assert!(err.contains("does not exist"), "{err}");
     let (code, err) = run(&["--op", "wrte"]);
@@ -289,7 +569,12 @@ fn errors_name_the_fix() {
     assert!(err.contains("unknown operation"), "{err}");
     // Without privileges.
     let o = std::process::Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"])
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ])
         .arg(blkprof_e2e::bin("blkprof-trace"))
         .args(["--duration", "1s"])
         .output()
@@ -304,37 +589,92 @@ fn disk_full_stops_cleanly_and_keeps_what_was_written() {
     let dev = Scratch::new("full", 512, false, true);
     let mnt = scratch_dir().join("tiny");
     std::fs::create_dir_all(&mnt).unwrap();
-    sh(&format!("mount -t tmpfs -o size=192k tmpfs {}", mnt.display()));
+    sh(&format!(
+        "mount -t tmpfs -o size=192k tmpfs {}",
+        mnt.display()
+    ));
     let out = mnt.join("t.blkp").display().to_string();
-    let t = Tracer::start(&["--device", &dev.name, "--output", &out, "--quiet", "--interval", "100ms"]);
-    fio(&["--name=full", &format!("--filename={}", dev.path), "--rw=randread", "--bs=4k", "--direct=1",
-        "--ioengine=libaio", "--iodepth=16", "--runtime=4", "--time_based"]);
+    let t = Tracer::start(&[
+        "--device",
+        &dev.name,
+        "--output",
+        &out,
+        "--quiet",
+        "--interval",
+        "100ms",
+    ]);
+    fio(&[
+        "--name=full",
+        &format!("--filename={}", dev.path),
+        "--rw=randread",
+        "--bs=4k",
+        "--direct=1",
+        "--ioengine=libaio",
+        "--iodepth=16",
+        "--runtime=4",
+        "--time_based",
+    ]);
     let f = t.wait_or_stop();
     let trace = Trace::read(std::path::Path::new(&out));
     sh(&format!("umount {}", mnt.display()));
     assert_eq!(f.status.code(), Some(1), "{}", f.stderr);
     assert!(f.stderr.contains("disk full"), "{}", f.stderr);
-    assert!(trace.records.len() > 100, "kept {} records", trace.records.len());
-    assert!(matches!(trace.ending, Ending::Truncated { .. } | Ending::Complete), "{:?}", trace.ending);
+    assert!(
+        trace.records.len() > 100,
+        "kept {} records",
+        trace.records.len()
+    );
+    assert!(
+        matches!(trace.ending, Ending::Truncated { .. } | Ending::Complete),
+        "{:?}",
+        trace.ending
+    );
 }
 
 #[test]
 fn filters_keep_only_the_chosen_task_and_op() {
     let dev = Scratch::new("filt", 512, true, false);
     let out = out_path("filt");
-    let t = Tracer::start(&["--device", &dev.name, "--output", &out, "--quiet", "--comm", "dd", "--op", "write"]);
-    sh(&format!("dd if=/dev/zero of={} bs=64k count=200 oflag=direct status=none", dev.path));
-    sh(&format!("dd if={} of=/dev/null bs=64k count=100 iflag=direct status=none", dev.path));
-    fio(&["--name=f", &format!("--filename={}", dev.path), "--rw=write", "--bs=4k", "--direct=1", "--size=4m"]);
+    let t = Tracer::start(&[
+        "--device", &dev.name, "--output", &out, "--quiet", "--comm", "dd", "--op", "write",
+    ]);
+    sh(&format!(
+        "dd if=/dev/zero of={} bs=64k count=200 oflag=direct status=none",
+        dev.path
+    ));
+    sh(&format!(
+        "dd if={} of=/dev/null bs=64k count=100 iflag=direct status=none",
+        dev.path
+    ));
+    fio(&[
+        "--name=f",
+        &format!("--filename={}", dev.path),
+        "--rw=write",
+        "--bs=4k",
+        "--direct=1",
+        "--size=4m",
+    ]);
     let f = t.stop();
     assert!(f.status.success(), "{}", f.stderr);
     let trace = Trace::read(std::path::Path::new(&out));
     let tr = trace.trailer.clone().unwrap();
     let misses = tr.counters_end.reported_misses();
     let n = trace.records.len() as u64;
-    assert!(n <= 200 && n + misses >= 200, "only dd's 200 writes: {n} (+{misses} reported misses)");
-    assert!(trace.records.iter().all(|r| r.op == Op::Write && r.bytes == 64 << 10));
-    assert!(tr.filtered_out <= 100 + 1024 && tr.filtered_out + misses >= 100 + 1024, "dd's reads and fio's writes were filtered out and counted: {}", tr.filtered_out);
+    assert!(
+        n <= 200 && n + misses >= 200,
+        "only dd's 200 writes: {n} (+{misses} reported misses)"
+    );
+    assert!(
+        trace
+            .records
+            .iter()
+            .all(|r| r.op == Op::Write && r.bytes == 64 << 10)
+    );
+    assert!(
+        tr.filtered_out <= 100 + 1024 && tr.filtered_out + misses >= 100 + 1024,
+        "dd's reads and fio's writes were filtered out and counted: {}",
+        tr.filtered_out
+    );
     assert_eq!(trace.header.filters.comms, vec!["dd".to_string()]);
 }
 
@@ -344,17 +684,47 @@ fn rotation_keeps_the_newest_files_within_bounds() {
     let dir = scratch_dir().join("rot");
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join("db.blkp").display().to_string();
-    let t = Tracer::start(&["--device", &dev.name, "--output", &out, "--quiet", "--interval", "200ms",
-        "--rotate-size", "64K", "--keep", "3"]);
-    fio(&["--name=rot", &format!("--filename={}", dev.path), "--rw=randread", "--bs=4k", "--direct=1",
-        "--ioengine=libaio", "--iodepth=8", "--runtime=3", "--time_based"]);
+    let t = Tracer::start(&[
+        "--device",
+        &dev.name,
+        "--output",
+        &out,
+        "--quiet",
+        "--interval",
+        "200ms",
+        "--rotate-size",
+        "64K",
+        "--keep",
+        "3",
+    ]);
+    fio(&[
+        "--name=rot",
+        &format!("--filename={}", dev.path),
+        "--rw=randread",
+        "--bs=4k",
+        "--direct=1",
+        "--ioengine=libaio",
+        "--iodepth=8",
+        "--runtime=3",
+        "--time_based",
+    ]);
     let f = t.stop();
     assert!(f.status.success(), "{}", f.stderr);
-    let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().filter_map(|e| e.ok()).map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "blkp")).collect();
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "blkp"))
+        .collect();
     files.sort();
     assert_eq!(files.len(), 3, "{files:?}");
-    let first_seq: u32 = files[0].to_string_lossy().rsplit('.').nth(1).unwrap().parse().unwrap();
+    let first_seq: u32 = files[0]
+        .to_string_lossy()
+        .rsplit('.')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!(first_seq > 0, "older files were deleted");
     for p in &files {
         let tr = Trace::read(p);
@@ -367,19 +737,40 @@ fn rotation_keeps_the_newest_files_within_bounds() {
 fn json_live_view_is_one_object_per_device_interval() {
     let dev = Scratch::new("json", 512, true, false);
     let t = Tracer::start(&["--device", &dev.name, "--json", "--interval", "500ms"]);
-    fio(&["--name=j", &format!("--filename={}", dev.path), "--rw=randrw", "--bs=4k", "--direct=1",
-        "--ioengine=libaio", "--iodepth=4", "--runtime=2", "--time_based"]);
+    fio(&[
+        "--name=j",
+        &format!("--filename={}", dev.path),
+        "--rw=randrw",
+        "--bs=4k",
+        "--direct=1",
+        "--ioengine=libaio",
+        "--iodepth=4",
+        "--runtime=2",
+        "--time_based",
+    ]);
     let f = t.stop();
     assert!(f.status.success());
-    let lines: Vec<serde_json::Value> = f.stdout.lines().take_while(|l| l.starts_with('{'))
-        .map(|l| serde_json::from_str(l).expect("JSON line")).collect();
+    let lines: Vec<serde_json::Value> = f
+        .stdout
+        .lines()
+        .take_while(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
     assert!(lines.len() >= 3, "{}", f.stdout);
     for l in &lines {
         assert_eq!(l["device"], dev.name.as_str());
-        assert!(l["read"]["iops"].is_number() && l["device_latency_us"]["p99"].is_number() && l["queue_depth_mean"].is_number());
+        assert!(
+            l["read"]["iops"].is_number()
+                && l["device_latency_us"]["p99"].is_number()
+                && l["queue_depth_mean"].is_number()
+        );
         assert!(l["time"].as_str().unwrap().ends_with('Z'));
     }
-    assert!(lines.iter().any(|l| l["read"]["iops"].as_f64().unwrap() > 100.0));
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["read"]["iops"].as_f64().unwrap() > 100.0)
+    );
 }
 
 #[test]
@@ -390,44 +781,105 @@ fn fio_replays_an_exported_trace_with_the_same_io_and_timing() {
     b.set_nomerges(2);
     // W: a rate-limited read/write mix (fio 3.33 cannot replay trims from an iolog).
     let (orig, _, _) = traced("rtA", &a, &[], || {
-        fio(&["--name=w", &format!("--filename={}", a.path), "--rw=randrw", "--rwmixread=70",
-            "--bssplit=4k/60:64k/25:256k/15", "--direct=1", "--ioengine=libaio", "--iodepth=4",
-            "--rate_iops=1500", "--runtime=4", "--time_based"]);
+        fio(&[
+            "--name=w",
+            &format!("--filename={}", a.path),
+            "--rw=randrw",
+            "--rwmixread=70",
+            "--bssplit=4k/60:64k/25:256k/15",
+            "--direct=1",
+            "--ioengine=libaio",
+            "--iodepth=4",
+            "--rate_iops=1500",
+            "--runtime=4",
+            "--time_based",
+        ]);
     });
     let iolog = scratch_dir().join("rt.iolog");
     let o = std::process::Command::new(blkprof_e2e::bin("blkprof"))
-        .args(["export", &out_path("rtA"), "--format", "iolog", "--target", &b.path, "-o"])
+        .args([
+            "export",
+            &out_path("rtA"),
+            "--format",
+            "iolog",
+            "--target",
+            &b.path,
+            "-o",
+        ])
         .arg(&iolog)
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let (replay, _, _) = traced("rtB", &b, &[], || {
-        fio(&["--name=replay", &format!("--read_iolog={}", iolog.display()), "--direct=1", "--ioengine=libaio", "--iodepth=16"]);
+        fio(&[
+            "--name=replay",
+            &format!("--read_iolog={}", iolog.display()),
+            "--direct=1",
+            "--ioengine=libaio",
+            "--iodepth=16",
+        ]);
     });
-    let misses = orig.trailer.as_ref().unwrap().counters_end.reported_misses() + replay.trailer.as_ref().unwrap().counters_end.reported_misses();
+    let misses = orig
+        .trailer
+        .as_ref()
+        .unwrap()
+        .counters_end
+        .reported_misses()
+        + replay
+            .trailer
+            .as_ref()
+            .unwrap()
+            .counters_end
+            .reported_misses();
     let mix = |t: &Trace| {
         let mut m: BTreeMap<(Op, u32), u64> = BTreeMap::new();
-        for r in t.records.iter().filter(|r| matches!(r.op, Op::Read | Op::Write)) {
+        for r in t
+            .records
+            .iter()
+            .filter(|r| matches!(r.op, Op::Read | Op::Write))
+        {
             *m.entry((r.op, r.bytes)).or_default() += 1;
         }
         m
     };
     let (ma, mb) = (mix(&orig), mix(&replay));
-    let diff: u64 = ma.keys().chain(mb.keys()).collect::<std::collections::BTreeSet<_>>().into_iter()
-        .map(|k| ma.get(k).copied().unwrap_or(0).abs_diff(mb.get(k).copied().unwrap_or(0))).sum();
-    assert!(diff <= misses, "block-size mix per op: original {ma:?} vs replay {mb:?} ({misses} reported misses)");
+    let diff: u64 = ma
+        .keys()
+        .chain(mb.keys())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .map(|k| {
+            ma.get(k)
+                .copied()
+                .unwrap_or(0)
+                .abs_diff(mb.get(k).copied().unwrap_or(0))
+        })
+        .sum();
+    assert!(
+        diff <= misses,
+        "block-size mix per op: original {ma:?} vs replay {mb:?} ({misses} reported misses)"
+    );
     if misses == 0 {
         assert_eq!(ma, mb, "IO count and bytes per op and size, exactly");
     }
     let span = |t: &Trace| {
-        let rw = t.records.iter().filter(|r| matches!(r.op, Op::Read | Op::Write));
+        let rw = t
+            .records
+            .iter()
+            .filter(|r| matches!(r.op, Op::Read | Op::Write));
         let first = rw.clone().map(|r| r.enter_ns).min().unwrap();
         let last = rw.map(|r| r.complete_ns).max().unwrap();
         (last - first) as f64 / 1e9
     };
     let (da, db) = (span(&orig), span(&replay));
-    eprintln!("round trip: {} IOs, original {da:.3} s, replay {db:.3} s, {misses} reported misses", orig.records.len());
-    assert!((db - da).abs() / da < 0.05, "duration: original {da:.3} s, replay {db:.3} s");
+    eprintln!(
+        "round trip: {} IOs, original {da:.3} s, replay {db:.3} s, {misses} reported misses",
+        orig.records.len()
+    );
+    assert!(
+        (db - da).abs() / da < 0.05,
+        "duration: original {da:.3} s, replay {db:.3} s"
+    );
 }
 
 #[test]
@@ -445,10 +897,28 @@ fn ftrace_blk_lines_import_to_the_same_summary_as_our_trace() {
     std::fs::write(format!("/sys/block/{}/trace/enable", dev.name), "1").unwrap();
     w("current_tracer", "blk");
     let (trace, _, _) = traced("blk", &dev, &[], || {
-        fio(&["--name=mix", &format!("--filename={}", dev.path), "--rw=randrw", "--bssplit=4k/60:64k/30:256k/10",
-            "--direct=1", "--ioengine=libaio", "--iodepth=4", "--rate_iops=1500", "--runtime=3", "--time_based"]);
-        fio(&["--name=trim", &format!("--filename={}", dev.path), "--rw=randtrim", "--bs=1m", "--direct=1",
-            "--ioengine=libaio", "--number_ios=40", "--size=256m"]);
+        fio(&[
+            "--name=mix",
+            &format!("--filename={}", dev.path),
+            "--rw=randrw",
+            "--bssplit=4k/60:64k/30:256k/10",
+            "--direct=1",
+            "--ioengine=libaio",
+            "--iodepth=4",
+            "--rate_iops=1500",
+            "--runtime=3",
+            "--time_based",
+        ]);
+        fio(&[
+            "--name=trim",
+            &format!("--filename={}", dev.path),
+            "--rw=randtrim",
+            "--bs=1m",
+            "--direct=1",
+            "--ioengine=libaio",
+            "--number_ios=40",
+            "--size=256m",
+        ]);
     });
     let text = std::fs::read_to_string(tr.join("trace")).unwrap();
     w("current_tracer", "nop");
@@ -458,15 +928,31 @@ fn ftrace_blk_lines_import_to_the_same_summary_as_our_trace() {
     std::fs::write(&lines, &text).unwrap();
     let imported = scratch_dir().join("blk-imported.blkp");
     let o = std::process::Command::new(blkprof_e2e::bin("blkprof"))
-        .args(["import", "--from", "blk"]).arg(&lines).arg("-o").arg(&imported).output().unwrap();
+        .args(["import", "--from", "blk"])
+        .arg(&lines)
+        .arg("-o")
+        .arg(&imported)
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let ours = trace.groups();
     let theirs = Trace::read(&imported).groups();
-    let misses = trace.trailer.as_ref().unwrap().counters_end.reported_misses();
+    let misses = trace
+        .trailer
+        .as_ref()
+        .unwrap()
+        .counters_end
+        .reported_misses();
     for g in [StatGroup::Read, StatGroup::Write, StatGroup::Discard] {
-        let (a, b) = (ours.get(&g).copied().unwrap_or((0, 0)), theirs.get(&g).copied().unwrap_or((0, 0)));
+        let (a, b) = (
+            ours.get(&g).copied().unwrap_or((0, 0)),
+            theirs.get(&g).copied().unwrap_or((0, 0)),
+        );
         assert!(a.0 > 0, "{g:?}: some IO");
-        assert!(b.0 >= a.0 && b.0 - a.0 <= misses, "{g:?}: imported {b:?} vs traced {a:?} ({misses} reported misses)");
+        assert!(
+            b.0 >= a.0 && b.0 - a.0 <= misses,
+            "{g:?}: imported {b:?} vs traced {a:?} ({misses} reported misses)"
+        );
         if misses == 0 {
             assert_eq!(a, b, "{g:?}: IOs and bytes");
         }
@@ -478,8 +964,16 @@ fn ftrace_blk_lines_import_to_the_same_summary_as_our_trace() {
     b[bad_at] = "fio-1 [000] ..... 12.000000:   7,1    C  WS notanumber + 8 [0]";
     std::fs::write(&broken, b.join("\n")).unwrap();
     let o = std::process::Command::new(blkprof_e2e::bin("blkprof"))
-        .args(["import", "--from", "blk"]).arg(&broken).arg("-o").arg(scratch_dir().join("x.blkp")).output().unwrap();
+        .args(["import", "--from", "blk"])
+        .arg(&broken)
+        .arg("-o")
+        .arg(scratch_dir().join("x.blkp"))
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2));
-    assert!(err.contains(&format!("blk-broken.txt:{}:", bad_at + 1)) && err.contains("sector"), "{err}");
+    assert!(
+        err.contains(&format!("blk-broken.txt:{}:", bad_at + 1)) && err.contains("sector"),
+        "{err}"
+    );
 }

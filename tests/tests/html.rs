@@ -13,25 +13,47 @@ fn html_report_renders_in_chromium_without_console_errors() {
     let mut ios = cassandra_like(40, 1500, &[(10.0, 2.0, 1500.0), (25.0, 3.0, 2500.0)]);
     write_trace(&trace, &mut ios).unwrap();
     let out = dir.join("report");
-    let o = Command::new(bin("blkprof")).arg("report").arg(&trace).arg("-o").arg(&out).output().unwrap();
+    let o = Command::new(bin("blkprof"))
+        .arg("report")
+        .arg(&trace)
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let html = out.join("planted.html");
     let text = std::fs::read_to_string(&html).unwrap();
-    assert!(!text.contains("http://") || text.contains("http://www.w3.org/2000/svg"), "no network references");
+    assert!(
+        !text.contains("http://") || text.contains("http://www.w3.org/2000/svg"),
+        "no network references"
+    );
     assert!(!text.contains("<script"), "no scripts");
 
     let shot = out.join("planted.png");
     let c = Command::new("chromium")
-        .args(["--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0", "--window-size=1100,2400"])
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--window-size=1100,2400",
+        ])
         .arg(format!("--screenshot={}", shot.display()))
         .arg(format!("file://{}", html.display()))
         .output()
         .expect("chromium is installed (cargo xtask setup)");
     let log = String::from_utf8_lossy(&c.stderr);
     assert!(c.status.success(), "{log}");
-    let console: Vec<&str> = log.lines().filter(|l| l.contains("CONSOLE") || l.contains("Uncaught")).collect();
+    let console: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("CONSOLE") || l.contains("Uncaught"))
+        .collect();
     assert!(console.is_empty(), "console messages: {console:?}");
-    assert!(std::fs::metadata(&shot).unwrap().len() > 50_000, "a real screenshot");
+    assert!(
+        std::fs::metadata(&shot).unwrap().len() > 50_000,
+        "a real screenshot"
+    );
 
     let dom = Command::new("chromium")
         .args(["--headless", "--no-sandbox", "--disable-gpu", "--dump-dom"])
@@ -39,6 +61,9 @@ fn html_report_renders_in_chromium_without_console_errors() {
         .output()
         .unwrap();
     let dom = String::from_utf8_lossy(&dom.stdout);
-    assert!(dom.contains("Write bursts"), "the bursts table is in the rendered page");
+    assert!(
+        dom.contains("Write bursts"),
+        "the bursts table is in the rendered page"
+    );
     assert_eq!(dom.matches("<svg").count(), 4, "four charts for one device");
 }

@@ -202,7 +202,11 @@ pub fn log2_bucket(v: u64) -> usize {
         return 0;
     }
     let b = 63 - v.leading_zeros() as usize;
-    if b >= HIST_BUCKETS { HIST_BUCKETS - 1 } else { b }
+    if b >= HIST_BUCKETS {
+        HIST_BUCKETS - 1
+    } else {
+        b
+    }
 }
 
 /// Kernel `dev_t` (major << 20 | minor) to (major, minor).

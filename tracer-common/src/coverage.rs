@@ -20,7 +20,9 @@ pub struct GroupCoverage {
 impl GroupCoverage {
     /// IOs the kernel counted that the probe did not, beyond what it reported missing.
     pub fn unaccounted(&self, reported_misses: u64) -> u64 {
-        self.kernel_ios.saturating_sub(self.aggregate_ios).saturating_sub(reported_misses)
+        self.kernel_ios
+            .saturating_sub(self.aggregate_ios)
+            .saturating_sub(reported_misses)
     }
 }
 
@@ -44,14 +46,18 @@ fn find(v: &[DiskStats], major: u32, minor: u32) -> Option<&DiskStats> {
 fn agg_sum(v: &[AggregateSnapshot], major: u32, minor: u32, g: StatGroup) -> (u64, u64, u64) {
     v.iter()
         .filter(|a| a.major == major && a.minor == minor && a.group() == g)
-        .fold((0, 0, 0), |acc, a| (acc.0 + a.ios, acc.1 + a.bytes, acc.2 + a.total_ns_sum))
+        .fold((0, 0, 0), |acc, a| {
+            (acc.0 + a.ios, acc.1 + a.bytes, acc.2 + a.total_ns_sum)
+        })
 }
 
 /// Coverage of every device that has diskstats at both ends of the run.
 pub fn coverage(header: &TraceHeader, trailer: &TraceTrailer) -> Vec<DeviceCoverage> {
     let mut out = Vec::new();
     for end in &trailer.diskstats_end {
-        let Some(start) = find(&header.diskstats_start, end.major, end.minor) else { continue };
+        let Some(start) = find(&header.diskstats_start, end.major, end.minor) else {
+            continue;
+        };
         let elapsed_ns = end.at_ns.saturating_sub(start.at_ns).max(1);
         let mut groups = Vec::new();
         let mut agg_total_ns = 0u64;
@@ -74,7 +80,8 @@ pub fn coverage(header: &TraceHeader, trailer: &TraceTrailer) -> Vec<DeviceCover
             major: end.major,
             minor: end.minor,
             groups,
-            kernel_mean_queue: end.weighted_ms.saturating_sub(start.weighted_ms) as f64 * 1e6 / elapsed_ns as f64,
+            kernel_mean_queue: end.weighted_ms.saturating_sub(start.weighted_ms) as f64 * 1e6
+                / elapsed_ns as f64,
             aggregate_mean_queue: agg_total_ns as f64 / elapsed_ns as f64,
         });
     }
@@ -84,8 +91,16 @@ pub fn coverage(header: &TraceHeader, trailer: &TraceTrailer) -> Vec<DeviceCover
 /// "read 183,647 of 183,647 IOs, 100.000%"
 pub fn describe(g: &GroupCoverage) -> String {
     let name = g.group.map_or("?", StatGroup::name);
-    let pct = if g.kernel_ios == 0 { 100.0 } else { g.aggregate_ios as f64 * 100.0 / g.kernel_ios as f64 };
-    format!("{name} {} of {} IOs, {pct:.3}%", thousands(g.aggregate_ios), thousands(g.kernel_ios))
+    let pct = if g.kernel_ios == 0 {
+        100.0
+    } else {
+        g.aggregate_ios as f64 * 100.0 / g.kernel_ios as f64
+    };
+    format!(
+        "{name} {} of {} IOs, {pct:.3}%",
+        thousands(g.aggregate_ios),
+        thousands(g.kernel_ios)
+    )
 }
 
 pub fn thousands(v: u64) -> String {
@@ -106,7 +121,12 @@ mod tests {
 
     #[test]
     fn formats_like_the_issue_says() {
-        let g = GroupCoverage { group: Some(StatGroup::Read), kernel_ios: 183_647, aggregate_ios: 183_647, ..Default::default() };
+        let g = GroupCoverage {
+            group: Some(StatGroup::Read),
+            kernel_ios: 183_647,
+            aggregate_ios: 183_647,
+            ..Default::default()
+        };
         assert_eq!(describe(&g), "read 183,647 of 183,647 IOs, 100.000%");
         assert_eq!(thousands(1000), "1,000");
         assert_eq!(thousands(999), "999");

@@ -122,7 +122,10 @@ pub struct AggregateSnapshot {
 
 impl AggregateSnapshot {
     pub fn group(&self) -> StatGroup {
-        StatGroup::of(self.op.unwrap_or(Op::Other), if self.flush_rq { flags::FLUSH_RQ } else { 0 })
+        StatGroup::of(
+            self.op.unwrap_or(Op::Other),
+            if self.flush_rq { flags::FLUSH_RQ } else { 0 },
+        )
     }
 }
 
@@ -240,13 +243,16 @@ pub struct IoRecord {
     pub op: Op,
 }
 
-
 impl IoRecord {
     pub fn total_ns(&self) -> u64 {
         self.complete_ns.saturating_sub(self.enter_ns)
     }
     pub fn device_ns(&self) -> u64 {
-        if self.issue_ns == 0 { 0 } else { self.complete_ns.saturating_sub(self.issue_ns) }
+        if self.issue_ns == 0 {
+            0
+        } else {
+            self.complete_ns.saturating_sub(self.issue_ns)
+        }
     }
     pub fn stat_group(&self) -> StatGroup {
         StatGroup::of(self.op, self.flags)
@@ -266,10 +272,17 @@ pub enum FormatError {
     Io { path: PathBuf, source: io::Error },
     #[error("{path}: not a blkprof trace file (bad magic)")]
     NotATrace { path: PathBuf },
-    #[error("{path}: trace format version {found} is not supported (this build reads version {FORMAT_VERSION}); use a newer blkprof")]
+    #[error(
+        "{path}: trace format version {found} is not supported (this build reads version {FORMAT_VERSION}); use a newer blkprof"
+    )]
     UnknownVersion { path: PathBuf, found: u16 },
     #[error("{path}: corrupt frame {frame} at byte {offset}: {reason}")]
-    Corrupt { path: PathBuf, frame: u64, offset: u64, reason: String },
+    Corrupt {
+        path: PathBuf,
+        frame: u64,
+        offset: u64,
+        reason: String,
+    },
     #[error("{path}: the file does not start with a header frame")]
     NoHeader { path: PathBuf },
 }
@@ -304,7 +317,11 @@ impl Cursor<'_> {
     #[inline(always)]
     fn varint(&mut self) -> Option<u64> {
         // Fast paths: most fields fit in one or two bytes.
-        if let Some(&[b0, b1]) = self.buf.get(self.pos..self.pos + 2).map(|s| <&[u8; 2]>::try_from(s).expect("2 bytes")) {
+        if let Some(&[b0, b1]) = self
+            .buf
+            .get(self.pos..self.pos + 2)
+            .map(|s| <&[u8; 2]>::try_from(s).expect("2 bytes"))
+        {
             if b0 < 0x80 {
                 self.pos += 1;
                 return Some(u64::from(b0));
@@ -371,7 +388,10 @@ pub struct TraceWriter {
 
 impl TraceWriter {
     pub fn create(path: &Path, header: &TraceHeader) -> Result<TraceWriter, FormatError> {
-        let io_err = |source| FormatError::Io { path: path.to_owned(), source };
+        let io_err = |source| FormatError::Io {
+            path: path.to_owned(),
+            source,
+        };
         let file = File::create(path).map_err(io_err)?;
         let mut w = TraceWriter {
             path: path.to_owned(),
@@ -423,18 +443,27 @@ impl TraceWriter {
     }
 
     fn io_err(&self, source: io::Error) -> FormatError {
-        FormatError::Io { path: self.path.clone(), source }
+        FormatError::Io {
+            path: self.path.clone(),
+            source,
+        }
     }
 
     fn write_frame(&mut self, kind: FrameKind, payload: &[u8]) -> Result<(), FormatError> {
         let len = u32::try_from(payload.len()).map_err(|_| {
-            self.io_err(io::Error::new(io::ErrorKind::InvalidInput, "frame larger than 4 GiB"))
+            self.io_err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "frame larger than 4 GiB",
+            ))
         })?;
         let mut head = [0u8; 12];
         head[0] = kind as u8;
         head[4..8].copy_from_slice(&len.to_le_bytes());
         head[8..12].copy_from_slice(&crc32fast::hash(payload).to_le_bytes());
-        let r = self.out.write_all(&head).and_then(|()| self.out.write_all(payload));
+        let r = self
+            .out
+            .write_all(&head)
+            .and_then(|()| self.out.write_all(payload));
         r.map_err(|e| self.io_err(e))?;
         self.bytes_written += 12 + payload.len() as u64;
         Ok(())
@@ -497,7 +526,10 @@ impl TraceWriter {
         }
         let b = &mut self.raw;
         put_varint(b, u64::from(r.op as u8) | (u64::from(fl) << 4));
-        put_varint(b, zigzag(r.complete_ns.wrapping_sub(self.prev_complete) as i64));
+        put_varint(
+            b,
+            zigzag(r.complete_ns.wrapping_sub(self.prev_complete) as i64),
+        );
         if fl & flags::NEVER_ISSUED == 0 {
             put_varint(b, r.complete_ns.saturating_sub(r.issue_ns));
             put_varint(b, r.issue_ns.saturating_sub(r.enter_ns));
@@ -505,8 +537,15 @@ impl TraceWriter {
             put_varint(b, r.complete_ns.saturating_sub(r.enter_ns));
         }
         put_varint(b, u64::from(dev_idx));
-        put_varint(b, zigzag(r.sector.wrapping_sub(self.prev_end_sector) as i64));
-        let size = if r.bytes.is_multiple_of(512) { u64::from(r.bytes / 512) << 1 } else { (u64::from(r.bytes) << 1) | 1 };
+        put_varint(
+            b,
+            zigzag(r.sector.wrapping_sub(self.prev_end_sector) as i64),
+        );
+        let size = if r.bytes.is_multiple_of(512) {
+            u64::from(r.bytes / 512) << 1
+        } else {
+            (u64::from(r.bytes) << 1) | 1
+        };
         put_varint(b, size);
         put_varint(b, u64::from(task_idx));
         put_varint(b, u64::from(r.dev_inflight));
@@ -546,8 +585,8 @@ impl TraceWriter {
                 body.extend_from_slice(&comm[..n]);
             }
             body.extend_from_slice(&self.raw);
-            let compressed = zstd::bulk::compress(&body, self.compression_level)
-                .map_err(|e| self.io_err(e))?;
+            let compressed =
+                zstd::bulk::compress(&body, self.compression_level).map_err(|e| self.io_err(e))?;
             let mut payload = Vec::with_capacity(compressed.len() + 4);
             payload.extend_from_slice(&(body.len() as u32).to_le_bytes());
             payload.extend_from_slice(&compressed);
@@ -596,9 +635,16 @@ pub enum Ending {
     Complete,
     /// The file stops without a trailer after its last whole frame (tracer killed, disk full,
     /// or still running): everything before is intact.
-    Truncated { intact_bytes: u64, trailing_bytes: u64 },
+    Truncated {
+        intact_bytes: u64,
+        trailing_bytes: u64,
+    },
     /// A frame failed its checksum or could not be decoded; frames before it are intact.
-    Corrupt { frame: u64, offset: u64, reason: String },
+    Corrupt {
+        frame: u64,
+        offset: u64,
+        reason: String,
+    },
 }
 
 /// Streams a trace file chunk by chunk; memory use is one chunk.
@@ -629,23 +675,33 @@ enum Frame {
 
 impl TraceReader {
     pub fn open(path: &Path) -> Result<TraceReader, FormatError> {
-        let io_err = |source| FormatError::Io { path: path.to_owned(), source };
+        let io_err = |source| FormatError::Io {
+            path: path.to_owned(),
+            source,
+        };
         let file = File::open(path).map_err(io_err)?;
         let file_len = file.metadata().map_err(io_err)?.len();
         let mut input = BufReader::with_capacity(1 << 20, file);
         let mut start = [0u8; 12];
         if let Err(e) = input.read_exact(&mut start) {
             if e.kind() == io::ErrorKind::UnexpectedEof {
-                return Err(FormatError::NotATrace { path: path.to_owned() });
+                return Err(FormatError::NotATrace {
+                    path: path.to_owned(),
+                });
             }
             return Err(io_err(e));
         }
         if &start[..8] != MAGIC {
-            return Err(FormatError::NotATrace { path: path.to_owned() });
+            return Err(FormatError::NotATrace {
+                path: path.to_owned(),
+            });
         }
         let version = u16::from_le_bytes([start[8], start[9]]);
         if version != FORMAT_VERSION {
-            return Err(FormatError::UnknownVersion { path: path.to_owned(), found: version });
+            return Err(FormatError::UnknownVersion {
+                path: path.to_owned(),
+                found: version,
+            });
         }
         let mut r = TraceReader {
             path: path.to_owned(),
@@ -672,7 +728,11 @@ impl TraceReader {
                 r.frame_no += 1;
                 r.devices = r.header.devices.clone();
             }
-            _ => return Err(FormatError::NoHeader { path: path.to_owned() }),
+            _ => {
+                return Err(FormatError::NoHeader {
+                    path: path.to_owned(),
+                });
+            }
         }
         Ok(r)
     }
@@ -711,7 +771,10 @@ impl TraceReader {
         use std::io::Seek as _;
         self.input
             .seek(io::SeekFrom::Start(pos.0))
-            .map_err(|e| FormatError::Io { path: self.path.clone(), source: e })?;
+            .map_err(|e| FormatError::Io {
+                path: self.path.clone(),
+                source: e,
+            })?;
         self.offset = pos.0;
         self.frame_no = pos.1;
         self.ending = Ending::Unread;
@@ -726,7 +789,12 @@ impl TraceReader {
     }
 
     fn corrupt(&self, reason: impl Into<String>) -> FormatError {
-        FormatError::Corrupt { path: self.path.clone(), frame: self.frame_no, offset: self.offset, reason: reason.into() }
+        FormatError::Corrupt {
+            path: self.path.clone(),
+            frame: self.frame_no,
+            offset: self.offset,
+            reason: reason.into(),
+        }
     }
 
     fn parse_json<T: for<'de> Deserialize<'de>>(&self) -> Result<T, FormatError> {
@@ -741,7 +809,12 @@ impl TraceReader {
                 Ok(0) => break,
                 Ok(n) => got += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(FormatError::Io { path: self.path.clone(), source: e }),
+                Err(e) => {
+                    return Err(FormatError::Io {
+                        path: self.path.clone(),
+                        source: e,
+                    });
+                }
             }
         }
         if got == 0 {
@@ -764,7 +837,10 @@ impl TraceReader {
         self.payload.resize(len as usize, 0);
         self.input
             .read_exact(&mut self.payload)
-            .map_err(|e| FormatError::Io { path: self.path.clone(), source: e })?;
+            .map_err(|e| FormatError::Io {
+                path: self.path.clone(),
+                source: e,
+            })?;
         if crc32fast::hash(&self.payload) != crc {
             return Err(self.corrupt("checksum mismatch"));
         }
@@ -779,8 +855,17 @@ impl TraceReader {
         loop {
             let frame = match self.next_frame() {
                 Ok(f) => f,
-                Err(FormatError::Corrupt { frame, offset, reason, .. }) => {
-                    self.ending = Ending::Corrupt { frame, offset, reason };
+                Err(FormatError::Corrupt {
+                    frame,
+                    offset,
+                    reason,
+                    ..
+                }) => {
+                    self.ending = Ending::Corrupt {
+                        frame,
+                        offset,
+                        reason,
+                    };
                     return Ok(false);
                 }
                 Err(e) => return Err(e),
@@ -822,9 +907,18 @@ impl TraceReader {
                     match res {
                         Ok(true) => return Ok(true),
                         Ok(false) => {}
-                        Err(FormatError::Corrupt { frame, offset, reason, .. }) => {
+                        Err(FormatError::Corrupt {
+                            frame,
+                            offset,
+                            reason,
+                            ..
+                        }) => {
                             out.clear();
-                            self.ending = Ending::Corrupt { frame, offset, reason };
+                            self.ending = Ending::Corrupt {
+                                frame,
+                                offset,
+                                reason,
+                            };
                             return Ok(false);
                         }
                         Err(e) => return Err(e),
@@ -845,7 +939,9 @@ impl TraceReader {
         let mut raw = std::mem::take(&mut self.raw);
         raw.clear();
         raw.reserve(raw_len);
-        let res = self.decompressor.decompress_to_buffer(&self.payload[4..], &mut raw);
+        let res = self
+            .decompressor
+            .decompress_to_buffer(&self.payload[4..], &mut raw);
         let res = match res {
             Ok(n) if n == raw_len => self.decode_raw(&raw, out),
             Ok(n) => Err(self.corrupt(format!("decompressed {n} bytes, header says {raw_len}"))),
@@ -858,31 +954,53 @@ impl TraceReader {
     fn decode_raw(&mut self, raw: &[u8], out: &mut Vec<IoRecord>) -> Result<(), FormatError> {
         let bad = |what: &str| format!("records frame: {what}");
         let mut c = Cursor { buf: raw, pos: 0 };
-        let count = c.bytes(4).map(|b| u32::from_le_bytes(b.try_into().expect("4")))
+        let count = c
+            .bytes(4)
+            .map(|b| u32::from_le_bytes(b.try_into().expect("4")))
             .ok_or_else(|| self.corrupt(bad("no count")))?;
-        let base = c.bytes(8).map(|b| u64::from_le_bytes(b.try_into().expect("8")))
+        let base = c
+            .bytes(8)
+            .map(|b| u64::from_le_bytes(b.try_into().expect("8")))
             .ok_or_else(|| self.corrupt(bad("no base time")))?;
-        let ndev = c.varint().ok_or_else(|| self.corrupt(bad("no device table")))?;
+        let ndev = c
+            .varint()
+            .ok_or_else(|| self.corrupt(bad("no device table")))?;
         if ndev > 1 << 20 {
             return Err(self.corrupt(bad("implausible device table")));
         }
         let mut devs = Vec::with_capacity(ndev as usize);
         for _ in 0..ndev {
-            devs.push(c.varint().ok_or_else(|| self.corrupt(bad("short device table")))? as u32);
+            devs.push(
+                c.varint()
+                    .ok_or_else(|| self.corrupt(bad("short device table")))? as u32,
+            );
         }
-        let ntask = c.varint().ok_or_else(|| self.corrupt(bad("no task table")))?;
+        let ntask = c
+            .varint()
+            .ok_or_else(|| self.corrupt(bad("no task table")))?;
         if ntask > u64::from(count) {
             return Err(self.corrupt(bad("more tasks than records")));
         }
         let mut tasks = Vec::with_capacity(ntask as usize);
         for _ in 0..ntask {
-            let pid = c.varint().ok_or_else(|| self.corrupt(bad("short task table")))? as u32;
-            let n = *c.bytes(1).and_then(|b| b.first()).ok_or_else(|| self.corrupt(bad("short task table")))? as usize;
-            let comm = c.bytes(n.min(16)).ok_or_else(|| self.corrupt(bad("short task table")))?.to_vec();
+            let pid = c
+                .varint()
+                .ok_or_else(|| self.corrupt(bad("short task table")))? as u32;
+            let n = *c
+                .bytes(1)
+                .and_then(|b| b.first())
+                .ok_or_else(|| self.corrupt(bad("short task table")))? as usize;
+            let comm = c
+                .bytes(n.min(16))
+                .ok_or_else(|| self.corrupt(bad("short task table")))?
+                .to_vec();
             let next = self.tasks.len() as u32;
             let id = *self.task_ids.entry((pid, comm.clone())).or_insert(next);
             if id == next {
-                self.tasks.push(Task { pid, comm: String::from_utf8_lossy(&comm).into_owned() });
+                self.tasks.push(Task {
+                    pid,
+                    comm: String::from_utf8_lossy(&comm).into_owned(),
+                });
             }
             tasks.push(id);
         }
@@ -906,13 +1024,25 @@ impl TraceReader {
                 let dev = *devs.get(c.varint()? as usize)?;
                 let sector = prev_end_sector.wrapping_add(unzigzag(c.varint()?) as u64);
                 let size = c.varint()?;
-                let bytes = if size & 1 == 0 { (size >> 1) * 512 } else { size >> 1 };
+                let bytes = if size & 1 == 0 {
+                    (size >> 1) * 512
+                } else {
+                    size >> 1
+                };
                 let task_i = c.varint()? as usize;
                 let task = *tasks.get(task_i)?;
                 let dev_inflight = c.varint()? as u32;
                 let os_inflight = c.varint()? as u32;
-                let error = if fl & flags::HAS_ERROR != 0 { unzigzag(c.varint()?) as i32 } else { 0 };
-                let requeues = if fl & flags::REQUEUED != 0 { c.varint()? as u16 } else { 0 };
+                let error = if fl & flags::HAS_ERROR != 0 {
+                    unzigzag(c.varint()?) as i32
+                } else {
+                    0
+                };
+                let requeues = if fl & flags::REQUEUED != 0 {
+                    c.varint()? as u16
+                } else {
+                    0
+                };
                 Some(IoRecord {
                     complete_ns: complete,
                     enter_ns: enter,
@@ -966,9 +1096,19 @@ mod tests {
         IoRecord {
             complete_ns: 1_000_000 + i * 7919 + (i % 3) * 100_000,
             enter_ns: 900_000 + i * 7919,
-            issue_ns: if i.is_multiple_of(17) { 0 } else { 950_000 + i * 7919 },
+            issue_ns: if i.is_multiple_of(17) {
+                0
+            } else {
+                950_000 + i * 7919
+            },
             sector: (i * 2654435761) % 4_000_000,
-            bytes: if i.is_multiple_of(5) { 524288 } else if i.is_multiple_of(11) { 1000 } else { 4096 },
+            bytes: if i.is_multiple_of(5) {
+                524288
+            } else if i.is_multiple_of(11) {
+                1000
+            } else {
+                4096
+            },
             pid: 100 + (i % 4) as u32,
             task: 0,
             dev_inflight: (i % 32) as u32,
@@ -976,13 +1116,26 @@ mod tests {
             error: if i.is_multiple_of(97) { 10 } else { 0 },
             dev: crate::dev_join(7, (i % 2) as u32),
             requeues: if i.is_multiple_of(101) { 2 } else { 0 },
-            flags: if i.is_multiple_of(17) { flags::NEVER_ISSUED } else { flags::SYNC },
+            flags: if i.is_multiple_of(17) {
+                flags::NEVER_ISSUED
+            } else {
+                flags::SYNC
+            },
             op: Op::from_code((i % 4) as u8),
         }
     }
 
     fn header() -> TraceHeader {
-        TraceHeader { host: "h".into(), devices: vec![DeviceInfo { name: "loop0".into(), major: 7, minor: 0, logical_block_size: 512 }], ..Default::default() }
+        TraceHeader {
+            host: "h".into(),
+            devices: vec![DeviceInfo {
+                name: "loop0".into(),
+                major: 7,
+                minor: 0,
+                logical_block_size: 512,
+            }],
+            ..Default::default()
+        }
     }
 
     #[test]
@@ -995,7 +1148,12 @@ mod tests {
             let comm = comm_bytes(&format!("task{}", i % 4));
             w.push(&sample(i), &comm).unwrap();
         }
-        w.finish(&TraceTrailer { reason: "duration".into(), records_in_file: n, ..Default::default() }).unwrap();
+        w.finish(&TraceTrailer {
+            reason: "duration".into(),
+            records_in_file: n,
+            ..Default::default()
+        })
+        .unwrap();
 
         let mut r = TraceReader::open(&path).unwrap();
         assert_eq!(r.header().devices[0].name, "loop0");
@@ -1039,7 +1197,11 @@ mod tests {
             total += buf.len();
         }
         assert_eq!(total, 1000);
-        assert!(matches!(r.ending(), Ending::Truncated { .. }), "{:?}", r.ending());
+        assert!(
+            matches!(r.ending(), Ending::Truncated { .. }),
+            "{:?}",
+            r.ending()
+        );
     }
 
     #[test]
@@ -1058,7 +1220,11 @@ mod tests {
         let mut r = TraceReader::open(&path).unwrap();
         let mut buf = Vec::new();
         assert!(!r.next_chunk(&mut buf).unwrap());
-        assert!(matches!(r.ending(), Ending::Corrupt { frame: 1, .. }), "{:?}", r.ending());
+        assert!(
+            matches!(r.ending(), Ending::Corrupt { frame: 1, .. }),
+            "{:?}",
+            r.ending()
+        );
     }
 
     #[test]
@@ -1066,7 +1232,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.blkp");
         std::fs::write(&path, b"hello world, not a trace").unwrap();
-        assert!(matches!(TraceReader::open(&path), Err(FormatError::NotATrace { .. })));
+        assert!(matches!(
+            TraceReader::open(&path),
+            Err(FormatError::NotATrace { .. })
+        ));
         let mut b = MAGIC.to_vec();
         b.extend_from_slice(&9u16.to_le_bytes());
         b.extend_from_slice(&[0, 0]);
@@ -1084,11 +1253,24 @@ mod tests {
         let mut t = 1_000_000_000u64;
         let mut x = 12345u64;
         for i in 0..n {
-            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
             t += 8_000 + x % 4000;
-            let r = IoRecord { complete_ns: t, enter_ns: t - 90_000 - x % 1000, issue_ns: t - 80_000 - x % 997,
-                sector: (x % 4_000_000) & !7, bytes: 4096, pid: 7, dev_inflight: (x % 32) as u32, os_inflight: (x % 32) as u32,
-                dev: crate::dev_join(7, 0), flags: flags::SYNC, op: if i % 2 == 0 { Op::Read } else { Op::Write }, ..Default::default() };
+            let r = IoRecord {
+                complete_ns: t,
+                enter_ns: t - 90_000 - x % 1000,
+                issue_ns: t - 80_000 - x % 997,
+                sector: (x % 4_000_000) & !7,
+                bytes: 4096,
+                pid: 7,
+                dev_inflight: (x % 32) as u32,
+                os_inflight: (x % 32) as u32,
+                dev: crate::dev_join(7, 0),
+                flags: flags::SYNC,
+                op: if i % 2 == 0 { Op::Read } else { Op::Write },
+                ..Default::default()
+            };
             w.push(&r, &comm_bytes("fio")).unwrap();
         }
         let bytes = w.finish(&TraceTrailer::default()).unwrap();
@@ -1106,7 +1288,9 @@ pub fn parse_diskstats(text: &str, at_ns: u64) -> HashMap<(u32, u32), DiskStats>
             continue;
         }
         let n = |i: usize| f.get(i).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
-        let (Ok(major), Ok(minor)) = (f[0].parse(), f[1].parse()) else { continue };
+        let (Ok(major), Ok(minor)) = (f[0].parse(), f[1].parse()) else {
+            continue;
+        };
         out.insert(
             (major, minor),
             DiskStats {
@@ -1153,7 +1337,12 @@ pub fn rfc3339(unix_ns: i64) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{ms:03}Z", sod / 3600, sod % 3600 / 60, sod % 60)
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{ms:03}Z",
+        sod / 3600,
+        sod % 3600 / 60,
+        sod % 60
+    )
 }
 
 #[cfg(test)]
@@ -1163,14 +1352,32 @@ mod time_tests {
         let s = "   7       3 loop3 183647 0 1469176 41234 2 0 16 1 0 53000 41235 5 0 80 2 7 3\n";
         let m = super::parse_diskstats(s, 5);
         let d = &m[&(7, 3)];
-        assert_eq!((d.name.as_str(), d.read_ios, d.read_sectors, d.write_ios), ("loop3", 183647, 1469176, 2));
-        assert_eq!((d.discard_ios, d.discard_sectors, d.flush_ios, d.flush_ms, d.weighted_ms), (5, 80, 7, 3, 41235));
+        assert_eq!(
+            (d.name.as_str(), d.read_ios, d.read_sectors, d.write_ios),
+            ("loop3", 183647, 1469176, 2)
+        );
+        assert_eq!(
+            (
+                d.discard_ios,
+                d.discard_sectors,
+                d.flush_ios,
+                d.flush_ms,
+                d.weighted_ms
+            ),
+            (5, 80, 7, 3, 41235)
+        );
     }
 
     #[test]
     fn rfc3339_known_instants() {
         assert_eq!(super::rfc3339(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(super::rfc3339(1_795_833_925_863_000_000), "2026-11-28T02:45:25.863Z");
-        assert_eq!(super::rfc3339(951_782_400_000_000_000), "2000-02-29T00:00:00.000Z");
+        assert_eq!(
+            super::rfc3339(1_795_833_925_863_000_000),
+            "2026-11-28T02:45:25.863Z"
+        );
+        assert_eq!(
+            super::rfc3339(951_782_400_000_000_000),
+            "2000-02-29T00:00:00.000Z"
+        );
     }
 }

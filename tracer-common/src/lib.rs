@@ -4,10 +4,10 @@
 
 pub mod abi;
 #[cfg(feature = "format")]
+pub mod coverage;
+#[cfg(feature = "format")]
 pub mod format;
 #[cfg(feature = "format")]
 pub mod op;
-#[cfg(feature = "format")]
-pub mod coverage;
 
 pub use abi::*;

@@ -5,7 +5,9 @@
 use serde::{Deserialize, Serialize};
 
 /// Block operation, as stored in trace files (4 bits).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
 #[serde(rename_all = "kebab-case")]
 #[repr(u8)]
 pub enum Op {
@@ -109,7 +111,13 @@ pub mod flags {
     pub const REQUEUED: u16 = 1 << 13;
 
     /// (bit, letter) for the blktrace-style rwbs modifiers.
-    pub const LETTERS: [(u16, char); 5] = [(FUA, 'F'), (RAHEAD, 'A'), (SYNC, 'S'), (META, 'M'), (PREFLUSH, 'P')];
+    pub const LETTERS: [(u16, char); 5] = [
+        (FUA, 'F'),
+        (RAHEAD, 'A'),
+        (SYNC, 'S'),
+        (META, 'M'),
+        (PREFLUSH, 'P'),
+    ];
     pub const NAMES: [(u16, &str); 13] = [
         (SYNC, "sync"),
         (META, "meta"),
@@ -138,7 +146,12 @@ pub enum StatGroup {
 }
 
 impl StatGroup {
-    pub const ALL: [StatGroup; 4] = [StatGroup::Read, StatGroup::Write, StatGroup::Discard, StatGroup::Flush];
+    pub const ALL: [StatGroup; 4] = [
+        StatGroup::Read,
+        StatGroup::Write,
+        StatGroup::Discard,
+        StatGroup::Flush,
+    ];
 
     /// `op_stat_group()` for requests ended by `blk_account_io_done`, and STAT_FLUSH for the
     /// flush machinery's own request (`blk_account_io_flush`). Note that an empty flush

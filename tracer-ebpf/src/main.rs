@@ -18,7 +18,10 @@
 #![no_main]
 // Atomic adds on map values: core's atomics are not available for the BPF target.
 #![feature(core_intrinsics)]
-#![expect(internal_features, reason = "atomic_xadd is the only way to emit BPF atomic adds")]
+#![expect(
+    internal_features,
+    reason = "atomic_xadd is the only way to emit BPF atomic adds"
+)]
 
 use core::intrinsics::{AtomicOrdering, atomic_cxchg, atomic_xadd};
 
@@ -165,7 +168,11 @@ fn track(key: u64, enter_ns: u64, dev: u32, in_os: u8, flags: u16) -> Option<*mu
     if let Some(slot) = slot_of(key) {
         // SAFETY: array value pointer; the CAS makes one CPU the owner of a free slot.
         let (old, won) = unsafe {
-            atomic_cxchg::<u64, { AtomicOrdering::AcqRel }, { AtomicOrdering::Relaxed }>(&raw mut (*slot).key, 0, key)
+            atomic_cxchg::<u64, { AtomicOrdering::AcqRel }, { AtomicOrdering::Relaxed }>(
+                &raw mut (*slot).key,
+                0,
+                key,
+            )
         };
         if won || old == key {
             // SAFETY: array value pointer of a slot this request owns.
@@ -495,7 +502,11 @@ fn finish(cfg: &ProbeConfig, rq: *const u8, st: &mut RequestState, kind: u16, cm
     let complete_ns = st.complete_ns;
     // The kernel's own start stamp is what /proc/diskstats measures from.
     let kernel_start: u64 = load(rq, cfg_u32(&cfg.rq_start_time_ns));
-    let enter_ns = if kernel_start != 0 && kernel_start <= complete_ns { kernel_start } else { st.enter_ns };
+    let enter_ns = if kernel_start != 0 && kernel_start <= complete_ns {
+        kernel_start
+    } else {
+        st.enter_ns
+    };
     let mut flags = st.flags;
     if st.issue_ns == 0 {
         flags |= EV_NEVER_ISSUED;
@@ -506,9 +517,20 @@ fn finish(cfg: &ProbeConfig, rq: *const u8, st: &mut RequestState, kind: u16, cm
     release(st);
 
     let op = cmd_flags & cfg_u32(&cfg.req_op_mask);
-    let agg_key = AggKey { dev: st.dev, op: if kind == KIND_FLUSH_RQ { op | AGG_FLUSH_RQ } else { op } };
+    let agg_key = AggKey {
+        dev: st.dev,
+        op: if kind == KIND_FLUSH_RQ {
+            op | AGG_FLUSH_RQ
+        } else {
+            op
+        },
+    };
     let total_ns = complete_ns.saturating_sub(enter_ns);
-    let device_ns = if st.issue_ns != 0 { complete_ns.saturating_sub(st.issue_ns) } else { 0 };
+    let device_ns = if st.issue_ns != 0 {
+        complete_ns.saturating_sub(st.issue_ns)
+    } else {
+        0
+    };
     let agg = match AGGREGATES.get_ptr_mut(&agg_key) {
         Some(a) => Some(a),
         None => {
@@ -539,7 +561,11 @@ fn finish(cfg: &ProbeConfig, rq: *const u8, st: &mut RequestState, kind: u16, cm
         enter_ns,
         issue_ns: st.issue_ns,
         complete_ns,
-        sector: if st.issue_ns != 0 { st.sector } else { load(rq, cfg_u32(&cfg.rq_sector)) },
+        sector: if st.issue_ns != 0 {
+            st.sector
+        } else {
+            load(rq, cfg_u32(&cfg.rq_sector))
+        },
         dev: st.dev,
         bytes: st.bytes_done,
         cmd_flags,
@@ -554,7 +580,11 @@ fn finish(cfg: &ProbeConfig, rq: *const u8, st: &mut RequestState, kind: u16, cm
         comm: st.comm,
     });
     let pending = EVENTS.query(BPF_RB_AVAIL_DATA);
-    entry.submit(if pending >= u64::from(cfg_u32(&cfg.wakeup_bytes)) { BPF_RB_FORCE_WAKEUP } else { BPF_RB_NO_WAKEUP });
+    entry.submit(if pending >= u64::from(cfg_u32(&cfg.wakeup_bytes)) {
+        BPF_RB_FORCE_WAKEUP
+    } else {
+        BPF_RB_NO_WAKEUP
+    });
 }
 
 #[cfg(not(test))]

@@ -6,7 +6,10 @@ use std::collections::HashMap;
 #[derive(Debug, thiserror::Error)]
 pub enum BtfError {
     #[error("cannot read {path}: {source} (the kernel needs CONFIG_DEBUG_INFO_BTF=y)")]
-    Read { path: String, source: std::io::Error },
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("BTF is malformed: {0}")]
     Malformed(&'static str),
     #[error("kernel BTF has no struct {0}")]
@@ -37,15 +40,23 @@ pub struct KernelBtf {
 impl KernelBtf {
     pub fn from_sys() -> Result<KernelBtf, BtfError> {
         let path = "/sys/kernel/btf/vmlinux";
-        let data = std::fs::read(path).map_err(|source| BtfError::Read { path: path.into(), source })?;
+        let data = std::fs::read(path).map_err(|source| BtfError::Read {
+            path: path.into(),
+            source,
+        })?;
         Self::parse(&data)
     }
 
     pub fn parse(data: &[u8]) -> Result<KernelBtf, BtfError> {
         let u16_at = |o: usize| data.get(o..o + 2).map(|b| u16::from_le_bytes([b[0], b[1]]));
-        let u32_at = |o: usize| data.get(o..o + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+        let u32_at = |o: usize| {
+            data.get(o..o + 4)
+                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        };
         if u16_at(0) != Some(0xeb9f) {
-            return Err(BtfError::Malformed("bad magic (big-endian BTF is not supported)"));
+            return Err(BtfError::Malformed(
+                "bad magic (big-endian BTF is not supported)",
+            ));
         }
         let short = BtfError::Malformed("short header");
         let hdr_len = u32_at(4).ok_or(BtfError::Malformed("short header"))? as usize;
@@ -64,7 +75,11 @@ impl KernelBtf {
             let n = s.iter().position(|&c| c == 0).unwrap_or(s.len());
             std::str::from_utf8(&s[..n]).unwrap_or("")
         };
-        let t32 = |o: usize| types.get(o..o + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+        let t32 = |o: usize| {
+            types
+                .get(o..o + 4)
+                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        };
         let mut structs = HashMap::new();
         let mut enumerators = HashMap::new();
         let mut pos = 0usize;
@@ -98,7 +113,11 @@ impl KernelBtf {
                         let e = pos + i * 8;
                         let ename = t32(e).ok_or(BtfError::Malformed("short enum"))?;
                         let val = t32(e + 4).ok_or(BtfError::Malformed("short enum"))?;
-                        let val = if kind_flag != 0 { i64::from(val as i32) } else { i64::from(val) };
+                        let val = if kind_flag != 0 {
+                            i64::from(val as i32)
+                        } else {
+                            i64::from(val)
+                        };
                         enumerators.insert(name(ename).to_string(), val);
                     }
                     pos += vlen * 8;
@@ -109,7 +128,10 @@ impl KernelBtf {
                         let ename = t32(e).ok_or(BtfError::Malformed("short enum64"))?;
                         let lo = t32(e + 4).ok_or(BtfError::Malformed("short enum64"))?;
                         let hi = t32(e + 8).ok_or(BtfError::Malformed("short enum64"))?;
-                        enumerators.insert(name(ename).to_string(), ((u64::from(hi) << 32) | u64::from(lo)) as i64);
+                        enumerators.insert(
+                            name(ename).to_string(),
+                            ((u64::from(hi) << 32) | u64::from(lo)) as i64,
+                        );
                     }
                     pos += vlen * 12;
                 }
@@ -118,18 +140,29 @@ impl KernelBtf {
                 _ => {}
             }
         }
-        Ok(KernelBtf { structs, enumerators })
+        Ok(KernelBtf {
+            structs,
+            enumerators,
+        })
     }
 
     /// Byte offset of `member` in `struct name` (not for bitfields).
     pub fn member_offset(&self, name: &str, member: &str) -> Result<u32, BtfError> {
-        let s = self.structs.get(name).ok_or_else(|| BtfError::NoStruct(name.into()))?;
-        let bits = s.get(member).ok_or_else(|| BtfError::NoMember(name.into(), member.into()))?;
+        let s = self
+            .structs
+            .get(name)
+            .ok_or_else(|| BtfError::NoStruct(name.into()))?;
+        let bits = s
+            .get(member)
+            .ok_or_else(|| BtfError::NoMember(name.into(), member.into()))?;
         Ok(bits / 8)
     }
 
     pub fn enumerator(&self, name: &str) -> Result<i64, BtfError> {
-        self.enumerators.get(name).copied().ok_or_else(|| BtfError::NoEnumerator(name.into()))
+        self.enumerators
+            .get(name)
+            .copied()
+            .ok_or_else(|| BtfError::NoEnumerator(name.into()))
     }
 }
 
@@ -139,7 +172,9 @@ mod tests {
 
     #[test]
     fn running_kernel_has_what_the_probe_needs() {
-        let Ok(btf) = KernelBtf::from_sys() else { return };
+        let Ok(btf) = KernelBtf::from_sys() else {
+            return;
+        };
         // Field offsets are nonzero except for the first member; q is first-ish.
         assert!(btf.member_offset("request", "cmd_flags").is_ok());
         assert!(btf.member_offset("request", "__sector").unwrap() > 0);
@@ -150,6 +185,8 @@ mod tests {
     #[test]
     fn garbage_is_an_error_not_a_panic() {
         assert!(KernelBtf::parse(b"nope").is_err());
-        assert!(KernelBtf::parse(&[0x9f, 0xeb, 1, 0, 24, 0, 0, 0, 0, 0, 0, 0, 255, 255, 0, 0]).is_err());
+        assert!(
+            KernelBtf::parse(&[0x9f, 0xeb, 1, 0, 24, 0, 0, 0, 0, 0, 0, 0, 255, 255, 0, 0]).is_err()
+        );
     }
 }

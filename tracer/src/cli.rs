@@ -66,9 +66,13 @@ pub struct Args {
 
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
-    let v: f64 = num.parse().map_err(|_| format!("{s:?} is not a duration (try 30s, 5m, 2h, 500ms)"))?;
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration (try 30s, 5m, 2h, 500ms)"))?;
     let secs = match unit {
         "" | "s" => v,
         "ms" => v / 1e3,
@@ -87,8 +91,14 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let v: u64 = num.parse().map_err(|_| format!("{s:?} is not a size (try 64K, 16M, 1G)"))?;
-    let mult: u64 = match unit.to_ascii_uppercase().trim_end_matches('B').trim_end_matches('I') {
+    let v: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (try 64K, 16M, 1G)"))?;
+    let mult: u64 = match unit
+        .to_ascii_uppercase()
+        .trim_end_matches('B')
+        .trim_end_matches('I')
+    {
         "" => 1,
         "K" => 1 << 10,
         "M" => 1 << 20,
@@ -96,7 +106,9 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         "T" => 1 << 40,
         _ => return Err(format!("{s:?}: unknown unit {unit:?} (use K, M, G, T)")),
     };
-    v.checked_mul(mult).filter(|&b| b > 0).ok_or_else(|| format!("{s:?}: size must be positive and fit in 64 bits"))
+    v.checked_mul(mult)
+        .filter(|&b| b > 0)
+        .ok_or_else(|| format!("{s:?}: size must be positive and fit in 64 bits"))
 }
 
 #[derive(Debug, Clone)]
@@ -122,17 +134,25 @@ impl Args {
         for o in &self.ops {
             let op = Op::parse(o).ok_or_else(|| {
                 let names: Vec<_> = Op::ALL.iter().map(|o| o.name()).collect();
-                format!("--op {o:?}: unknown operation (one of: {})", names.join(", "))
+                format!(
+                    "--op {o:?}: unknown operation (one of: {})",
+                    names.join(", ")
+                )
             })?;
             ops.push(op);
         }
         for c in &self.comms {
             if c.len() > 15 {
-                return Err(format!("--comm {c:?}: the kernel keeps at most 15 characters of a command name"));
+                return Err(format!(
+                    "--comm {c:?}: the kernel keeps at most 15 characters of a command name"
+                ));
             }
         }
         if !self.ring_size.is_power_of_two() || self.ring_size < 4096 || self.ring_size > 1 << 30 {
-            return Err(format!("--ring-size {}: must be a power of two between 4K and 1G", self.ring_size));
+            return Err(format!(
+                "--ring-size {}: must be a power of two between 4K and 1G",
+                self.ring_size
+            ));
         }
         let rotating = self.rotate_size.is_some() || self.rotate_time.is_some();
         if (rotating || self.keep.is_some()) && self.output.is_none() {

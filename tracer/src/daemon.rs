@@ -7,12 +7,13 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
+use aya::maps::{MapData, RingBuf};
 use tokio::io::unix::AsyncFd;
 use tokio::signal::unix::{SignalKind, signal};
 use tracer_common::coverage::{coverage, describe, thousands};
 use tracer_common::format::{
-    AggregateSnapshot, DeviceInfo, DiskStats, FormatError, Filters, IoRecord, ProbeCounters, StatsFrame, TraceHeader,
-    TraceTrailer, TraceWriter,
+    AggregateSnapshot, DeviceInfo, DiskStats, Filters, FormatError, IoRecord, ProbeCounters,
+    StatsFrame, TraceHeader, TraceTrailer, TraceWriter,
 };
 use tracer_common::op::{StatGroup, flags};
 use tracer_common::{EV_NEVER_ISSUED, EV_STARTED_BEFORE_ATTACH, IoEvent, KIND_FLUSH_RQ, dev_split};
@@ -80,7 +81,9 @@ struct Run {
 }
 
 fn read_file(p: &str) -> String {
-    std::fs::read_to_string(p).map(|s| s.trim().to_string()).unwrap_or_default()
+    std::fs::read_to_string(p)
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
 }
 
 impl Run {
@@ -88,9 +91,14 @@ impl Run {
         let all = devices::read_diskstats()?;
         let mut out: Vec<DiskStats> = if self.cfg.devices.is_empty() {
             // All whole disks.
-            all.into_values().filter(|d| Path::new(&format!("/sys/block/{}", d.name)).exists()).collect()
+            all.into_values()
+                .filter(|d| Path::new(&format!("/sys/block/{}", d.name)).exists())
+                .collect()
         } else {
-            self.devices.iter().filter_map(|d| all.get(&(d.major, d.minor)).cloned()).collect()
+            self.devices
+                .iter()
+                .filter_map(|d| all.get(&(d.major, d.minor)).cloned())
+                .collect()
         };
         out.sort_by_key(|d| (d.major, d.minor));
         Ok(out)
@@ -101,13 +109,21 @@ impl Run {
         if self.cfg.rotate_size.is_none() && self.cfg.rotate_time.is_none() {
             return Some(base.clone());
         }
-        let stem = base.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "trace".into());
-        let ext = base.extension().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "blkp".into());
+        let stem = base
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "trace".into());
+        let ext = base
+            .extension()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "blkp".into());
         Some(base.with_file_name(format!("{stem}.{seq:06}.{ext}")))
     }
 
     fn open_output(&mut self) -> Result<()> {
-        let Some(path) = self.file_path(self.seq) else { return Ok(()) };
+        let Some(path) = self.file_path(self.seq) else {
+            return Ok(());
+        };
         self.header = TraceHeader {
             format_version: tracer_common::format::FORMAT_VERSION,
             tracer_version: env!("CARGO_PKG_VERSION").into(),
@@ -145,14 +161,24 @@ impl Run {
         let hlog_path = path.with_extension("hlog");
         let hlog = HlogWriter::create(&hlog_path, self.header.wall_clock_start_ns)
             .with_context(|| format!("cannot write {}", hlog_path.display()))?;
-        self.output = Some(Output { writer, hlog: Some(hlog), opened: Instant::now() });
+        self.output = Some(Output {
+            writer,
+            hlog: Some(hlog),
+            opened: Instant::now(),
+        });
         self.files.push_back(path);
         self.filtered_out_file = 0;
         Ok(())
     }
 
     /// Close the current file with a trailer. Returns the path.
-    fn close_output(&mut self, reason: &str, diskstats_end: Vec<DiskStats>, aggregates_end: Vec<AggregateSnapshot>, counters_end: ProbeCounters) -> Option<(PathBuf, u64, u64)> {
+    fn close_output(
+        &mut self,
+        reason: &str,
+        diskstats_end: Vec<DiskStats>,
+        aggregates_end: Vec<AggregateSnapshot>,
+        counters_end: ProbeCounters,
+    ) -> Option<(PathBuf, u64, u64)> {
         let out = self.output.take()?;
         let path = out.writer.path().to_owned();
         let records = out.writer.records_in_file();
@@ -168,9 +194,10 @@ impl Run {
             filtered_out: self.filtered_out_file,
         };
         if let Some(mut h) = out.hlog
-            && let Err(e) = h.flush() {
-                eprintln!("blkprof-trace: warning: writing the .hlog failed: {e}");
-            }
+            && let Err(e) = h.flush()
+        {
+            eprintln!("blkprof-trace: warning: writing the .hlog failed: {e}");
+        }
         match out.writer.finish(&trailer) {
             Ok(bytes) => Some((path, records, bytes)),
             Err(e) => {
@@ -185,9 +212,15 @@ impl Run {
     fn stuck_requests(&self) -> u64 {
         let mut stuck = 0;
         for (dev, st) in self.probe.device_states() {
-            let Some(name) = self.names.get(&dev) else { continue };
+            let Some(name) = self.names.get(&dev) else {
+                continue;
+            };
             let kernel: u64 = std::fs::read_to_string(format!("/sys/block/{name}/inflight"))
-                .map(|s| s.split_whitespace().filter_map(|v| v.parse::<u64>().ok()).sum())
+                .map(|s| {
+                    s.split_whitespace()
+                        .filter_map(|v| v.parse::<u64>().ok())
+                        .sum()
+                })
                 .unwrap_or(0);
             stuck += st.dev_inflight.saturating_sub(kernel);
         }
@@ -246,7 +279,11 @@ impl Run {
         self.received_total += 1;
         // Per device and diskstats group; devices are few, and consecutive records mostly
         // share one, so a cached index beats hashing on this path.
-        if self.received.get(self.last_dev).is_none_or(|(d, _)| *d != r.dev) {
+        if self
+            .received
+            .get(self.last_dev)
+            .is_none_or(|(d, _)| *d != r.dev)
+        {
             self.last_dev = match self.received.iter().position(|(d, _)| *d == r.dev) {
                 Some(i) => i,
                 None => {
@@ -267,9 +304,10 @@ impl Run {
         self.stats.record(&r);
         if let Some(out) = &mut self.output
             && self.write_error.is_none()
-                && let Err(e) = out.writer.push(&r, &ev.comm) {
-                    self.write_error = Some(e.to_string());
-                }
+            && let Err(e) = out.writer.push(&r, &ev.comm)
+        {
+            self.write_error = Some(e.to_string());
+        }
     }
 
     fn new_device(&mut self, dev: u32) {
@@ -279,14 +317,20 @@ impl Run {
         let (ma, mi) = dev_split(dev);
         let info = devices::name_of(ma, mi)
             .and_then(|n| devices::info(&n).ok())
-            .unwrap_or(DeviceInfo { name: format!("{ma}:{mi}"), major: ma, minor: mi, logical_block_size: 512 });
+            .unwrap_or(DeviceInfo {
+                name: format!("{ma}:{mi}"),
+                major: ma,
+                minor: mi,
+                logical_block_size: 512,
+            });
         self.names.insert(dev, info.name.clone());
         if !self.devices.iter().any(|d| d.dev() == dev) {
             self.devices.push(info.clone());
             if let Some(out) = &mut self.output
-                && let Err(e) = out.writer.write_device(&info) {
-                    self.write_error.get_or_insert(e.to_string());
-                }
+                && let Err(e) = out.writer.write_device(&info)
+            {
+                self.write_error.get_or_insert(e.to_string());
+            }
         }
     }
 
@@ -299,7 +343,9 @@ impl Run {
             })
         };
         let hlog = self.output.as_mut().and_then(|o| o.hlog.as_mut());
-        let lines = self.stats.end_interval(interval_start_wall, t_s, len_ns, &name_of, hlog);
+        let lines = self
+            .stats
+            .end_interval(interval_start_wall, t_s, len_ns, &name_of, hlog);
         if !self.cfg.quiet {
             let mut out = self.stdout.lock();
             for l in &lines {
@@ -314,17 +360,26 @@ impl Run {
         }
         // Bound what a SIGKILL can lose to one interval, and record losses so far.
         if let Ok(counters) = self.probe.counters()
-            && let Some(o) = &mut self.output {
-                let stats = StatsFrame {
-                    at_ns: clock::monotonic_ns(),
-                    counters,
-                    records_in_file: o.writer.records_in_file(),
-                    filtered_out: self.filtered_out_file,
-                };
-                if let Err(e) = o.writer.write_stats(&stats) {
-                    self.write_error.get_or_insert(e.to_string());
-                }
+            && let Some(o) = &mut self.output
+        {
+            let stats = StatsFrame {
+                at_ns: clock::monotonic_ns(),
+                counters,
+                records_in_file: o.writer.records_in_file(),
+                filtered_out: self.filtered_out_file,
+            };
+            if let Err(e) = o.writer.write_stats(&stats) {
+                self.write_error.get_or_insert(e.to_string());
             }
+        }
+    }
+}
+
+/// Hand every record waiting in the ring to the run (short records are counted as malformed
+/// by `Run::handle`).
+fn drain_ring(rb: &mut RingBuf<MapData>, run: &mut Run) {
+    while let Some(item) = rb.next() {
+        run.handle(&item);
     }
 }
 
@@ -342,9 +397,14 @@ pub async fn run(cfg: Config) -> Result<i32> {
     }
     if let Some(out) = &cfg.output
         && let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty())
-            && !parent.is_dir() {
-                bail!("cannot write the trace file {}: directory {} does not exist", out.display(), parent.display());
-            }
+        && !parent.is_dir()
+    {
+        bail!(
+            "cannot write the trace file {}: directory {} does not exist",
+            out.display(),
+            parent.display()
+        );
+    }
     let mut probe = Probe::load(&ProbeOptions {
         ring_bytes: cfg.ring_bytes,
         devices: devices.iter().map(DeviceInfo::dev).collect(),
@@ -353,7 +413,11 @@ pub async fn run(cfg: Config) -> Result<i32> {
     let names = devices.iter().map(|d| (d.dev(), d.name.clone())).collect();
     let filter = Filter {
         pids: cfg.pids.clone(),
-        comms: cfg.comms.iter().map(|c| tracer_common::format::comm_bytes(c)).collect(),
+        comms: cfg
+            .comms
+            .iter()
+            .map(|c| tracer_common::format::comm_bytes(c))
+            .collect(),
         ops: cfg.ops.clone(),
     };
     let mut run = Run {
@@ -398,7 +462,11 @@ pub async fn run(cfg: Config) -> Result<i32> {
     let what = if run.devices.is_empty() {
         "all block devices".to_string()
     } else {
-        run.devices.iter().map(|d| format!("{} ({}:{})", d.name, d.major, d.minor)).collect::<Vec<_>>().join(", ")
+        run.devices
+            .iter()
+            .map(|d| format!("{} ({}:{})", d.name, d.major, d.minor))
+            .collect::<Vec<_>>()
+            .join(", ")
     };
     eprintln!("blkprof-trace: tracing {what}; Ctrl-C to stop");
     if !run.cfg.quiet && !run.cfg.json {
@@ -412,7 +480,10 @@ pub async fn run(cfg: Config) -> Result<i32> {
     let mut sigterm = signal(SignalKind::terminate())?;
     let started = Instant::now();
     let deadline = run.cfg.duration.map(|d| tokio::time::Instant::now() + d);
-    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + run.cfg.interval, run.cfg.interval);
+    let mut ticker = tokio::time::interval_at(
+        tokio::time::Instant::now() + run.cfg.interval,
+        run.cfg.interval,
+    );
     // The probe wakes us only when the ring fills up to its threshold; drain it on a timer too.
     let mut drain = tokio::time::interval(Duration::from_millis(20));
     drain.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -428,29 +499,11 @@ pub async fn run(cfg: Config) -> Result<i32> {
         tokio::select! {
             guard = ring.readable_mut() => {
                 let mut guard = guard?;
-                let rb = guard.get_inner_mut();
-                while let Some(item) = rb.next() {
-                    let bytes: &[u8] = &item;
-                    let copy: [u8; std::mem::size_of::<IoEvent>()] = match bytes.get(..std::mem::size_of::<IoEvent>()) {
-                        Some(b) => b.try_into().expect("sized"),
-                        None => { run.malformed += 1; continue; }
-                    };
-                    drop(item);
-                    run.handle(&copy);
-                }
+                drain_ring(guard.get_inner_mut(), &mut run);
                 guard.clear_ready();
             }
             _ = drain.tick() => {
-                let rb = ring.get_mut();
-                while let Some(item) = rb.next() {
-                    let bytes: &[u8] = &item;
-                    let copy: [u8; std::mem::size_of::<IoEvent>()] = match bytes.get(..std::mem::size_of::<IoEvent>()) {
-                        Some(b) => b.try_into().expect("sized"),
-                        None => { run.malformed += 1; continue; }
-                    };
-                    drop(item);
-                    run.handle(&copy);
-                }
+                drain_ring(ring.get_mut(), &mut run);
             }
             _ = ticker.tick() => {
                 let len = interval_start.elapsed().as_nanos() as u64;
@@ -471,7 +524,9 @@ pub async fn run(cfg: Config) -> Result<i32> {
         }
         if let Some(e) = &run.write_error {
             if is_disk_full(e) {
-                eprintln!("blkprof-trace: disk full while writing the trace ({e}); stopping cleanly");
+                eprintln!(
+                    "blkprof-trace: disk full while writing the trace ({e}); stopping cleanly"
+                );
                 break "disk-full";
             }
             eprintln!("blkprof-trace: writing the trace failed ({e}); stopping cleanly");
@@ -483,23 +538,35 @@ pub async fn run(cfg: Config) -> Result<i32> {
     let diskstats_end = run.snapshot_diskstats()?;
     let stuck = run.stuck_requests();
     run.probe.detach();
-    let rb = ring.get_mut();
-    while let Some(item) = rb.next() {
-        let bytes: &[u8] = &item;
-        if let Some(b) = bytes.get(..std::mem::size_of::<IoEvent>()) {
-            let copy: [u8; std::mem::size_of::<IoEvent>()] = b.try_into().expect("sized");
-            drop(item);
-            run.handle(&copy);
-        }
-    }
+    drain_ring(ring.get_mut(), &mut run);
     let len = interval_start.elapsed().as_nanos() as u64;
-    run.tick(interval_start_wall, started.elapsed().as_secs_f64(), len.max(1));
+    run.tick(
+        interval_start_wall,
+        started.elapsed().as_secs_f64(),
+        len.max(1),
+    );
     let mut counters = run.probe.counters()?;
     counters.missed_completions += stuck;
     let aggregates = run.probe.aggregates()?;
-    let closed = run.close_output(reason, diskstats_end.clone(), aggregates.clone(), counters.clone());
-    summary(&run, &diskstats_end, &aggregates, &counters, closed.as_ref(), reason);
-    Ok(if reason == "disk-full" || reason == "error" { 1 } else { 0 })
+    let closed = run.close_output(
+        reason,
+        diskstats_end.clone(),
+        aggregates.clone(),
+        counters.clone(),
+    );
+    summary(
+        &run,
+        &diskstats_end,
+        &aggregates,
+        &counters,
+        closed.as_ref(),
+        reason,
+    );
+    Ok(if reason == "disk-full" || reason == "error" {
+        1
+    } else {
+        0
+    })
 }
 
 fn summary(
@@ -511,21 +578,37 @@ fn summary(
     reason: &str,
 ) {
     let mut out = run.stdout.lock();
-    let trailer = TraceTrailer { diskstats_end: diskstats_end.to_vec(), aggregates_end: aggregates.to_vec(), ..Default::default() };
+    let trailer = TraceTrailer {
+        diskstats_end: diskstats_end.to_vec(),
+        aggregates_end: aggregates.to_vec(),
+        ..Default::default()
+    };
     let cov = coverage(&run.header, &trailer);
     let misses = counters.reported_misses();
     let _ = writeln!(out, "\nblkprof-trace: stopped ({reason})");
     for d in &cov {
-        let any = d.groups.iter().any(|g| g.kernel_ios > 0 || g.aggregate_ios > 0);
+        let any = d
+            .groups
+            .iter()
+            .any(|g| g.kernel_ios > 0 || g.aggregate_ios > 0);
         if !any && run.cfg.devices.is_empty() {
             continue;
         }
         let _ = writeln!(out, "{} ({}:{}):", d.name, d.major, d.minor);
-        let _ = writeln!(out, "  {:<8} {:>12} {:>14} {:>12} {:>14} {:>12}", "op", "IOs", "bytes", "kernel IOs", "kernel bytes", "records");
+        let _ = writeln!(
+            out,
+            "  {:<8} {:>12} {:>14} {:>12} {:>14} {:>12}",
+            "op", "IOs", "bytes", "kernel IOs", "kernel bytes", "records"
+        );
         let dev = tracer_common::dev_join(d.major, d.minor);
         for g in &d.groups {
             let grp = g.group.unwrap_or(StatGroup::Read);
-            let rec = run.received.iter().find(|(d, _)| *d == dev).map(|(_, g)| g[grp as usize]).unwrap_or_default();
+            let rec = run
+                .received
+                .iter()
+                .find(|(d, _)| *d == dev)
+                .map(|(_, g)| g[grp as usize])
+                .unwrap_or_default();
             let _ = writeln!(
                 out,
                 "  {:<8} {:>12} {:>14} {:>12} {:>14} {:>12}",
@@ -547,7 +630,9 @@ fn summary(
                 } else if missed > 0 {
                     format!("  <- {missed} missed, reported below")
                 } else if extra > 0 {
-                    format!("  <- {extra} more than the kernel counted (IOs in flight at the ends of the run)")
+                    format!(
+                        "  <- {extra} more than the kernel counted (IOs in flight at the ends of the run)"
+                    )
                 } else {
                     String::new()
                 };
@@ -571,14 +656,29 @@ fn summary(
         thousands(counters.request_map_full)
     );
     if counters.started_before_attach > 0 {
-        let _ = writeln!(out, "note: {} IOs were submitted before tracing started (no submitter or queue time)", counters.started_before_attach);
+        let _ = writeln!(
+            out,
+            "note: {} IOs were submitted before tracing started (no submitter or queue time)",
+            counters.started_before_attach
+        );
     }
     if run.malformed > 0 {
         let _ = writeln!(out, "warning: {} malformed ring records", run.malformed);
     }
     if let Some((path, records, bytes)) = closed {
-        let per_io = if *records > 0 { *bytes as f64 / *records as f64 } else { 0.0 };
-        let _ = writeln!(out, "trace: {} ({} records, {} bytes, {per_io:.1} bytes/IO); histograms: {}", path.display(), thousands(*records), thousands(*bytes), path.with_extension("hlog").display());
+        let per_io = if *records > 0 {
+            *bytes as f64 / *records as f64
+        } else {
+            0.0
+        };
+        let _ = writeln!(
+            out,
+            "trace: {} ({} records, {} bytes, {per_io:.1} bytes/IO); histograms: {}",
+            path.display(),
+            thousands(*records),
+            thousands(*bytes),
+            path.with_extension("hlog").display()
+        );
         if run.files.len() > 1 {
             let _ = writeln!(out, "rotated files kept: {}", run.files.len());
         }

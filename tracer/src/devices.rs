@@ -9,10 +9,15 @@ use tracer_common::format::{DeviceInfo, DiskStats};
 pub enum DeviceError {
     #[error("block device {0:?} not found (see `lsblk` or /proc/partitions for names)")]
     NotFound(String),
-    #[error("{name} is a partition of {disk}; blkprof traces whole disks, where requests are issued: use --device {disk}")]
+    #[error(
+        "{name} is a partition of {disk}; blkprof traces whole disks, where requests are issued: use --device {disk}"
+    )]
     Partition { name: String, disk: String },
     #[error("cannot read {path}: {source}")]
-    Read { path: String, source: std::io::Error },
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("{0:?} is not a device name (like loop0 or /dev/loop0) or MAJ:MIN (like 7:0)")]
     BadSpec(String),
 }
@@ -20,7 +25,10 @@ pub enum DeviceError {
 fn read_trim(path: &Path) -> Result<String, DeviceError> {
     std::fs::read_to_string(path)
         .map(|s| s.trim().to_string())
-        .map_err(|source| DeviceError::Read { path: path.display().to_string(), source })
+        .map_err(|source| DeviceError::Read {
+            path: path.display().to_string(),
+            source,
+        })
 }
 
 /// Resolve `loop0`, `/dev/loop0` or `7:0` to a whole disk.
@@ -44,7 +52,11 @@ pub fn resolve(spec: &str) -> Result<DeviceInfo, DeviceError> {
     if sys.join("partition").exists() {
         let disk = std::fs::canonicalize(&sys)
             .ok()
-            .and_then(|p| p.parent().and_then(|d| d.file_name()).map(|d| d.to_string_lossy().into_owned()))
+            .and_then(|p| {
+                p.parent()
+                    .and_then(|d| d.file_name())
+                    .map(|d| d.to_string_lossy().into_owned())
+            })
             .unwrap_or_else(|| "the whole disk".into());
         return Err(DeviceError::Partition { name, disk });
     }
@@ -54,8 +66,13 @@ pub fn resolve(spec: &str) -> Result<DeviceInfo, DeviceError> {
 pub fn info(name: &str) -> Result<DeviceInfo, DeviceError> {
     let sys = Path::new("/sys/class/block").join(name);
     let dev = read_trim(&sys.join("dev"))?;
-    let (maj, min) = dev.split_once(':').ok_or_else(|| DeviceError::BadSpec(dev.clone()))?;
-    let lbs = read_trim(&sys.join("queue/logical_block_size")).ok().and_then(|s| s.parse().ok()).unwrap_or(512);
+    let (maj, min) = dev
+        .split_once(':')
+        .ok_or_else(|| DeviceError::BadSpec(dev.clone()))?;
+    let lbs = read_trim(&sys.join("queue/logical_block_size"))
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(512);
     Ok(DeviceInfo {
         name: name.to_string(),
         major: maj.parse().map_err(|_| DeviceError::BadSpec(dev.clone()))?,
@@ -71,8 +88,10 @@ pub fn name_of(major: u32, minor: u32) -> Option<String> {
 
 pub fn read_diskstats() -> Result<HashMap<(u32, u32), DiskStats>, DeviceError> {
     let at = crate::clock::monotonic_ns();
-    let text = std::fs::read_to_string("/proc/diskstats")
-        .map_err(|source| DeviceError::Read { path: "/proc/diskstats".into(), source })?;
+    let text = std::fs::read_to_string("/proc/diskstats").map_err(|source| DeviceError::Read {
+        path: "/proc/diskstats".into(),
+        source,
+    })?;
     Ok(tracer_common::format::parse_diskstats(&text, at))
 }
 
@@ -82,7 +101,10 @@ mod tests {
 
     #[test]
     fn bad_specs_are_named() {
-        assert!(matches!(resolve("no-such-disk-xyz"), Err(DeviceError::NotFound(_))));
+        assert!(matches!(
+            resolve("no-such-disk-xyz"),
+            Err(DeviceError::NotFound(_))
+        ));
         assert!(matches!(resolve("a:b"), Err(DeviceError::BadSpec(_))));
         assert!(matches!(resolve("../etc"), Err(DeviceError::BadSpec(_))));
     }

@@ -2,14 +2,16 @@
 //! and the values of request ops and flags. Also translates the kernel's `blk_opf_t` into
 //! blkprof's own stable op and flag encoding.
 
-use tracer_common::{ProbeConfig, op::{Op, flags}};
+use tracer_common::{
+    ProbeConfig,
+    op::{Op, flags},
+};
 
 use crate::btf::{BtfError, KernelBtf};
 
 /// Kernels that work: the probe needs the `block_io_start` tracepoint (Linux 6.5) and
 /// `enum rqf_flags` in BTF (Linux 6.10).
-pub const KERNEL_REQUIREMENT: &str =
-    "Linux 6.10 or newer with CONFIG_DEBUG_INFO_BTF=y (the block_io_start tracepoint and enum rqf_flags in BTF)";
+pub const KERNEL_REQUIREMENT: &str = "Linux 6.10 or newer with CONFIG_DEBUG_INFO_BTF=y (the block_io_start tracepoint and enum rqf_flags in BTF)";
 
 #[derive(Clone, Debug)]
 pub struct OpDecoder {
@@ -21,7 +23,11 @@ pub struct OpDecoder {
 impl OpDecoder {
     pub fn decode(&self, cmd_flags: u32) -> (Op, u16) {
         let code = cmd_flags & self.op_mask;
-        let op = self.ops.iter().find(|(c, _)| *c == code).map_or(Op::Other, |(_, op)| *op);
+        let op = self
+            .ops
+            .iter()
+            .find(|(c, _)| *c == code)
+            .map_or(Op::Other, |(_, op)| *op);
         let mut fl = 0;
         for &(mask, bit) in &self.flag_bits {
             if cmd_flags & mask != 0 {
@@ -92,7 +98,14 @@ pub fn probe_config(btf: &KernelBtf) -> Result<(ProbeConfig, OpDecoder), BtfErro
             flag_bits.push((1u32 << v, bitv));
         }
     }
-    Ok((cfg, OpDecoder { op_mask, ops, flag_bits }))
+    Ok((
+        cfg,
+        OpDecoder {
+            op_mask,
+            ops,
+            flag_bits,
+        },
+    ))
 }
 
 #[cfg(test)]
@@ -101,12 +114,17 @@ mod tests {
 
     #[test]
     fn decodes_the_running_kernels_flags() {
-        let Ok(btf) = KernelBtf::from_sys() else { return };
+        let Ok(btf) = KernelBtf::from_sys() else {
+            return;
+        };
         let (cfg, dec) = probe_config(&btf).expect("this kernel is supported");
         assert_eq!(cfg.req_op_mask, 0xff);
         let sync = 1u32 << btf.enumerator("__REQ_SYNC").unwrap();
         let fua = 1u32 << btf.enumerator("__REQ_FUA").unwrap();
-        assert_eq!(dec.decode(1 | sync | fua), (Op::Write, flags::SYNC | flags::FUA));
+        assert_eq!(
+            dec.decode(1 | sync | fua),
+            (Op::Write, flags::SYNC | flags::FUA)
+        );
         assert_eq!(dec.decode(3).0, Op::Discard);
         assert_eq!(dec.decode(0xfe).0, Op::Other);
     }

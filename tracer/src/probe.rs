@@ -8,8 +8,9 @@ use aya::{
     programs::BtfTracePoint,
 };
 use tracer_common::{
-    AGG_FLUSH_RQ, AggKey, Aggregate, COUNTER_SLOTS, Counter, DeviceState, GLOBAL_CONFIG, MAP_AGGREGATES,
-    MAP_COUNTERS, MAP_DEVICE_FILTER, MAP_DEVICES, MAP_EVENTS, PROGRAMS, ProbeConfig, dev_split,
+    AGG_FLUSH_RQ, AggKey, Aggregate, COUNTER_SLOTS, Counter, DeviceState, GLOBAL_CONFIG,
+    MAP_AGGREGATES, MAP_COUNTERS, MAP_DEVICE_FILTER, MAP_DEVICES, MAP_EVENTS, PROGRAMS,
+    ProbeConfig, dev_split,
     format::{AggregateSnapshot, ProbeCounters, ProgramStats},
 };
 
@@ -35,7 +36,9 @@ pub enum ProbeError {
 
 /// Effective capabilities of this process include CAP_BPF+CAP_PERFMON (or CAP_SYS_ADMIN).
 pub fn privileged() -> bool {
-    let Ok(status) = std::fs::read_to_string("/proc/self/status") else { return false };
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+        return false;
+    };
     let cap_eff = status
         .lines()
         .find_map(|l| l.strip_prefix("CapEff:"))
@@ -44,7 +47,8 @@ pub fn privileged() -> bool {
     const CAP_SYS_ADMIN: u64 = 21;
     const CAP_PERFMON: u64 = 38;
     const CAP_BPF: u64 = 39;
-    cap_eff & (1 << CAP_SYS_ADMIN) != 0 || (cap_eff & (1 << CAP_BPF) != 0 && cap_eff & (1 << CAP_PERFMON) != 0)
+    cap_eff & (1 << CAP_SYS_ADMIN) != 0
+        || (cap_eff & (1 << CAP_BPF) != 0 && cap_eff & (1 << CAP_PERFMON) != 0)
 }
 
 pub struct ProbeOptions {
@@ -66,7 +70,10 @@ impl Probe {
             return Err(ProbeError::NotPrivileged);
         }
         // Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK.
-        let rlim = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
+        let rlim = libc::rlimit {
+            rlim_cur: libc::RLIM_INFINITY,
+            rlim_max: libc::RLIM_INFINITY,
+        };
         // SAFETY: valid rlimit pointer.
         unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &rlim) };
 
@@ -83,11 +90,14 @@ impl Probe {
             .map_err(|e| ProbeError::Load(format!("{e:#}")))?;
         if !opts.devices.is_empty() {
             let mut filter: BpfHashMap<_, u32, u8> = BpfHashMap::try_from(
-                ebpf.map_mut(MAP_DEVICE_FILTER).ok_or_else(|| ProbeError::Load("no device filter map".into()))?,
+                ebpf.map_mut(MAP_DEVICE_FILTER)
+                    .ok_or_else(|| ProbeError::Load("no device filter map".into()))?,
             )
             .map_err(|e| ProbeError::Load(e.to_string()))?;
             for &dev in &opts.devices {
-                filter.insert(dev, 1, 0).map_err(|e| ProbeError::Load(e.to_string()))?;
+                filter
+                    .insert(dev, 1, 0)
+                    .map_err(|e| ProbeError::Load(e.to_string()))?;
             }
         }
         for (prog, tracepoint) in PROGRAMS {
@@ -101,7 +111,12 @@ impl Probe {
                 reason: format!("{e:#}"),
             })?;
         }
-        Ok(Probe { ebpf, decoder, config, links: Vec::new() })
+        Ok(Probe {
+            ebpf,
+            decoder,
+            config,
+            links: Vec::new(),
+        })
     }
 
     /// Attach in the order that keeps the in-flight counts consistent: completion side first,
@@ -137,19 +152,30 @@ impl Probe {
     }
 
     pub fn take_ring(&mut self) -> Result<RingBuf<MapData>, ProbeError> {
-        let map = self.ebpf.take_map(MAP_EVENTS).ok_or_else(|| ProbeError::Map {
+        let map = self
+            .ebpf
+            .take_map(MAP_EVENTS)
+            .ok_or_else(|| ProbeError::Map {
+                map: MAP_EVENTS.into(),
+                reason: "missing".into(),
+            })?;
+        RingBuf::try_from(map).map_err(|e| ProbeError::Map {
             map: MAP_EVENTS.into(),
-            reason: "missing".into(),
-        })?;
-        RingBuf::try_from(map).map_err(|e| ProbeError::Map { map: MAP_EVENTS.into(), reason: e.to_string() })
+            reason: e.to_string(),
+        })
     }
 
     pub fn counters(&self) -> Result<ProbeCounters, ProbeError> {
-        let err = |e: aya::maps::MapError| ProbeError::Map { map: MAP_COUNTERS.into(), reason: e.to_string() };
-        let arr: PerCpuArray<_, u64> = PerCpuArray::try_from(
-            self.ebpf.map(MAP_COUNTERS).ok_or_else(|| ProbeError::Map { map: MAP_COUNTERS.into(), reason: "missing".into() })?,
-        )
-        .map_err(err)?;
+        let err = |e: aya::maps::MapError| ProbeError::Map {
+            map: MAP_COUNTERS.into(),
+            reason: e.to_string(),
+        };
+        let arr: PerCpuArray<_, u64> =
+            PerCpuArray::try_from(self.ebpf.map(MAP_COUNTERS).ok_or_else(|| ProbeError::Map {
+                map: MAP_COUNTERS.into(),
+                reason: "missing".into(),
+            })?)
+            .map_err(err)?;
         let mut sums = [0u64; COUNTER_SLOTS as usize];
         for (i, s) in sums.iter_mut().enumerate() {
             let vals = arr.get(&(i as u32), 0).map_err(err)?;
@@ -160,8 +186,14 @@ impl Probe {
             if let Some(p) = self.ebpf.program(prog) {
                 let p: Result<&BtfTracePoint, _> = p.try_into();
                 if let Ok(fd) = p.map_err(|_| ()).and_then(|p| p.fd().map_err(|_| ())) {
-                    let (run_cnt, run_time_ns, recursion_misses) = prog_stats(fd.as_fd().as_raw_fd());
-                    programs.push(ProgramStats { name: tracepoint.to_string(), run_cnt, run_time_ns, recursion_misses });
+                    let (run_cnt, run_time_ns, recursion_misses) =
+                        prog_stats(fd.as_fd().as_raw_fd());
+                    programs.push(ProgramStats {
+                        name: tracepoint.to_string(),
+                        run_cnt,
+                        run_time_ns,
+                        recursion_misses,
+                    });
                 }
             }
         }
@@ -177,11 +209,18 @@ impl Probe {
     }
 
     pub fn aggregates(&self) -> Result<Vec<AggregateSnapshot>, ProbeError> {
-        let err = |e: aya::maps::MapError| ProbeError::Map { map: MAP_AGGREGATES.into(), reason: e.to_string() };
-        let map: PerCpuHashMap<_, AggKey, Aggregate> = PerCpuHashMap::try_from(
-            self.ebpf.map(MAP_AGGREGATES).ok_or_else(|| ProbeError::Map { map: MAP_AGGREGATES.into(), reason: "missing".into() })?,
-        )
-        .map_err(err)?;
+        let err = |e: aya::maps::MapError| ProbeError::Map {
+            map: MAP_AGGREGATES.into(),
+            reason: e.to_string(),
+        };
+        let map: PerCpuHashMap<_, AggKey, Aggregate> =
+            PerCpuHashMap::try_from(self.ebpf.map(MAP_AGGREGATES).ok_or_else(|| {
+                ProbeError::Map {
+                    map: MAP_AGGREGATES.into(),
+                    reason: "missing".into(),
+                }
+            })?)
+            .map_err(err)?;
         let mut out = Vec::new();
         for item in map.iter() {
             let (k, per_cpu) = item.map_err(err)?;
@@ -217,8 +256,12 @@ impl Probe {
 
     /// Current in-flight counts per device (for diagnostics).
     pub fn device_states(&self) -> Vec<(u32, DeviceState)> {
-        let Some(m) = self.ebpf.map(MAP_DEVICES) else { return Vec::new() };
-        let Ok(map) = BpfHashMap::<_, u32, DeviceState>::try_from(m) else { return Vec::new() };
+        let Some(m) = self.ebpf.map(MAP_DEVICES) else {
+            return Vec::new();
+        };
+        let Ok(map) = BpfHashMap::<_, u32, DeviceState>::try_from(m) else {
+            return Vec::new();
+        };
         map.iter().filter_map(Result::ok).collect()
     }
 }
@@ -234,7 +277,11 @@ fn prog_stats(fd: i32) -> (u64, u64, u64) {
         info_len: u32,
         info: u64,
     }
-    let mut attr = InfoAttr { bpf_fd: fd as u32, info_len: info.len() as u32, info: info.as_mut_ptr() as u64 };
+    let mut attr = InfoAttr {
+        bpf_fd: fd as u32,
+        info_len: info.len() as u32,
+        info: info.as_mut_ptr() as u64,
+    };
     const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
     // SAFETY: attr and info outlive the call; sizes are passed.
     let rc = unsafe {

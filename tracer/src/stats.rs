@@ -25,7 +25,11 @@ impl Hists {
             h.auto(true);
             h
         };
-        Hists { size_bytes: mk(1 << 32), device_latency_ns: mk(3_600_000_000_000), total_latency_ns: mk(3_600_000_000_000) }
+        Hists {
+            size_bytes: mk(1 << 32),
+            device_latency_ns: mk(3_600_000_000_000),
+            total_latency_ns: mk(3_600_000_000_000),
+        }
     }
     fn record(&mut self, r: &IoRecord) {
         let _ = self.size_bytes.record(u64::from(r.bytes).max(1));
@@ -63,7 +67,13 @@ struct DevInterval {
 
 impl DevInterval {
     fn new() -> DevInterval {
-        DevInterval { groups: [Counts::default(); 4], hists: BTreeMap::new(), total_ns_sum: 0, max_os_inflight: 0, max_dev_inflight: 0 }
+        DevInterval {
+            groups: [Counts::default(); 4],
+            hists: BTreeMap::new(),
+            total_ns_sum: 0,
+            max_os_inflight: 0,
+            max_dev_inflight: 0,
+        }
     }
 }
 
@@ -108,7 +118,10 @@ pub struct Stats {
 
 impl Stats {
     pub fn new() -> Stats {
-        Stats { interval: BTreeMap::new(), cumulative: BTreeMap::new() }
+        Stats {
+            interval: BTreeMap::new(),
+            cumulative: BTreeMap::new(),
+        }
     }
 
     pub fn record(&mut self, r: &IoRecord) {
@@ -141,7 +154,10 @@ impl Stats {
             if ios == 0 {
                 continue;
             }
-            let rate = |c: Counts| OpRate { iops: c.ios as f64 / secs, mb_per_s: c.bytes as f64 / 1e6 / secs };
+            let rate = |c: Counts| OpRate {
+                iops: c.ios as f64 / secs,
+                mb_per_s: c.bytes as f64 / 1e6 / secs,
+            };
             let mut dev_lat = Histogram::<u64>::new(3).expect("valid");
             let mut tot_lat = Histogram::<u64>::new(3).expect("valid");
             for h in d.hists.values() {
@@ -172,11 +188,29 @@ impl Stats {
             for (&g, h) in &mut d.hists {
                 if let Some(w) = hlog.as_deref_mut() {
                     let tag = format!("{name}.{}", g.name());
-                    w.write(&format!("{tag}.size_bytes"), start_wall_ns, len_ns, &h.size_bytes);
-                    w.write(&format!("{tag}.device_latency_ns"), start_wall_ns, len_ns, &h.device_latency_ns);
-                    w.write(&format!("{tag}.total_latency_ns"), start_wall_ns, len_ns, &h.total_latency_ns);
+                    w.write(
+                        &format!("{tag}.size_bytes"),
+                        start_wall_ns,
+                        len_ns,
+                        &h.size_bytes,
+                    );
+                    w.write(
+                        &format!("{tag}.device_latency_ns"),
+                        start_wall_ns,
+                        len_ns,
+                        &h.device_latency_ns,
+                    );
+                    w.write(
+                        &format!("{tag}.total_latency_ns"),
+                        start_wall_ns,
+                        len_ns,
+                        &h.total_latency_ns,
+                    );
                 }
-                self.cumulative.entry((dev, g)).or_insert_with(Hists::new).add(h);
+                self.cumulative
+                    .entry((dev, g))
+                    .or_insert_with(Hists::new)
+                    .add(h);
                 h.reset();
             }
             d.groups = [Counts::default(); 4];
@@ -198,7 +232,21 @@ pub fn print_header(out: &mut dyn Write) {
     let _ = writeln!(
         out,
         "{:<8} {:<10} {:>9} {:>8} {:>9} {:>8} {:>7} {:>8} {:>6} {:>9} {:>9} {:>9} {:>9} {:>7} {:>6}",
-        "time", "device", "r/s", "rMB/s", "w/s", "wMB/s", "d/s", "dMB/s", "f/s", "p50_us", "p99_us", "p99.9_us", "max_us", "qd_avg", "qd_max"
+        "time",
+        "device",
+        "r/s",
+        "rMB/s",
+        "w/s",
+        "wMB/s",
+        "d/s",
+        "dMB/s",
+        "f/s",
+        "p50_us",
+        "p99_us",
+        "p99.9_us",
+        "max_us",
+        "qd_avg",
+        "qd_max"
     );
 }
 
@@ -239,12 +287,29 @@ impl HlogWriter {
     pub fn create(path: &std::path::Path, base_wall_ns: i64) -> std::io::Result<HlogWriter> {
         let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
         let secs = base_wall_ns as f64 / 1e9;
-        writeln!(out, "#[blkprof-trace {}: tags are DEVICE.OP.METRIC; values in ns or bytes]", env!("CARGO_PKG_VERSION"))?;
+        writeln!(
+            out,
+            "#[blkprof-trace {}: tags are DEVICE.OP.METRIC; values in ns or bytes]",
+            env!("CARGO_PKG_VERSION")
+        )?;
         writeln!(out, "#[Histogram log format version 1.3]")?;
-        writeln!(out, "#[StartTime: {secs:.3} (seconds since epoch), {}]", tracer_common::format::rfc3339(base_wall_ns))?;
+        writeln!(
+            out,
+            "#[StartTime: {secs:.3} (seconds since epoch), {}]",
+            tracer_common::format::rfc3339(base_wall_ns)
+        )?;
         writeln!(out, "#[BaseTime: {secs:.3} (seconds since epoch)]")?;
-        writeln!(out, "\"StartTimestamp\",\"Interval_Length\",\"Interval_Max\",\"Interval_Compressed_Histogram\"")?;
-        Ok(HlogWriter { out, serializer: V2DeflateSerializer::new(), buf: Vec::new(), base_wall_ns, error: None })
+        writeln!(
+            out,
+            "\"StartTimestamp\",\"Interval_Length\",\"Interval_Max\",\"Interval_Compressed_Histogram\""
+        )?;
+        Ok(HlogWriter {
+            out,
+            serializer: V2DeflateSerializer::new(),
+            buf: Vec::new(),
+            base_wall_ns,
+            error: None,
+        })
     }
 
     pub fn write(&mut self, tag: &str, start_wall_ns: i64, len_ns: u64, h: &Histogram<u64>) {
@@ -278,11 +343,21 @@ fn base64(data: &[u8]) -> String {
     const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut s = String::with_capacity(data.len().div_ceil(3) * 4);
     for c in data.chunks(3) {
-        let n = (u32::from(c[0]) << 16) | (u32::from(*c.get(1).unwrap_or(&0)) << 8) | u32::from(*c.get(2).unwrap_or(&0));
+        let n = (u32::from(c[0]) << 16)
+            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*c.get(2).unwrap_or(&0));
         s.push(A[(n >> 18) as usize & 63] as char);
         s.push(A[(n >> 12) as usize & 63] as char);
-        s.push(if c.len() > 1 { A[(n >> 6) as usize & 63] as char } else { '=' });
-        s.push(if c.len() > 2 { A[n as usize & 63] as char } else { '=' });
+        s.push(if c.len() > 1 {
+            A[(n >> 6) as usize & 63] as char
+        } else {
+            '='
+        });
+        s.push(if c.len() > 2 {
+            A[n as usize & 63] as char
+        } else {
+            '='
+        });
     }
     s
 }
@@ -301,7 +376,12 @@ mod tests {
         for v in [1000u64, 2000, 3000, 1_000_000] {
             h.record(v).unwrap();
         }
-        w.write("loop0.read.device_latency_ns", 1_700_000_001_000_000_000, 1_000_000_000, &h);
+        w.write(
+            "loop0.read.device_latency_ns",
+            1_700_000_001_000_000_000,
+            1_000_000_000,
+            &h,
+        );
         w.flush().unwrap();
         let text = std::fs::read(&path).unwrap();
         let mut n = 0;
@@ -329,7 +409,10 @@ mod tests {
         };
         let mut out = Vec::new();
         for chunk in s.as_bytes().chunks(4) {
-            let n = chunk.iter().take_while(|&&c| c != b'=').fold(0u32, |a, &c| (a << 6) | u32::from(val(c)));
+            let n = chunk
+                .iter()
+                .take_while(|&&c| c != b'=')
+                .fold(0u32, |a, &c| (a << 6) | u32::from(val(c)));
             let k = chunk.iter().take_while(|&&c| c != b'=').count();
             let n = n << (6 * (4 - k));
             for i in 0..k - 1 {

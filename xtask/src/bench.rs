@@ -28,7 +28,10 @@ impl Loop {
             c.arg("--direct-io=on");
         }
         let dev = output(c.arg(img))?.trim().to_string();
-        Ok(Loop { dev, img: img.to_owned() })
+        Ok(Loop {
+            dev,
+            img: img.to_owned(),
+        })
     }
     fn name(&self) -> &str {
         self.dev.trim_start_matches("/dev/")
@@ -57,13 +60,18 @@ fn fio_iops(dev: &str, seconds: u64) -> Result<f64> {
     ]))?;
     let start = out.find('{').context("fio printed no JSON")?;
     let v: serde_json::Value = serde_json::from_str(&out[start..])?;
-    v["jobs"][0]["read"]["iops"].as_f64().context("fio JSON has no read iops")
+    v["jobs"][0]["read"]["iops"]
+        .as_f64()
+        .context("fio JSON has no read iops")
 }
 
 fn diskstats_reads(name: &str) -> Result<u64> {
     let text = std::fs::read_to_string("/proc/diskstats")?;
     let m = tracer_common::format::parse_diskstats(&text, 0);
-    m.values().find(|d| d.name == name).map(|d| d.read_ios).context("device not in /proc/diskstats")
+    m.values()
+        .find(|d| d.name == name)
+        .map(|d| d.read_ios)
+        .context("device not in /proc/diskstats")
 }
 
 /// Spawn and wait until `needle` appears on stderr (or a program shows up).
@@ -101,7 +109,8 @@ fn proc_cpu_s(pid: u32) -> f64 {
     let after = stat.rsplit(')').next().unwrap_or("");
     let f: Vec<&str> = after.split_whitespace().collect();
     // Fields 14 and 15 (utime, stime) are 12 and 13 after the ')'.
-    let ticks: f64 = f.get(11).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) + f.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    let ticks: f64 = f.get(11).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0)
+        + f.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
     // SAFETY: sysconf has no preconditions.
     ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
 }
@@ -111,7 +120,11 @@ fn proc_hwm_mib(pid: u32) -> f64 {
         .unwrap_or_default()
         .lines()
         .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next().and_then(|n| n.parse::<f64>().ok()))
+        .and_then(|v| {
+            v.split_whitespace()
+                .next()
+                .and_then(|n| n.parse::<f64>().ok())
+        })
         .unwrap_or(0.0)
         / 1024.0
 }
@@ -134,8 +147,11 @@ fn prog_stats(matches: impl Fn(&str) -> bool, complete_name: &str) -> Result<(u6
 }
 
 fn bpf_stats(on: bool) -> Result<()> {
-    std::fs::write("/proc/sys/kernel/bpf_stats_enabled", if on { "1" } else { "0" })
-        .context("setting kernel.bpf_stats_enabled")
+    std::fs::write(
+        "/proc/sys/kernel/bpf_stats_enabled",
+        if on { "1" } else { "0" },
+    )
+    .context("setting kernel.bpf_stats_enabled")
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -157,7 +173,13 @@ struct Traced {
 
 fn traced_round(lp: &Loop, seconds: u64, out: &Path) -> Result<Traced> {
     let _ = std::fs::remove_file(out);
-    let child = spawn_tracer(&["--device", lp.name(), "--output", &out.display().to_string(), "--quiet"])?;
+    let child = spawn_tracer(&[
+        "--device",
+        lp.name(),
+        "--output",
+        &out.display().to_string(),
+        "--quiet",
+    ])?;
     let pid = child.id();
     let before = diskstats_reads(lp.name())?;
     let t0 = Instant::now();
@@ -170,7 +192,10 @@ fn traced_round(lp: &Loop, seconds: u64, out: &Path) -> Result<Traced> {
     unsafe { libc::kill(pid as i32, libc::SIGINT) };
     let o = child.wait_with_output()?;
     if !o.status.success() {
-        bail!("blkprof-trace failed: {}", String::from_utf8_lossy(&o.stdout));
+        bail!(
+            "blkprof-trace failed: {}",
+            String::from_utf8_lossy(&o.stdout)
+        );
     }
     let mut r = TraceReader::open(out)?;
     let mut buf = Vec::new();
@@ -180,7 +205,12 @@ fn traced_round(lp: &Loop, seconds: u64, out: &Path) -> Result<Traced> {
     }
     let t = r.trailer().context("trace has no trailer")?.clone();
     let ns: u64 = t.counters_end.programs.iter().map(|p| p.run_time_ns).sum();
-    let completions = t.counters_end.programs.iter().find(|p| p.name == "block_rq_complete").map_or(0, |p| p.run_cnt);
+    let completions = t
+        .counters_end
+        .programs
+        .iter()
+        .find(|p| p.name == "block_rq_complete")
+        .map_or(0, |p| p.run_cnt);
     let bytes = std::fs::metadata(out)?.len();
     Ok(Traced {
         iops,
@@ -204,9 +234,24 @@ fn biolatency_round(lp: &Loop, seconds: u64) -> Result<(f64, f64)> {
         .context("starting biolatency (Debian package libbpf-tools)")?;
     // Wait until its programs are loaded.
     let deadline = Instant::now() + Duration::from_secs(20);
-    while prog_stats(|n| n.starts_with("block_rq_") && !n.starts_with("blkprof"), "complete")?.1 == 0 && Instant::now() < deadline {
+    while prog_stats(
+        |n| n.starts_with("block_rq_") && !n.starts_with("blkprof"),
+        "complete",
+    )?
+    .1 == 0
+        && Instant::now() < deadline
+    {
         // Tiny IO so the programs have run once (run_cnt > 0 shows they are attached).
-        let _ = Command::new("dd").args(["if=/dev/zero", &format!("of={}", lp.dev), "bs=4k", "count=1", "oflag=direct", "status=none"]).status();
+        let _ = Command::new("dd")
+            .args([
+                "if=/dev/zero",
+                &format!("of={}", lp.dev),
+                "bs=4k",
+                "count=1",
+                "oflag=direct",
+                "status=none",
+            ])
+            .status();
         std::thread::sleep(Duration::from_millis(200));
     }
     let (ns0, c0) = prog_stats(|n| n.starts_with("block_rq_"), "complete")?;
@@ -220,19 +265,33 @@ fn biolatency_round(lp: &Loop, seconds: u64) -> Result<(f64, f64)> {
 
 pub fn bench(seconds: u64, rounds: usize) -> Result<()> {
     if !is_root() {
-        bail!("benchmarks load eBPF programs and create loop devices: run `cargo xtask bench` as root");
+        bail!(
+            "benchmarks load eBPF programs and create loop devices: run `cargo xtask bench` as root"
+        );
     }
     build_release()?;
-    let stats_before = std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").unwrap_or_default();
+    let stats_before =
+        std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").unwrap_or_default();
     let res = bench_inner(seconds, rounds);
     let _ = std::fs::write("/proc/sys/kernel/bpf_stats_enabled", stats_before.trim());
     res
 }
 
 fn bench_inner(seconds: u64, rounds: usize) -> Result<()> {
-    let lp = Loop::new(Path::new(&format!("/dev/shm/blkprof-bench-{}.img", std::process::id())), "1G", false)?;
+    let lp = Loop::new(
+        Path::new(&format!(
+            "/dev/shm/blkprof-bench-{}.img",
+            std::process::id()
+        )),
+        "1G",
+        false,
+    )?;
     let out = std::env::temp_dir().join(format!("blkprof-bench-{}.blkp", std::process::id()));
-    eprintln!("bench: {} on {} over /dev/shm, fio 4k randread iodepth 32, {seconds} s per run, {rounds} rounds", lp.dev, lp.name());
+    eprintln!(
+        "bench: {} on {} over /dev/shm, fio 4k randread iodepth 32, {seconds} s per run, {rounds} rounds",
+        lp.dev,
+        lp.name()
+    );
     let (mut untraced, mut traced, mut bio) = (Vec::new(), Vec::new(), Vec::new());
     let mut ratios = Vec::new();
     for round in 0..rounds {
@@ -271,7 +330,9 @@ fn bench_inner(seconds: u64, rounds: usize) -> Result<()> {
     let b_iops = median(&mut bio.iter().map(|b| b.0).collect::<Vec<_>>());
     let ours_ns = median(&mut traced.iter().map(|t| t.ns_per_io).collect::<Vec<_>>());
     let bio_ns = median(&mut bio.iter().map(|b| b.1).collect::<Vec<_>>());
-    let all_recorded = traced.iter().all(|t| t.records + t.misses >= t.kernel_ios && t.drops == 0);
+    let all_recorded = traced
+        .iter()
+        .all(|t| t.records + t.misses >= t.kernel_ios && t.drops == 0);
     let records: u64 = traced.iter().map(|t| t.records).sum();
     let kernel: u64 = traced.iter().map(|t| t.kernel_ios).sum();
     let misses: u64 = traced.iter().map(|t| t.misses).sum();
@@ -285,14 +346,32 @@ fn bench_inner(seconds: u64, rounds: usize) -> Result<()> {
     println!("|---|---|---|");
     println!("| fio 4k randread iodepth 32, untraced (median of {rounds}) | {u:.0} IOPS | |");
     println!("| same, traced by blkprof-trace | {t_iops:.0} IOPS | |");
-    println!("| traced / untraced (median of per-round ratios) | {ratio:.3} | >= 0.97: {} |", check(ratio >= 0.97));
-    println!("| same, traced by biolatency -Q -D | {b_iops:.0} IOPS ({:.3}) | |", b_iops / u);
-    println!("| IOs recorded / kernel count (all rounds) | {records} / {kernel} ({misses} reported missed) | every IO: {} |", check(all_recorded));
-    println!("| ring drops at default settings | {drops} | 0: {} |", check(drops == 0));
-    println!("| in-kernel cost per IO, blkprof (all programs, bpf_stats, separate runs) | {ours_ns:.0} ns | below biolatency: {} |", check(ours_ns < bio_ns));
+    println!(
+        "| traced / untraced (median of per-round ratios) | {ratio:.3} | >= 0.97: {} |",
+        check(ratio >= 0.97)
+    );
+    println!(
+        "| same, traced by biolatency -Q -D | {b_iops:.0} IOPS ({:.3}) | |",
+        b_iops / u
+    );
+    println!(
+        "| IOs recorded / kernel count (all rounds) | {records} / {kernel} ({misses} reported missed) | every IO: {} |",
+        check(all_recorded)
+    );
+    println!(
+        "| ring drops at default settings | {drops} | 0: {} |",
+        check(drops == 0)
+    );
+    println!(
+        "| in-kernel cost per IO, blkprof (all programs, bpf_stats, separate runs) | {ours_ns:.0} ns | below biolatency: {} |",
+        check(ours_ns < bio_ns)
+    );
     println!("| in-kernel cost per IO, biolatency -Q -D | {bio_ns:.0} ns | |");
     println!("| daemon CPU while tracing | {cpu:.1} % of one core | |");
     println!("| daemon peak RSS | {rss:.1} MiB | |");
-    println!("| trace file size | {bpi:.2} bytes per IO | <= 16: {} |", check(bpi <= 16.0));
+    println!(
+        "| trace file size | {bpi:.2} bytes per IO | <= 16: {} |",
+        check(bpi <= 16.0)
+    );
     Ok(())
 }

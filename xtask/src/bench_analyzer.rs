@@ -6,7 +6,9 @@ use std::process::Command;
 use std::time::Instant;
 
 use anyhow::{Context as _, Result, bail};
-use tracer_common::format::{DeviceInfo, IoRecord, TraceHeader, TraceReader, TraceTrailer, TraceWriter, comm_bytes};
+use tracer_common::format::{
+    DeviceInfo, IoRecord, TraceHeader, TraceReader, TraceTrailer, TraceWriter, comm_bytes,
+};
 use tracer_common::op::{Op, flags};
 
 use crate::util::{root, run};
@@ -20,7 +22,12 @@ fn write_big(path: &Path, n: u64) -> Result<()> {
         host: "bench".into(),
         wall_clock_start_ns: 1_795_000_000_000_000_000,
         monotonic_base_ns: base,
-        devices: vec![DeviceInfo { name: "nvme0n1".into(), major: 259, minor: 1, logical_block_size: 512 }],
+        devices: vec![DeviceInfo {
+            name: "nvme0n1".into(),
+            major: 259,
+            minor: 1,
+            logical_block_size: 512,
+        }],
         ..Default::default()
     };
     let mut w = TraceWriter::create(path, &header)?;
@@ -39,7 +46,15 @@ fn write_big(path: &Path, n: u64) -> Result<()> {
         } else if i % 10 == 0 {
             (Op::Write, 4096, 30_000 + x % 10_000)
         } else {
-            (Op::Read, 4096, if in_burst { 5_000_000 + x % 5_000_000 } else { 80_000 + x % 40_000 })
+            (
+                Op::Read,
+                4096,
+                if in_burst {
+                    5_000_000 + x % 5_000_000
+                } else {
+                    80_000 + x % 40_000
+                },
+            )
         };
         let r = IoRecord {
             complete_ns: t,
@@ -57,14 +72,21 @@ fn write_big(path: &Path, n: u64) -> Result<()> {
         };
         w.push(&r, &comm)?;
     }
-    w.finish(&TraceTrailer { reason: "bench".into(), records_in_file: n, ..Default::default() })?;
+    w.finish(&TraceTrailer {
+        reason: "bench".into(),
+        records_in_file: n,
+        ..Default::default()
+    })?;
     Ok(())
 }
 
 /// (wall seconds, max RSS MiB) of a child command.
 fn timed(cmd: &mut Command) -> Result<(f64, f64)> {
     let t0 = Instant::now();
-    let child = cmd.stdout(std::process::Stdio::null()).spawn().context("spawn")?;
+    let child = cmd
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .context("spawn")?;
     let pid = child.id() as i32;
     let mut status = 0;
     // SAFETY: rusage is plain data; wait4 on our own child.
@@ -79,7 +101,10 @@ fn timed(cmd: &mut Command) -> Result<(f64, f64)> {
 
 pub fn bench(ios: u64) -> Result<()> {
     run(crate::util::cargo().args(["build", "--release", "-p", "analyzer"]))?;
-    let path = std::env::temp_dir().join(format!("blkprof-bench-analyzer-{}.blkp", std::process::id()));
+    let path = std::env::temp_dir().join(format!(
+        "blkprof-bench-analyzer-{}.blkp",
+        std::process::id()
+    ));
     eprintln!("bench: writing a {ios}-IO synthetic trace");
     write_big(&path, ios)?;
     let size = std::fs::metadata(&path)?.len();
@@ -95,15 +120,33 @@ pub fn bench(ios: u64) -> Result<()> {
     }
     let read_s = t0.elapsed().as_secs_f64();
     std::hint::black_box(bytes);
-    let (report_s, rss) = timed(Command::new(root().join("target/release/blkprof")).arg("report").arg(&path))?;
+    let (report_s, rss) = timed(
+        Command::new(root().join("target/release/blkprof"))
+            .arg("report")
+            .arg(&path),
+    )?;
     let _ = std::fs::remove_file(&path);
     let rate = n as f64 / report_s;
     let check = |ok: bool| if ok { "met" } else { "NOT met" };
     println!("\n| measure | value | target |");
     println!("|---|---|---|");
-    println!("| trace | {n} IOs, {:.1} MB ({:.2} bytes/IO) | |", size as f64 / 1e6, size as f64 / n as f64);
-    println!("| read the file once (decode every record) | {read_s:.2} s, {:.1} M IOs/s | |", n as f64 / read_s / 1e6);
-    println!("| full `blkprof report` | {report_s:.2} s, {:.1} M IOs/s | >= 20 M IOs/s: {} |", rate / 1e6, check(rate >= 20e6));
-    println!("| peak RSS of the report | {rss:.0} MiB | <= 200 MiB: {} |", check(rss <= 200.0));
+    println!(
+        "| trace | {n} IOs, {:.1} MB ({:.2} bytes/IO) | |",
+        size as f64 / 1e6,
+        size as f64 / n as f64
+    );
+    println!(
+        "| read the file once (decode every record) | {read_s:.2} s, {:.1} M IOs/s | |",
+        n as f64 / read_s / 1e6
+    );
+    println!(
+        "| full `blkprof report` | {report_s:.2} s, {:.1} M IOs/s | >= 20 M IOs/s: {} |",
+        rate / 1e6,
+        check(rate >= 20e6)
+    );
+    println!(
+        "| peak RSS of the report | {rss:.0} MiB | <= 200 MiB: {} |",
+        check(rss <= 200.0)
+    );
     Ok(())
 }

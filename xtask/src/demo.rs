@@ -41,14 +41,22 @@ thinktime_blocks=16
 
 pub fn demo(seconds: u64, keep: Option<PathBuf>) -> Result<()> {
     if !is_root() {
-        bail!("the demo loads eBPF programs and creates a loop device: run `cargo xtask demo` as root");
+        bail!(
+            "the demo loads eBPF programs and creates a loop device: run `cargo xtask demo` as root"
+        );
     }
     build_release()?;
     let dir = std::env::temp_dir().join(format!("blkprof-demo-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let img = dir.join("disk.img");
     run(Command::new("truncate").args(["-s", "4G"]).arg(&img))?;
-    let dev = output(Command::new("losetup").args(["-f", "--show", "--direct-io=on"]).arg(&img))?.trim().to_string();
+    let dev = output(
+        Command::new("losetup")
+            .args(["-f", "--show", "--direct-io=on"])
+            .arg(&img),
+    )?
+    .trim()
+    .to_string();
     let result = demo_on(&dev, &dir, seconds, keep);
     let _ = Command::new("losetup").args(["-d", &dev]).status();
     let _ = std::fs::remove_dir_all(&dir);
@@ -60,9 +68,17 @@ fn demo_on(dev: &str, dir: &std::path::Path, seconds: u64, keep: Option<PathBuf>
     let trace = keep.unwrap_or_else(|| dir.join("demo.blkp"));
     let job = dir.join("cassandra-shaped.fio");
     std::fs::write(&job, JOB)?;
-    eprintln!("demo: tracing {dev} for {seconds} s under a Cassandra-shaped fio workload (4 KB random reads, 512 KB write bursts, 2 MB trims)");
+    eprintln!(
+        "demo: tracing {dev} for {seconds} s under a Cassandra-shaped fio workload (4 KB random reads, 512 KB write bursts, 2 MB trims)"
+    );
     let mut tracer = Command::new(root().join("target/release/blkprof-trace"))
-        .args(["--device", name, "--duration", &format!("{}s", seconds + 1), "--output"])
+        .args([
+            "--device",
+            name,
+            "--duration",
+            &format!("{}s", seconds + 1),
+            "--output",
+        ])
         .arg(&trace)
         .spawn()
         .context("starting blkprof-trace")?;
@@ -79,6 +95,8 @@ fn demo_on(dev: &str, dir: &std::path::Path, seconds: u64, keep: Option<PathBuf>
         bail!("the demo workload failed (fio {fio}, blkprof-trace {status})");
     }
     println!();
-    run(Command::new(root().join("target/release/blkprof")).arg("report").arg(&trace))?;
+    run(Command::new(root().join("target/release/blkprof"))
+        .arg("report")
+        .arg(&trace))?;
     Ok(())
 }

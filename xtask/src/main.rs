@@ -12,7 +12,6 @@ mod demo;
 mod setup;
 mod util;
 
-
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
@@ -72,7 +71,12 @@ fn main() -> Result<()> {
             setup::setup()?;
             util::test(filter)
         }
-        Cmd::Bench { seconds, rounds, analyzer_ios, analyzer_only } => {
+        Cmd::Bench {
+            seconds,
+            rounds,
+            analyzer_ios,
+            analyzer_only,
+        } => {
             if !analyzer_only {
                 setup::setup()?;
                 bench::bench(seconds, rounds)?;

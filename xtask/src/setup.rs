@@ -20,20 +20,40 @@ fn nightly() -> Result<()> {
         .context("rustup is needed (https://rustup.rs); it manages the nightly toolchain the eBPF probe builds with")?;
     if !toolchains.lines().any(|l| l.starts_with("nightly")) {
         eprintln!("setup: installing the nightly toolchain");
-        run(Command::new("rustup").args(["toolchain", "install", "nightly", "--profile", "minimal"]))?;
+        run(Command::new("rustup").args([
+            "toolchain",
+            "install",
+            "nightly",
+            "--profile",
+            "minimal",
+        ]))?;
     }
-    let comps = output(Command::new("rustup").args(["component", "list", "--installed", "--toolchain", "nightly"]))?;
+    let comps = output(Command::new("rustup").args([
+        "component",
+        "list",
+        "--installed",
+        "--toolchain",
+        "nightly",
+    ]))?;
     if !comps.lines().any(|l| l.starts_with("rust-src")) {
         eprintln!("setup: adding rust-src to nightly");
-        run(Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", "nightly"]))?;
+        run(Command::new("rustup").args([
+            "component",
+            "add",
+            "rust-src",
+            "--toolchain",
+            "nightly",
+        ]))?;
     }
     Ok(())
 }
 
 fn cargo_home() -> PathBuf {
-    std::env::var_os("CARGO_HOME").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into())).join(".cargo")
-    })
+    std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into())).join(".cargo")
+        })
 }
 
 /// bpf-linker must link the same LLVM major as the nightly rustc; build it against the
@@ -55,16 +75,24 @@ fn bpf_linker() -> Result<()> {
     if linker.exists() && !stamp.exists() {
         // Installed by hand: trust it if it runs; record what it was presumably built for.
         // It links the nightly's libLLVM, so it only runs under `rustup run nightly`.
-        if Command::new("rustup").args(["run", "nightly", "bpf-linker", "--version"]).output().is_ok_and(|o| o.status.success()) {
+        if Command::new("rustup")
+            .args(["run", "nightly", "bpf-linker", "--version"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+        {
             std::fs::write(&stamp, &major)?;
             return Ok(());
         }
     }
-    let sysroot = output(Command::new("rustup").args(["run", "nightly", "rustc", "--print", "sysroot"]))?;
+    let sysroot =
+        output(Command::new("rustup").args(["run", "nightly", "rustc", "--print", "sysroot"]))?;
     let libdir = PathBuf::from(sysroot.trim()).join("lib");
     let lib = std::fs::read_dir(&libdir)?
         .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
-        .find(|n| n.starts_with(&format!("libLLVM.so.{major}")) || (n.starts_with("libLLVM") && n.contains(&format!("-{major}"))))
+        .find(|n| {
+            n.starts_with(&format!("libLLVM.so.{major}"))
+                || (n.starts_with("libLLVM") && n.contains(&format!("-{major}")))
+        })
         .with_context(|| format!("no libLLVM for LLVM {major} in {}", libdir.display()))?;
     let shim = std::env::temp_dir().join(format!("blkprof-llvm-{major}"));
     std::fs::create_dir_all(shim.join("lib"))?;
@@ -72,16 +100,17 @@ fn bpf_linker() -> Result<()> {
     let _ = std::fs::remove_file(&link);
     std::os::unix::fs::symlink(libdir.join(&lib), &link)?;
     eprintln!("setup: building bpf-linker against the nightly's LLVM {llvm} (about 75 s)");
-    run(Command::new("cargo").args([
-        "install",
-        "bpf-linker",
-        "--locked",
-        "--force",
-        "--no-default-features",
-        "--features",
-        &format!("llvm-{major}"),
-    ])
-    .env("LLVM_PREFIX", &shim))
+    run(Command::new("cargo")
+        .args([
+            "install",
+            "bpf-linker",
+            "--locked",
+            "--force",
+            "--no-default-features",
+            "--features",
+            &format!("llvm-{major}"),
+        ])
+        .env("LLVM_PREFIX", &shim))
     .context("building bpf-linker failed")?;
     std::fs::write(&stamp, &major)?;
     Ok(())
@@ -89,17 +118,34 @@ fn bpf_linker() -> Result<()> {
 
 fn packages() -> Result<()> {
     // (command that proves it is there, Debian package)
-    let wanted = [("fio", "fio"), ("bpftool", "bpftool"), ("biolatency", "libbpf-tools"), ("losetup", "mount"), ("mkfs.ext4", "e2fsprogs"), ("chromium", "chromium")];
-    let missing: Vec<&str> = wanted.iter().filter(|(cmd, _)| !have(cmd)).map(|(_, pkg)| *pkg).collect();
+    let wanted = [
+        ("fio", "fio"),
+        ("bpftool", "bpftool"),
+        ("biolatency", "libbpf-tools"),
+        ("losetup", "mount"),
+        ("mkfs.ext4", "e2fsprogs"),
+        ("chromium", "chromium"),
+    ];
+    let missing: Vec<&str> = wanted
+        .iter()
+        .filter(|(cmd, _)| !have(cmd))
+        .map(|(_, pkg)| *pkg)
+        .collect();
     if missing.is_empty() {
         return Ok(());
     }
     if !have("apt-get") {
-        bail!("missing {}: install them with your package manager", missing.join(", "));
+        bail!(
+            "missing {}: install them with your package manager",
+            missing.join(", ")
+        );
     }
     eprintln!("setup: installing {}", missing.join(" "));
     run(Command::new("apt-get").args(["update", "-qq"]))?;
-    run(Command::new("apt-get").args(["install", "-y", "-qq"]).args(&missing).env("DEBIAN_FRONTEND", "noninteractive"))
+    run(Command::new("apt-get")
+        .args(["install", "-y", "-qq"])
+        .args(&missing)
+        .env("DEBIAN_FRONTEND", "noninteractive"))
 }
 
 /// The ftrace `blk` tracer and peer tools need tracefs; blkprof itself does not (tp_btf).
@@ -107,5 +153,7 @@ fn tracefs() {
     if std::path::Path::new("/sys/kernel/tracing/events").exists() {
         return;
     }
-    let _ = Command::new("mount").args(["-t", "tracefs", "tracefs", "/sys/kernel/tracing"]).status();
+    let _ = Command::new("mount")
+        .args(["-t", "tracefs", "tracefs", "/sys/kernel/tracing"])
+        .status();
 }

@@ -4,7 +4,10 @@ use std::process::Command;
 use anyhow::{Context as _, Result, bail};
 
 pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
 }
 
 /// Run a command, inheriting stdio; fail with its name if it fails.
@@ -22,13 +25,20 @@ pub fn output(cmd: &mut Command) -> Result<String> {
     let desc = format!("{cmd:?}");
     let out = cmd.output().with_context(|| format!("cannot run {desc}"))?;
     if !out.status.success() {
-        bail!("{desc} failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr));
+        bail!(
+            "{desc} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 pub fn have(program: &str) -> bool {
-    Command::new("sh").args(["-c", &format!("command -v {program} >/dev/null 2>&1")]).status().is_ok_and(|s| s.success())
+    Command::new("sh")
+        .args(["-c", &format!("command -v {program} >/dev/null 2>&1")])
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 pub fn cargo() -> Command {
@@ -45,15 +55,28 @@ pub fn build_release() -> Result<()> {
 pub fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Uid:")).map(|v| v.split_whitespace().next() == Some("0")))
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .map(|v| v.split_whitespace().next() == Some("0"))
+        })
         .unwrap_or(false)
 }
 
 pub fn test(filter: Option<String>) -> Result<()> {
     // Unit, library and CLI tests of every crate but the probe (which only builds for BPF).
-    run(cargo().args(["test", "--workspace", "--exclude", "tracer-ebpf", "--exclude", "blkprof-e2e"]))?;
+    run(cargo().args([
+        "test",
+        "--workspace",
+        "--exclude",
+        "tracer-ebpf",
+        "--exclude",
+        "blkprof-e2e",
+    ]))?;
     if !is_root() {
-        bail!("the end-to-end tests load eBPF programs and create loop devices: run `cargo xtask test` as root");
+        bail!(
+            "the end-to-end tests load eBPF programs and create loop devices: run `cargo xtask test` as root"
+        );
     }
     build_release()?;
     // End-to-end tests share the machine's CPUs and block layer: one at a time.
