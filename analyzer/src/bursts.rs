@@ -31,10 +31,34 @@ pub struct Burst {
     pub read_p99_us: f64,
     pub queue_depth_mean: f64,
     pub queue_depth_max: u32,
+    /// The tasks that submitted the burst's writes, most bytes first (at most three).
+    #[serde(default)]
+    pub writers: Vec<Writer>,
     #[serde(skip)]
     pub start_ns: u64,
     #[serde(skip)]
     pub end_ns: u64,
+}
+
+/// A task's share of a burst's written bytes.
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
+pub struct Writer {
+    pub comm: String,
+    pub bytes: u64,
+    pub pct: f64,
+}
+
+/// "MemtableFlushWr 85%, jbd2/loop0-8 15%".
+pub fn writers_text(w: &[Writer]) -> String {
+    let v: Vec<String> = w
+        .iter()
+        .map(|w| format!("{} {:.0}%", w.comm, w.pct))
+        .collect();
+    if v.is_empty() {
+        "-".into()
+    } else {
+        v.join(", ")
+    }
 }
 
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
@@ -73,6 +97,8 @@ pub struct Classifier {
     per_burst_reads: Vec<Histogram<u64>>,
     per_burst_sizes: Vec<BTreeMap<SizeClass, u64>>,
     per_burst_writes: Vec<(u64, u64)>,
+    /// Bytes written per burst by task index.
+    per_burst_writers: Vec<BTreeMap<u32, u64>>,
     discards: Vec<(u64, u64, Option<u64>)>,
 }
 
@@ -100,6 +126,7 @@ impl Classifier {
             per_burst_reads: bursts.iter().map(|_| hist()).collect(),
             per_burst_sizes: bursts.iter().map(|_| BTreeMap::new()).collect(),
             per_burst_writes: vec![(0, 0); bursts.len()],
+            per_burst_writers: bursts.iter().map(|_| BTreeMap::new()).collect(),
             discards: vec![(0, 0, None); bursts.len()],
         }
     }
@@ -136,6 +163,7 @@ impl Classifier {
                         .or_default() += 1;
                     self.per_burst_writes[b].0 += 1;
                     self.per_burst_writes[b].1 += u64::from(r.bytes);
+                    *self.per_burst_writers[b].entry(r.task).or_default() += u64::from(r.bytes);
                 }
             }
             StatGroup::Discard => {
@@ -168,6 +196,7 @@ pub fn bursts(
     c: &Classifier,
     wall: &dyn Fn(u64) -> String,
     base_ns: u64,
+    comm: &dyn Fn(u32) -> String,
 ) -> (Vec<Burst>, ReadImpact) {
     let mut out = Vec::new();
     let fine_s = s.fine_ns as f64 / 1e9;
@@ -189,6 +218,21 @@ pub fn bursts(
             .map(|(k, n)| (k.label(), *n))
             .unwrap_or(("-".into(), 0));
         let (dn, db, first) = c.discards[i];
+        // Tasks of the same name (the threads of a pool, a kworker's instances) are one writer.
+        let mut by_comm: BTreeMap<String, u64> = BTreeMap::new();
+        for (&task, &b) in &c.per_burst_writers[i] {
+            *by_comm.entry(comm(task)).or_default() += b;
+        }
+        let mut writers: Vec<Writer> = by_comm
+            .into_iter()
+            .map(|(comm, b)| Writer {
+                comm,
+                bytes: b,
+                pct: b as f64 * 100.0 / bytes.max(1) as f64,
+            })
+            .collect();
+        writers.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.comm.cmp(&b.comm)));
+        writers.truncate(3);
         let q: f64 = (b.start..b.end).map(|k| s.fine_queue(k)).sum::<f64>();
         inside_q.0 += q;
         inside_q.1 += b.end - b.start;
@@ -212,6 +256,7 @@ pub fn bursts(
                 .map(|k| s.fine_queue_max[k])
                 .max()
                 .unwrap_or(0),
+            writers,
             start_ns,
             end_ns,
         });

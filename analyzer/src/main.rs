@@ -16,6 +16,94 @@ struct Cli {
     cmd: Cmd,
 }
 
+/// How bursts and spikes are found; the defaults are documented in docs/report-json.md.
+#[derive(clap::Args, Clone, Debug)]
+struct Detect {
+    /// Length of the reported time-series intervals (e.g. 1s, 500ms).
+    #[arg(long, default_value = "1s", value_parser = parse_duration, help_heading = "Detection")]
+    interval: u64,
+    /// Resolution of burst and spike detection.
+    #[arg(long, default_value = "100ms", value_parser = parse_duration, help_heading = "Detection")]
+    resolution: u64,
+    /// A write burst is write throughput above this many times the run's median...
+    #[arg(long, default_value_t = analyzer::series::Options::default().burst_factor, help_heading = "Detection")]
+    burst_factor: f64,
+    /// ...and above this many times the run's mean write throughput...
+    #[arg(long, default_value_t = analyzer::series::Options::default().burst_mean_factor, help_heading = "Detection")]
+    burst_mean_factor: f64,
+    /// ...and above this rate, in MB/s (10^6 bytes).
+    #[arg(long, default_value_t = analyzer::series::Options::default().burst_min_bytes_per_s / 1e6, help_heading = "Detection")]
+    burst_min_rate: f64,
+    /// Bursts closer than this are one burst.
+    #[arg(long, default_value = "1s", value_parser = parse_duration, help_heading = "Detection")]
+    burst_gap: u64,
+    /// Count only writes by tasks whose name contains this towards bursts (repeatable; default:
+    /// every writer). Each burst lists who wrote it; e.g. `--burst-comm MemtableFlushWr` keeps
+    /// Cassandra's memtable flushes and leaves out compactions and commit-log syncs.
+    #[arg(long = "burst-comm", value_name = "NAME", help_heading = "Detection")]
+    burst_comms: Vec<String>,
+    /// Discards within this long after a burst are counted as following it.
+    #[arg(long, default_value = "60s", value_parser = parse_duration, help_heading = "Detection")]
+    discard_window: u64,
+    /// A queue-depth spike is a depth above this many times the median...
+    #[arg(long, default_value_t = analyzer::series::Options::default().spike_factor, help_heading = "Detection")]
+    spike_factor: f64,
+    /// ...and at least this deep.
+    #[arg(long, default_value_t = analyzer::series::Options::default().spike_min_depth, help_heading = "Detection")]
+    spike_min_depth: f64,
+    /// Spikes closer than this are one spike.
+    #[arg(long, default_value = "500ms", value_parser = parse_duration, help_heading = "Detection")]
+    spike_gap: u64,
+}
+
+impl Detect {
+    fn options(&self) -> analyzer::series::Options {
+        analyzer::series::Options {
+            interval_ns: self.interval,
+            fine_ns: self.resolution,
+            burst_factor: self.burst_factor,
+            burst_mean_factor: self.burst_mean_factor,
+            burst_min_bytes_per_s: self.burst_min_rate * 1e6,
+            burst_gap_ns: self.burst_gap,
+            burst_comms: self.burst_comms.clone(),
+            discard_window_ns: self.discard_window,
+            spike_factor: self.spike_factor,
+            spike_min_depth: self.spike_min_depth,
+            spike_gap_ns: self.spike_gap,
+        }
+    }
+}
+
+/// "1s", "250ms", "2m", "1.5s" -> nanoseconds (> 0).
+fn parse_duration(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("'{s}': expected a duration such as 1s, 250ms or 2m"))?;
+    let mult = match unit {
+        "ns" => 1.0,
+        "us" => 1e3,
+        "ms" => 1e6,
+        "s" | "" => 1e9,
+        "m" => 60e9,
+        "h" => 3600e9,
+        _ => {
+            return Err(format!(
+                "'{s}': unknown unit '{unit}' (ns, us, ms, s, m, h)"
+            ));
+        }
+    };
+    let ns = (v * mult).round();
+    if !(1.0..1e19).contains(&ns) {
+        return Err(format!("'{s}': must be more than zero"));
+    }
+    Ok(ns as u64)
+}
+
 #[derive(Subcommand)]
 enum Cmd {
     /// The workload summary: per device and op, IO counts, volume, block-size mix, latency,
@@ -39,6 +127,8 @@ enum Cmd {
         /// and each chart as SVG and PNG into this directory (created if missing).
         #[arg(short = 'o', long = "output-dir", value_name = "DIR")]
         out_dir: Option<PathBuf>,
+        #[command(flatten)]
+        detect: Detect,
     },
     /// Export a trace: a fio iolog (version 3, with timing: `fio --read_iolog FILE` replays the
     /// pattern; fio 3.33 replays reads, writes and syncs but not trims), CSV, or JSON lines.
@@ -72,6 +162,8 @@ enum Cmd {
         /// Also write the verdicts as JUnit XML here.
         #[arg(long)]
         junit: Option<PathBuf>,
+        #[command(flatten)]
+        detect: Detect,
     },
     /// Import another tool's trace into blkprof's format (docs/importers.md): msr (MSR
     /// Cambridge / SNIA CSV), blk (blkparse's default text output, or the ftrace blk tracer's lines).
@@ -100,6 +192,8 @@ enum Cmd {
         /// Print the comparison as JSON.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        detect: Detect,
     },
 }
 
@@ -141,11 +235,13 @@ fn main() -> ExitCode {
             baseline,
             rules,
             junit,
+            detect,
         } => run_check(
             &trace,
             baseline.as_deref(),
             rules.as_deref(),
             junit.as_deref(),
+            &detect.options(),
         ),
         Cmd::Export {
             trace,
@@ -201,10 +297,12 @@ fn main() -> ExitCode {
             traces,
             device,
             json,
+            detect,
         } => {
+            let opts = detect.options();
             let mut reports = Vec::new();
             for t in &traces {
-                match analyzer::summary::summarize(t, &analyzer::series::Options::default()) {
+                match analyzer::summary::summarize(t, &opts) {
                     Ok(s) => reports.push(s.to_json()),
                     Err(e) => {
                         eprintln!("blkprof: {e}");
@@ -243,7 +341,9 @@ fn main() -> ExitCode {
             stress,
             app_logs,
             out_dir,
+            detect,
         } => {
+            let opts = detect.options();
             if let Some(dir) = &out_dir
                 && let Err(e) = std::fs::create_dir_all(dir)
             {
@@ -280,14 +380,13 @@ fn main() -> ExitCode {
             let stdout = std::io::stdout();
             let mut out = stdout.lock();
             for t in &traces {
-                let mut s =
-                    match analyzer::summary::summarize(t, &analyzer::series::Options::default()) {
-                        Ok(s) => s,
-                        Err(e) => {
-                            eprintln!("blkprof: {e}");
-                            return ExitCode::from(2);
-                        }
-                    };
+                let mut s = match analyzer::summary::summarize(t, &opts) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        eprintln!("blkprof: {e}");
+                        return ExitCode::from(2);
+                    }
+                };
                 s.context = context.clone();
                 if let Some(dir) = &out_dir
                     && let Err(e) = write_files(dir, t, &s)
@@ -350,6 +449,7 @@ fn run_check(
     baseline: Option<&std::path::Path>,
     rules: Option<&std::path::Path>,
     junit: Option<&std::path::Path>,
+    opts: &analyzer::series::Options,
 ) -> ExitCode {
     let bad = |msg: String| {
         eprintln!("blkprof: {msg}");
@@ -391,7 +491,7 @@ fn run_check(
             rules: analyzer::check::default_rules(),
         },
     };
-    let summary = match analyzer::summary::summarize(trace, &analyzer::series::Options::default()) {
+    let summary = match analyzer::summary::summarize(trace, opts) {
         Ok(s) => s.to_json(),
         Err(e) => return bad(e.to_string()),
     };

@@ -14,10 +14,15 @@ pub struct Options {
     pub fine_ns: u64,
     /// A write burst: write throughput above `burst_factor` x the run's median write rate...
     pub burst_factor: f64,
+    /// ...and above `burst_mean_factor` x the run's mean write rate...
+    pub burst_mean_factor: f64,
     /// ...and above this many bytes per second.
     pub burst_min_bytes_per_s: f64,
     /// Bursts closer than this are merged.
     pub burst_gap_ns: u64,
+    /// Only writes by tasks whose comm contains one of these count towards bursts (empty:
+    /// every writer), e.g. Cassandra's "MemtableFlushWr" to tell flushes from compactions.
+    pub burst_comms: Vec<String>,
     /// Discards within this long after a burst's end are attributed to it.
     pub discard_window_ns: u64,
     /// A queue-depth spike: time-weighted queue depth above `spike_factor` x the median...
@@ -34,8 +39,10 @@ impl Default for Options {
             interval_ns: 1_000_000_000,
             fine_ns: 100_000_000,
             burst_factor: 4.0,
-            burst_min_bytes_per_s: 50e6,
+            burst_mean_factor: 2.0,
+            burst_min_bytes_per_s: 1e6,
             burst_gap_ns: 1_000_000_000,
+            burst_comms: Vec::new(),
             discard_window_ns: 60_000_000_000,
             spike_factor: 4.0,
             spike_min_depth: 16.0,
@@ -108,8 +115,9 @@ impl Series {
         (t.saturating_sub(self.t0_ns) / bin) as usize
     }
 
+    /// `burst_writer`: whether this IO's task is one whose writes count towards bursts.
     #[inline]
-    pub fn record(&mut self, r: &IoRecord) {
+    pub fn record(&mut self, r: &IoRecord, burst_writer: bool) {
         let g = r.stat_group();
         let i = self.at(r.complete_ns, self.interval_ns);
         grow(&mut self.intervals, i);
@@ -159,7 +167,7 @@ impl Series {
         self.intervals[ii].queue_max = self.intervals[ii].queue_max.max(r.os_inflight);
         let f = self.at(r.complete_ns, self.fine_ns);
         grow(&mut self.fine_write_bytes, f);
-        if g == StatGroup::Write {
+        if g == StatGroup::Write && burst_writer {
             self.fine_write_bytes[f] += u64::from(r.bytes);
         }
     }
@@ -285,8 +293,11 @@ pub fn detect_bursts(s: &Series, o: &Options) -> Vec<BurstBins> {
         .iter()
         .map(|&b| b as f64 * per_s)
         .collect();
+    let mean = rates.iter().sum::<f64>() / rates.len().max(1) as f64;
     let baseline = median(rates.clone());
-    let threshold = (baseline * o.burst_factor).max(o.burst_min_bytes_per_s);
+    let threshold = (baseline * o.burst_factor)
+        .max(mean * o.burst_mean_factor)
+        .max(o.burst_min_bytes_per_s);
     let gap = (o.burst_gap_ns / s.fine_ns) as usize;
     runs(rates.len(), gap, |b| rates[b] > threshold)
         .into_iter()

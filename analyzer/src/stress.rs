@@ -373,11 +373,25 @@ pub struct Flush {
     pub bytes: Option<u64>,
 }
 
+/// A compaction from "Compacting (id)" to "Compacted (id)".
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
+pub struct Compaction {
+    pub id: String,
+    pub start: String,
+    pub end: String,
+    #[serde(skip)]
+    pub start_ns: i64,
+    #[serde(skip)]
+    pub end_ns: i64,
+}
+
 #[derive(Clone, Debug, Serialize, serde::Deserialize, Default)]
 pub struct AppLog {
     pub path: String,
     pub markers: Vec<Marker>,
     pub flushes: Vec<Flush>,
+    #[serde(default)]
+    pub compactions: Vec<Compaction>,
     pub log_lines: u64,
     pub other_lines: u64,
 }
@@ -417,6 +431,7 @@ pub fn parse_cassandra_log(path: &Path, text: &str) -> Result<AppLog, ParseError
         ..Default::default()
     };
     let mut pending: HashMap<String, VecDeque<i64>> = HashMap::new();
+    let mut compacting: HashMap<String, i64> = HashMap::new();
     let wall = tracer_common::format::rfc3339;
     for line in text.lines() {
         // "INFO  [thread] 2026-11-22 02:45:25,863 File.java:1052 - message"
@@ -464,9 +479,23 @@ pub fn parse_cassandra_log(path: &Path, text: &str) -> Result<AppLog, ParseError
                 });
             }
             push("flush-completed", table, bytes);
-        } else if msg.starts_with("Compacting (") {
+        } else if let Some(r) = msg.strip_prefix("Compacting (") {
+            if let Some((id, _)) = r.split_once(')') {
+                compacting.insert(id.to_string(), t);
+            }
             push("compaction-started", None, None);
-        } else if msg.starts_with("Compacted (") {
+        } else if let Some(r) = msg.strip_prefix("Compacted (") {
+            if let Some((id, _)) = r.split_once(')')
+                && let Some(start) = compacting.remove(id)
+            {
+                log.compactions.push(Compaction {
+                    id: id.to_string(),
+                    start: wall(start),
+                    end: wall(t),
+                    start_ns: start,
+                    end_ns: t,
+                });
+            }
             push("compaction-completed", None, None);
         } else if let Some(p) = msg.strip_prefix("Deleting sstable: ") {
             push("sstable-deleted", table_of_path(&format!("{p}/x")), None);
@@ -501,18 +530,51 @@ pub struct FlushMatch {
     pub recall: f64,
     pub tolerance_s: f64,
     pub small_flushes_ignored: usize,
+    /// Bursts that match no flush but overlap a compaction (same tolerance).
+    #[serde(default)]
+    pub unmatched_in_compactions: usize,
     /// Per flush: (table, start, end, matched burst start if any).
     pub rows: Vec<(String, String, String, Option<String>)>,
+    /// Per burst: what it matched ("flush", "compaction" or "none") and who wrote it.
+    #[serde(default)]
+    pub burst_rows: Vec<BurstMatch>,
 }
 
-/// A burst matches a flush when it overlaps [enqueued - tol, completed + tol].
-pub fn match_flushes(flushes: &[Flush], bursts: &[(i64, i64, String)], tol_ns: i64) -> FlushMatch {
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
+pub struct BurstMatch {
+    pub start: String,
+    pub matched: String,
+    pub writers: String,
+}
+
+/// A detected burst for matching: wall-clock span, its start as text, its writers as text.
+pub struct BurstSpan {
+    pub start_ns: i64,
+    pub end_ns: i64,
+    pub start: String,
+    pub writers: String,
+}
+
+/// A burst matches a flush when it overlaps [enqueued - tol, completed + tol]. Bursts that
+/// match no flush are checked against the compactions the same way, to say what they were.
+pub fn match_flushes(
+    flushes: &[Flush],
+    compactions: &[Compaction],
+    bursts: &[BurstSpan],
+    tol_ns: i64,
+) -> FlushMatch {
     let big: Vec<&Flush> = flushes
         .iter()
         .filter(|f| f.bytes.is_none_or(|b| b >= MIN_MATCH_FLUSH_BYTES))
         .collect();
-    let overlaps =
-        |f: &Flush, b: &(i64, i64, String)| b.0 <= f.end_ns + tol_ns && b.1 >= f.start_ns - tol_ns;
+    let overlaps = |f: &Flush, b: &BurstSpan| {
+        b.start_ns <= f.end_ns + tol_ns && b.end_ns >= f.start_ns - tol_ns
+    };
+    let in_compaction = |b: &BurstSpan| {
+        compactions
+            .iter()
+            .any(|c| b.start_ns <= c.end_ns + tol_ns && b.end_ns >= c.start_ns - tol_ns)
+    };
     let mut rows = Vec::new();
     let mut fm = 0;
     for f in &big {
@@ -522,13 +584,30 @@ pub fn match_flushes(flushes: &[Flush], bursts: &[(i64, i64, String)], tol_ns: i
             f.table.clone(),
             f.start.clone(),
             f.end.clone(),
-            hit.map(|b| b.2.clone()),
+            hit.map(|b| b.start.clone()),
         ));
     }
-    let bm = bursts
+    let mut bm = 0;
+    let mut in_comp = 0;
+    let burst_rows = bursts
         .iter()
-        .filter(|b| big.iter().any(|f| overlaps(f, b)))
-        .count();
+        .map(|b| {
+            let matched = if big.iter().any(|f| overlaps(f, b)) {
+                bm += 1;
+                "flush"
+            } else if in_compaction(b) {
+                in_comp += 1;
+                "compaction"
+            } else {
+                "none"
+            };
+            BurstMatch {
+                start: b.start.clone(),
+                matched: matched.into(),
+                writers: b.writers.clone(),
+            }
+        })
+        .collect();
     FlushMatch {
         flushes: big.len(),
         flushes_matched: fm,
@@ -546,7 +625,9 @@ pub fn match_flushes(flushes: &[Flush], bursts: &[(i64, i64, String)], tol_ns: i
         },
         tolerance_s: tol_ns as f64 / 1e9,
         small_flushes_ignored: flushes.len() - big.len(),
+        unmatched_in_compactions: in_comp,
         rows,
+        burst_rows,
     }
 }
 
@@ -670,12 +751,48 @@ total, 4000, 4000, 4000, 4000, 1.2, 0.9, 3.0, 8.0, 18.0, 30.0, 1.0, 0.0, 0, 0, 0
             bytes: Some(5 << 20),
         };
         let flushes = [f(10, 11), f(20, 21), f(30, 31)];
-        let b = |s: i64, e: i64| (s * 1_000_000_000, e * 1_000_000_000, String::new());
-        let m = match_flushes(&flushes, &[b(11, 12), b(22, 23), b(50, 51)], 1_000_000_000);
+        let b = |s: i64, e: i64| BurstSpan {
+            start_ns: s * 1_000_000_000,
+            end_ns: e * 1_000_000_000,
+            start: format!("t{s}"),
+            writers: "w".into(),
+        };
+        // Compaction 40..45 s: the burst at 46 s is within the 1 s tolerance, at 60 s is not.
+        let compactions = [Compaction {
+            id: "c1".into(),
+            start: String::new(),
+            end: String::new(),
+            start_ns: 40_000_000_000,
+            end_ns: 45_000_000_000,
+        }];
+        let m = match_flushes(
+            &flushes,
+            &compactions,
+            &[b(11, 12), b(22, 23), b(46, 47), b(60, 61)],
+            1_000_000_000,
+        );
         assert_eq!(
             (m.flushes, m.flushes_matched, m.bursts, m.bursts_matched),
-            (3, 2, 3, 2)
+            (3, 2, 4, 2)
         );
-        assert!((m.precision - 2.0 / 3.0).abs() < 1e-9 && (m.recall - 2.0 / 3.0).abs() < 1e-9);
+        assert!((m.precision - 0.5).abs() < 1e-9 && (m.recall - 2.0 / 3.0).abs() < 1e-9);
+        assert_eq!(m.unmatched_in_compactions, 1);
+        let kinds: Vec<&str> = m.burst_rows.iter().map(|r| r.matched.as_str()).collect();
+        assert_eq!(kinds, ["flush", "flush", "compaction", "none"]);
+        // Flush 20..21 s, burst from 22 s: exactly the 1 s tolerance after its end.
+        assert_eq!(m.rows[1].3.as_deref(), Some("t22"));
+        assert_eq!(m.rows[2].3, None);
+    }
+
+    #[test]
+    fn compactions_are_spans_by_id() {
+        let log = "INFO  [CompactionExecutor:1] 2026-11-22 05:57:47,531 CompactionTask.java:167 - Compacting (a4a8-1) [/d/ks/t-1/nb-7-big-Data.db:level=0, ]\n\
+INFO  [CompactionExecutor:2] 2026-11-22 05:57:48,000 CompactionTask.java:167 - Compacting (b5b9-2) [/d/ks/t-1/nb-9-big-Data.db:level=0, ]\n\
+INFO  [CompactionExecutor:1] 2026-11-22 05:57:47,656 CompactionTask.java:258 - Compacted (a4a8-1) 7 sstables to [/d/ks/t-1/nb-8-big,] to level=0.\n";
+        let l = parse_cassandra_log(Path::new("s.log"), log).unwrap();
+        assert_eq!(l.compactions.len(), 1, "b5b9-2 never completed");
+        let c = &l.compactions[0];
+        assert_eq!(c.id, "a4a8-1");
+        assert_eq!(c.end_ns - c.start_ns, 125_000_000);
     }
 }

@@ -167,6 +167,8 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
     // that overlap write bursts; and every discard (few), to attribute them to bursts.
     let mut chunks: Vec<((u64, u64), u64, u64)> = Vec::new();
     let mut discards: Vec<IoRecord> = Vec::new();
+    // Whether each task's writes count towards bursts (--burst-comm), by pass one's numbering.
+    let mut burst_writer: Vec<bool> = Vec::new();
     // Pass one: totals, size mix, latency, time series.
     loop {
         let pos = r.position();
@@ -178,6 +180,12 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
         });
         chunks.push((pos, lo, hi));
         task_counts.resize(r.tasks().len(), 0);
+        for t in &r.tasks()[burst_writer.len()..] {
+            burst_writer.push(
+                opts.burst_comms.is_empty()
+                    || opts.burst_comms.iter().any(|c| t.comm.contains(c.as_str())),
+            );
+        }
         for rec in &buf {
             records += 1;
             task_counts[rec.task as usize] += 1;
@@ -212,7 +220,7 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
             d.first_ns = d.first_ns.min(rec.enter_ns);
             d.last_ns = d.last_ns.max(rec.complete_ns);
             d.max_os_inflight = d.max_os_inflight.max(rec.os_inflight);
-            d.series.record(rec);
+            d.series.record(rec, burst_writer[rec.task as usize]);
             if rec.op == Op::Discard {
                 discards.push(*rec);
             }
@@ -286,6 +294,8 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
             })
         })
         .collect();
+    // Pass two's reader numbers tasks in the order it meets them: names by its numbering.
+    let mut task_names: Vec<String> = Vec::new();
     if !ranges.is_empty() {
         for d in &discards {
             if let Some((_, _, c)) = found.get_mut(&d.dev) {
@@ -311,6 +321,7 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
                 }
             }
         }
+        task_names = r2.tasks().iter().map(|t| t.comm.clone()).collect();
     }
     let wall = |t: u64| wall_time(&header, t);
     for (dev, (bins, spike_bins, mut c)) in found {
@@ -319,7 +330,13 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
         if let Some(reads) = d.ops.get("read") {
             c.set_outside(&reads.total_latency_ns);
         }
-        let (bursts, impact) = crate::bursts::bursts(&d.series, &bins, &c, &wall, t0);
+        let comm = |task: u32| {
+            task_names
+                .get(task as usize)
+                .cloned()
+                .unwrap_or_else(|| "?".to_string())
+        };
+        let (bursts, impact) = crate::bursts::bursts(&d.series, &bins, &c, &wall, t0, &comm);
         d.bursts = bursts;
         d.read_impact = impact;
         d.spikes = crate::bursts::spikes(&d.series, &spike_bins, &wall, t0);
@@ -702,26 +719,31 @@ impl Summary {
             .flat_map(|l| l.flushes.iter().cloned())
             .filter(|f| f.end_ns >= t_start && f.start_ns <= t_end)
             .collect();
+        let compactions: Vec<crate::stress::Compaction> = self
+            .context
+            .logs
+            .iter()
+            .flat_map(|l| l.compactions.iter().cloned())
+            .collect();
         if flushes.is_empty() {
             return Vec::new();
         }
         self.devices
             .values()
             .map(|d| {
-                let bursts: Vec<(i64, i64, String)> = d
+                let bursts: Vec<crate::stress::BurstSpan> = d
                     .bursts
                     .iter()
-                    .map(|b| {
-                        (
-                            (wall0 + b.start_ns as i128) as i64,
-                            (wall0 + b.end_ns as i128) as i64,
-                            b.start.clone(),
-                        )
+                    .map(|b| crate::stress::BurstSpan {
+                        start_ns: (wall0 + b.start_ns as i128) as i64,
+                        end_ns: (wall0 + b.end_ns as i128) as i64,
+                        start: b.start.clone(),
+                        writers: crate::bursts::writers_text(&b.writers),
                     })
                     .collect();
                 (
                     d.name.clone(),
-                    crate::stress::match_flushes(&flushes, &bursts, 1_000_000_000),
+                    crate::stress::match_flushes(&flushes, &compactions, &bursts, 1_000_000_000),
                 )
             })
             .collect()

@@ -220,7 +220,7 @@ pub fn write(out: &mut dyn Write, s: &Summary) -> std::io::Result<()> {
             writeln!(out, "  write bursts ({}):", b0.len())?;
             writeln!(
                 out,
-                "    {:<24} {:>8} {:>7} {:>10} {:>10} {:<16} {:>9} {:>9} {:>14}",
+                "    {:<24} {:>8} {:>7} {:>10} {:>10} {:<16} {:>9} {:>9} {:<22} written by",
                 "start",
                 "+s",
                 "dur s",
@@ -229,7 +229,7 @@ pub fn write(out: &mut dyn Write, s: &Summary) -> std::io::Result<()> {
                 "write size",
                 "read p99",
                 "qd mean",
-                "discards after"
+                "discards after",
             )?;
             for b in b0.iter().take(20) {
                 let disc = if b.discards_after > 0 {
@@ -244,7 +244,7 @@ pub fn write(out: &mut dyn Write, s: &Summary) -> std::io::Result<()> {
                 };
                 writeln!(
                     out,
-                    "    {:<24} {:>8.1} {:>7.1} {:>10} {:>10.0} {:<16} {:>9} {:>9.1} {:>14}",
+                    "    {:<24} {:>8.1} {:>7.1} {:>10} {:>10.0} {:<16} {:>9} {:>9.1} {:<22} {}",
                     b.start,
                     b.start_s,
                     b.duration_s,
@@ -256,7 +256,8 @@ pub fn write(out: &mut dyn Write, s: &Summary) -> std::io::Result<()> {
                     ),
                     fmt_us(b.read_p99_us),
                     b.queue_depth_mean,
-                    disc
+                    disc,
+                    crate::bursts::writers_text(&b.writers[..b.writers.len().min(2)])
                 )?;
             }
             let r = &d.reads_during_bursts;
@@ -307,6 +308,44 @@ pub fn write(out: &mut dyn Write, s: &Summary) -> std::io::Result<()> {
             "  flushes matched {} of {} (recall {:.2}); bursts matched {} of {} (precision {:.2})",
             m.flushes_matched, m.flushes, m.recall, m.bursts_matched, m.bursts, m.precision
         )?;
+        let other = m.bursts - m.bursts_matched;
+        if other > 0 {
+            writeln!(
+                out,
+                "  of the {other} bursts that match no flush, {} overlap a compaction (\"Compacting\" .. \"Compacted\" in the log):",
+                m.unmatched_in_compactions
+            )?;
+            for b in m
+                .burst_rows
+                .iter()
+                .filter(|b| b.matched != "flush")
+                .take(40)
+            {
+                writeln!(
+                    out,
+                    "    burst at {}  {:<10}  written by {}",
+                    b.start, b.matched, b.writers
+                )?;
+            }
+            // By main writer: which tasks' bursts are the flushes.
+            let mut by: std::collections::BTreeMap<&str, (usize, usize)> =
+                std::collections::BTreeMap::new();
+            for b in &m.burst_rows {
+                let w = b.writers.split(" ").next().unwrap_or("-");
+                let e = by.entry(w).or_default();
+                e.0 += 1;
+                e.1 += usize::from(b.matched == "flush");
+            }
+            let list: Vec<String> = by
+                .iter()
+                .map(|(w, (n, f))| format!("{w} {f} of {n}"))
+                .collect();
+            writeln!(
+                out,
+                "  bursts matching a flush, by main writer: {} (--burst-comm NAME finds bursts among one writer's IOs)",
+                list.join(", ")
+            )?;
+        }
         for (table, start, end, hit) in m.rows.iter().take(40) {
             writeln!(
                 out,

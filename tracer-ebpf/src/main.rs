@@ -296,13 +296,6 @@ fn device(dev: u32) -> Option<*mut DeviceState> {
     DEVICES.get_ptr_mut(&dev)
 }
 
-#[inline(always)]
-fn current_task(st: &mut RequestState) {
-    st.pid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    // SAFETY: writes at most 16 bytes into st.comm.
-    unsafe { bpf_get_current_comm(st.comm.as_mut_ptr().cast(), 16) };
-}
-
 /// Give back the in-flight counts a request holds.
 #[inline(always)]
 fn release(st: &mut RequestState) {
@@ -404,7 +397,6 @@ pub fn blkprof_rq_requeue(ctx: BtfTracePointContext) -> i32 {
 }
 
 fn try_rq_requeue(ctx: &BtfTracePointContext) -> Option<()> {
-    let rq: *const u8 = ctx.arg(0);
     let p = lookup(key_of(ctx))?;
     // SAFETY: map value pointer.
     let st = unsafe { &mut *p };
@@ -427,7 +419,6 @@ pub fn blkprof_rq_merge(ctx: BtfTracePointContext) -> i32 {
 }
 
 fn try_rq_merge(ctx: &BtfTracePointContext) -> Option<()> {
-    let rq: *const u8 = ctx.arg(0);
     let key = key_of(ctx);
     let p = lookup(key)?;
     // SAFETY: map value pointer.

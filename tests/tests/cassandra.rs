@@ -1,0 +1,106 @@
+//! The seeds' experiment, short: a real Cassandra 5.0 node on a scratch loop device under a
+//! real YCSB workload A for one minute, traced by blkprof-trace, reported with YCSB's results
+//! and Cassandra's log. Runs `cargo xtask cassandra` (the xtask binary) as a user would.
+
+use std::process::Command;
+
+use blkprof_e2e::{bin, scratch_dir};
+
+fn f(v: &serde_json::Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+#[test]
+fn cassandra_ycsb_workload_a_traced_and_reported() {
+    let out = scratch_dir().join("cassandra");
+    let _ = std::fs::remove_dir_all(&out);
+    let t = std::time::Instant::now();
+    let st = Command::new(bin("xtask"))
+        .args([
+            "cassandra",
+            "--duration",
+            "60",
+            "--records",
+            "50000",
+            "--prebuilt",
+            "--out",
+        ])
+        .arg(&out)
+        .status()
+        .expect("run xtask cassandra");
+    assert!(st.success(), "cargo xtask cassandra failed: {st}");
+    eprintln!(
+        "cassandra: whole task (build, node, load, 60 s run, report) in {:.0} s",
+        t.elapsed().as_secs_f64()
+    );
+
+    let j: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(out.join("report/cassandra.json")).expect("report JSON"),
+    )
+    .expect("valid JSON");
+    assert!(out.join("report/cassandra.html").exists());
+
+    // The device saw every kind of request, and the trace accounts for all of them.
+    let d = &j["devices"][0];
+    let ops = &d["ops"];
+    for op in ["read", "write", "discard", "flush"] {
+        assert!(f(&ops[op]["ios"]) > 0.0, "no {op} IOs: {}", ops[op]);
+    }
+    assert_eq!(f(&j["lost"]["unaccounted"]), 0.0, "{}", j["lost"]);
+    for g in d["coverage"]["groups"].as_array().expect("coverage") {
+        let kernel = f(&g["kernel_ios"]);
+        let traced = f(&g["aggregate_ios"]);
+        assert!(
+            kernel - traced <= f(&j["lost"]["total"]),
+            "coverage gap beyond reported losses: {g}"
+        );
+    }
+
+    // YCSB's own results sit next to the trace.
+    let stress = j["stress"].as_array().expect("stress");
+    let status: usize = stress
+        .iter()
+        .map(|s| s["status"].as_array().map_or(0, Vec::len))
+        .sum();
+    assert!(status >= 50, "YCSB status lines: {status}");
+    let summary = stress
+        .iter()
+        .find(|s| s["summary"].get("READ").is_some())
+        .expect("YCSB summary");
+    assert!(f(&summary["summary"]["READ"]["Operations"]) > 1000.0);
+    assert!(f(&summary["summary"]["UPDATE"]["Operations"]) > 1000.0);
+
+    // Memtable flushes from Cassandra's log against the write bursts found in the trace.
+    let (_, m) = j["flush_match"]
+        .as_array()
+        .and_then(|v| v.first())
+        .and_then(|p| Some((p.get(0)?, p.get(1)?)))
+        .expect("flush match table");
+    let flushes = f(&m["flushes"]);
+    assert!(flushes >= 3.0, "flushes in a 60 s run: {m}");
+    assert!(f(&m["recall"]) >= 0.9, "recall: {m}");
+    // Every burst is explained by the log: a flush or a compaction.
+    let unexplained = f(&m["bursts"]) - f(&m["bursts_matched"]) - f(&m["unmatched_in_compactions"]);
+    assert_eq!(unexplained, 0.0, "bursts neither flush nor compaction: {m}");
+
+    // Reads inside and outside bursts add up to all reads.
+    let r = &d["reads_during_bursts"];
+    assert_eq!(
+        f(&r["inside_ios"]) + f(&r["outside_ios"]),
+        f(&ops["read"]["ios"]),
+        "{r}"
+    );
+    assert!(
+        f(&r["inside_ios"]) > 0.0,
+        "reads reached the device during bursts: {r}"
+    );
+
+    // Everything it started is gone: no Cassandra, no mount, no loop device on its image.
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+    assert!(!mounts.contains("blkprof-cassandra-"), "{mounts}");
+    let loops = Command::new("losetup").arg("-a").output().unwrap();
+    assert!(
+        !String::from_utf8_lossy(&loops.stdout).contains("blkprof-cassandra-"),
+        "loop device left behind"
+    );
+}
