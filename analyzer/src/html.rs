@@ -103,12 +103,12 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}} th{{background:#
         if !d.bursts.is_empty() {
             let _ = write!(
                 h,
-                "<h3>Write bursts</h3><table><tr><th class='l'>start</th><th>duration s</th><th>written bytes</th><th>peak MB/s</th><th class='l'>write size</th><th>read p99 us</th><th>queue mean</th><th>discards after</th></tr>"
+                "<h3>Write bursts</h3><table><tr><th class='l'>start</th><th>duration s</th><th>written bytes</th><th>peak MB/s</th><th class='l'>write size</th><th>read p99 us</th><th>queue mean</th><th>discards after</th><th class='l'>written by</th></tr>"
             );
             for b in &d.bursts {
                 let _ = write!(
                     h,
-                    "<tr><td class='l'>{}</td><td>{:.1}</td><td>{}</td><td>{:.0}</td><td class='l'>{:.0}% {}</td><td>{:.0}</td><td>{:.1}</td><td>{}</td></tr>",
+                    "<tr><td class='l'>{}</td><td>{:.1}</td><td>{}</td><td>{:.0}</td><td class='l'>{:.0}% {}</td><td>{:.0}</td><td>{:.1}</td><td>{} ({} bytes)</td><td class='l'>{}</td></tr>",
                     escape(&b.start),
                     b.duration_s,
                     b.write_bytes,
@@ -117,7 +117,9 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}} th{{background:#
                     escape(&b.dominant_write_size),
                     b.read_p99_us,
                     b.queue_depth_mean,
-                    b.discards_after
+                    b.discards_after,
+                    b.discard_bytes_after,
+                    escape(&crate::bursts::writers_text(&b.writers))
                 );
             }
             let r = &d.reads_during_bursts;
@@ -188,6 +190,35 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}} th{{background:#
             m.precision,
             m.tolerance_s
         );
+        let _ = write!(
+            h,
+            "<table><tr><th class='l'>burst start</th><th class='l'>matches</th><th class='l'>written by</th></tr>"
+        );
+        for b in &m.burst_rows {
+            let _ = write!(
+                h,
+                "<tr><td class='l'>{}</td><td class='l'>{}</td><td class='l'>{}</td></tr>",
+                escape(&b.start),
+                escape(&b.matched),
+                escape(&b.writers)
+            );
+        }
+        let _ = write!(
+            h,
+            "</table><table><tr><th class='l'>flush ({} under 1 MiB left out)</th><th class='l'>enqueued</th><th class='l'>completed</th><th class='l'>burst</th></tr>",
+            m.small_flushes_ignored
+        );
+        for (table, start, end, hit) in &m.rows {
+            let _ = write!(
+                h,
+                "<tr><td class='l'>{}</td><td class='l'>{}</td><td class='l'>{}</td><td class='l'>{}</td></tr>",
+                escape(table),
+                escape(start),
+                escape(end),
+                escape(hit.as_deref().unwrap_or("NO BURST"))
+            );
+        }
+        h.push_str("</table>");
     }
     let l = &j.lost;
     let _ = write!(

@@ -81,7 +81,7 @@ enum Cmd {
         /// Size of the scratch disk image in GiB (sparse: only what is written takes space).
         #[arg(long, default_value_t = 8)]
         disk_gib: u64,
-        /// Page cache (MiB) the node may use during the run, beyond its own memory plus 256 MiB
+        /// Page cache (MiB) the node may use during the run, beyond its own memory plus 128 MiB
         /// of headroom (a memory cgroup); 0 for no limit. Small, so that reads reach the device
         /// as on a node whose data set is larger than memory.
         #[arg(long, default_value_t = 64)]
