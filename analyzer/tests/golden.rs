@@ -138,3 +138,64 @@ fn iolog_export_of_a_golden_trace_has_every_io() {
     assert_eq!(text2.lines().next(), Some("fio version 2 iolog"));
     assert!(text2.lines().skip(1).all(|l| l.starts_with("/dev/sdx ")));
 }
+
+/// The real Cassandra run (tests/data/cassandra-ycsb-a.*): trace, Cassandra's log, YCSB output.
+fn cassandra(opts: &Options) -> JsonReport {
+    let mut s = summarize(&golden("cassandra-ycsb-a.blkp"), opts).unwrap();
+    s.context.logs.push(
+        analyzer::stress::read_app_log(&golden("cassandra-ycsb-a.system.log")).unwrap(),
+    );
+    for f in ["cassandra-ycsb-a.ycsb-run.txt", "cassandra-ycsb-a.ycsb-run.err"] {
+        s.context
+            .stress
+            .push(analyzer::stress::read_stress(&golden(f)).unwrap());
+    }
+    s.to_json()
+}
+
+#[test]
+fn real_cassandra_flushes_are_the_write_bursts() {
+    let j = cassandra(&Options::default());
+    assert!(j.complete);
+    let (_, m) = &j.flush_match[0];
+    // Every memtable flush of ycsb.usertable in the traced minute shows as a burst...
+    assert_eq!(m.flushes, 11, "{m:?}");
+    assert_eq!(m.flushes_matched, 11);
+    // ...and of the 12 bursts, the one that matches no flush is a compaction, by the log and
+    // by who wrote it.
+    assert_eq!((m.bursts, m.bursts_matched), (12, 11));
+    assert!(m.precision >= 0.9 && m.recall >= 0.9, "{m:?}");
+    assert_eq!(m.unmatched_in_compactions, 1);
+    let other: Vec<_> = m.burst_rows.iter().filter(|b| b.matched != "flush").collect();
+    assert_eq!(other.len(), 1);
+    assert!(other[0].writers.starts_with("CompactionExecu"), "{other:?}");
+    // Bursts whose main writer is the flush writer all match a flush.
+    for b in m.burst_rows.iter().filter(|b| b.writers.starts_with("MemtableFlushWr")) {
+        assert_eq!(b.matched, "flush", "{b:?}");
+    }
+
+    // Counting only the flush writer's IOs finds exactly the flushes.
+    let j = cassandra(&Options {
+        burst_comms: vec!["MemtableFlushWr".into()],
+        ..Options::default()
+    });
+    let (_, m) = &j.flush_match[0];
+    assert_eq!((m.precision, m.recall), (1.0, 1.0), "{m:?}");
+
+    // Reads split into inside and outside bursts add up; every IO is accounted for.
+    let d = &j.devices[0];
+    let r = &d.reads_during_bursts;
+    assert_eq!(r.inside_ios + r.outside_ios, d.ops["read"].ios);
+    let reported = j.lost.missed_completions + j.lost.recursion_misses + j.lost.untracked;
+    for g in &d.coverage.as_ref().unwrap().groups {
+        assert_eq!(g.unaccounted(reported), 0, "{g:?}");
+    }
+    // YCSB's status lines (one per second) all parse, on the trace's time axis.
+    let status: usize = j.stress.iter().map(|s| s.status.len()).sum();
+    let lines = std::fs::read_to_string(golden("cassandra-ycsb-a.ycsb-run.err"))
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains(" sec: "))
+        .count();
+    assert_eq!(status, lines);
+}

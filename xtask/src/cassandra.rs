@@ -319,7 +319,7 @@ fn packages() -> Result<()> {
 
 fn mvn(pom_dir: &Path, goals: &[&str]) -> Result<()> {
     let mut c = Command::new("mvn");
-    c.args(["-B", "-q", "-f"])
+    c.args(["-B", "-q", "-Dstyle.color=never", "-f"])
         .arg(pom_dir.join("pom.xml"))
         .args(goals);
     if Path::new("/usr/lib/jvm/java-17-openjdk-amd64").exists() {
