@@ -142,10 +142,13 @@ fn iolog_export_of_a_golden_trace_has_every_io() {
 /// The real Cassandra run (tests/data/cassandra-ycsb-a.*): trace, Cassandra's log, YCSB output.
 fn cassandra(opts: &Options) -> JsonReport {
     let mut s = summarize(&golden("cassandra-ycsb-a.blkp"), opts).unwrap();
-    s.context.logs.push(
-        analyzer::stress::read_app_log(&golden("cassandra-ycsb-a.system.log")).unwrap(),
-    );
-    for f in ["cassandra-ycsb-a.ycsb-run.txt", "cassandra-ycsb-a.ycsb-run.err"] {
+    s.context
+        .logs
+        .push(analyzer::stress::read_app_log(&golden("cassandra-ycsb-a.system.log")).unwrap());
+    for f in [
+        "cassandra-ycsb-a.ycsb-run.txt",
+        "cassandra-ycsb-a.ycsb-run.err",
+    ] {
         s.context
             .stress
             .push(analyzer::stress::read_stress(&golden(f)).unwrap());
@@ -166,11 +169,19 @@ fn real_cassandra_flushes_are_the_write_bursts() {
     assert_eq!((m.bursts, m.bursts_matched), (12, 11));
     assert!(m.precision >= 0.9 && m.recall >= 0.9, "{m:?}");
     assert_eq!(m.unmatched_in_compactions, 1);
-    let other: Vec<_> = m.burst_rows.iter().filter(|b| b.matched != "flush").collect();
+    let other: Vec<_> = m
+        .burst_rows
+        .iter()
+        .filter(|b| b.matched != "flush")
+        .collect();
     assert_eq!(other.len(), 1);
     assert!(other[0].writers.starts_with("CompactionExecu"), "{other:?}");
     // Bursts whose main writer is the flush writer all match a flush.
-    for b in m.burst_rows.iter().filter(|b| b.writers.starts_with("MemtableFlushWr")) {
+    for b in m
+        .burst_rows
+        .iter()
+        .filter(|b| b.writers.starts_with("MemtableFlushWr"))
+    {
         assert_eq!(b.matched, "flush", "{b:?}");
     }
 

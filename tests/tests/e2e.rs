@@ -593,6 +593,14 @@ fn disk_full_stops_cleanly_and_keeps_what_was_written() {
         "mount -t tmpfs -o size=192k tmpfs {}",
         mnt.display()
     ));
+    // Unmounted also when an assertion fails.
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(mnt.clone());
     let out = mnt.join("t.blkp").display().to_string();
     let t = Tracer::start(&[
         "--device",
@@ -616,7 +624,6 @@ fn disk_full_stops_cleanly_and_keeps_what_was_written() {
     ]);
     let f = t.wait_or_stop();
     let trace = Trace::read(std::path::Path::new(&out));
-    sh(&format!("umount {}", mnt.display()));
     assert_eq!(f.status.code(), Some(1), "{}", f.stderr);
     assert!(f.stderr.contains("disk full"), "{}", f.stderr);
     assert!(
