@@ -220,6 +220,31 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}} th{{background:#
         }
         h.push_str("</table>");
     }
+    for (dev, c) in &j.compaction_discards {
+        let _ = write!(
+            h,
+            "<h3>{}: compactions and the discards that follow</h3><p>{} of {} compactions followed by discards (completing within {:.0} s of \"Compacted\", before the next): {} discards, {} bytes</p><table><tr><th class='l'>compaction start</th><th class='l'>end</th><th>discards</th><th>bytes</th><th>first after s</th></tr>",
+            escape(dev),
+            c.followed_by_discards,
+            c.compactions,
+            c.window_s,
+            c.discards,
+            c.discard_bytes
+        );
+        for r in &c.rows {
+            let _ = write!(
+                h,
+                "<tr><td class='l'>{}</td><td class='l'>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                escape(&r.start),
+                escape(&r.end),
+                r.discards,
+                r.discard_bytes,
+                r.first_discard_after_s
+                    .map_or("-".to_string(), |f| format!("{f:.1}"))
+            );
+        }
+        h.push_str("</table>");
+    }
     let l = &j.lost;
     let _ = write!(
         h,

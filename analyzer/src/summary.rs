@@ -120,6 +120,8 @@ pub struct DeviceStats {
     pub bursts: Vec<Burst>,
     pub spikes: Vec<Spike>,
     pub read_impact: ReadImpact,
+    /// Every discard's completion time and bytes, in completion order (discards are few).
+    pub discard_times: Vec<(u64, u64)>,
 }
 
 /// What came with the trace: the stress tool's results and the application's logs.
@@ -209,6 +211,7 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
                                 bursts: Vec::new(),
                                 spikes: Vec::new(),
                                 read_impact: ReadImpact::default(),
+                                discard_times: Vec::new(),
                             },
                             (0..SLOTS).map(|_| None).collect(),
                         ));
@@ -223,6 +226,8 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
             d.series.record(rec, burst_writer[rec.task as usize]);
             if rec.op == Op::Discard {
                 discards.push(*rec);
+                d.discard_times
+                    .push((rec.complete_ns, u64::from(rec.bytes)));
             }
             let slot = op_slot(rec.op, rec.flags);
             if slot == SLOT_ABSORBED {
@@ -537,8 +542,37 @@ pub struct JsonReport {
     pub stress: Vec<crate::stress::StressRun>,
     /// Write bursts against the application's flushes, per device (when a log was given).
     pub flush_match: Vec<(String, crate::stress::FlushMatch)>,
+    /// Per device, the application's compactions and the discards that followed each.
+    #[serde(default)]
+    pub compaction_discards: Vec<(String, CompactionDiscards)>,
     pub lost: Lost,
 }
+
+/// Discards completing after each compaction's end ("Compacted" in the log), up to
+/// [`COMPACTION_DISCARD_WINDOW_NS`] later or the next compaction's end.
+#[derive(Clone, Debug, Serialize, serde::Deserialize, Default)]
+pub struct CompactionDiscards {
+    pub compactions: usize,
+    pub followed_by_discards: usize,
+    pub discards: u64,
+    pub discard_bytes: u64,
+    pub window_s: f64,
+    pub rows: Vec<CompactionRow>,
+}
+
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
+pub struct CompactionRow {
+    pub id: String,
+    pub start: String,
+    pub end: String,
+    pub discards: u64,
+    pub discard_bytes: u64,
+    pub first_discard_after_s: Option<f64>,
+}
+
+/// ext4 mounted with `discard` sends the discards of deleted files at its next journal commit
+/// (every 5 s by default): 10 s covers it.
+pub const COMPACTION_DISCARD_WINDOW_NS: i64 = 10_000_000_000;
 
 impl Summary {
     pub fn to_json(&self) -> JsonReport {
@@ -630,6 +664,7 @@ impl Summary {
                 .collect(),
             stress: self.context.stress.clone(),
             flush_match: self.flush_matches(),
+            compaction_discards: self.compaction_discards(),
             lost: self.lost(),
         }
     }
@@ -698,6 +733,60 @@ impl Summary {
 }
 
 impl Summary {
+    /// The discards that followed each compaction of the application's log, per device.
+    pub fn compaction_discards(&self) -> Vec<(String, CompactionDiscards)> {
+        let wall0 = self.header.wall_clock_start_ns as i128 - self.header.monotonic_base_ns as i128;
+        let mut comps: Vec<crate::stress::Compaction> = self
+            .context
+            .logs
+            .iter()
+            .flat_map(|l| l.compactions.iter().cloned())
+            .collect();
+        comps.sort_by_key(|c| c.end_ns);
+        self.devices
+            .values()
+            .filter_map(|d| {
+                let lo = (wall0 + d.first_ns as i128) as i64;
+                let hi = (wall0 + d.last_ns as i128) as i64;
+                let inside: Vec<&crate::stress::Compaction> = comps
+                    .iter()
+                    .filter(|c| c.end_ns >= lo && c.end_ns <= hi)
+                    .collect();
+                if inside.is_empty() {
+                    return None;
+                }
+                let mut out = CompactionDiscards {
+                    compactions: inside.len(),
+                    window_s: COMPACTION_DISCARD_WINDOW_NS as f64 / 1e9,
+                    ..Default::default()
+                };
+                for (i, c) in inside.iter().enumerate() {
+                    let next = inside.get(i + 1).map_or(i64::MAX, |n| n.end_ns);
+                    let until = next.min(c.end_ns + COMPACTION_DISCARD_WINDOW_NS);
+                    let mono = |w: i64| (i128::from(w) - wall0).max(0) as u64;
+                    let (a, b) = (mono(c.end_ns), mono(until));
+                    let from = d.discard_times.partition_point(|&(t, _)| t < a);
+                    let to = d.discard_times.partition_point(|&(t, _)| t < b);
+                    let slice = &d.discard_times[from..to.max(from)];
+                    let n = slice.len() as u64;
+                    let bytes: u64 = slice.iter().map(|&(_, b)| b).sum();
+                    out.discards += n;
+                    out.discard_bytes += bytes;
+                    out.followed_by_discards += usize::from(n > 0);
+                    out.rows.push(CompactionRow {
+                        id: c.id.clone(),
+                        start: c.start.clone(),
+                        end: c.end.clone(),
+                        discards: n,
+                        discard_bytes: bytes,
+                        first_discard_after_s: slice.first().map(|&(t, _)| (t - a) as f64 / 1e9),
+                    });
+                }
+                Some((d.name.clone(), out))
+            })
+            .collect()
+    }
+
     /// Match each device's write bursts with the logs' flushes (1 s tolerance).
     pub fn flush_matches(&self) -> Vec<(String, crate::stress::FlushMatch)> {
         let wall0 = self.header.wall_clock_start_ns as i128 - self.header.monotonic_base_ns as i128;

@@ -356,6 +356,33 @@ pub fn write(out: &mut dyn Write, s: &Summary) -> std::io::Result<()> {
             )?;
         }
     }
+    for (dev, c) in &j.compaction_discards {
+        writeln!(
+            out,
+            "\n{dev}: compactions in the application log and the discards that follow (completing within {:.0} s of \"Compacted\", before the next): {} of {} compactions followed by discards; {} discards, {}",
+            c.window_s,
+            c.followed_by_discards,
+            c.compactions,
+            thousands(c.discards),
+            bytes(c.discard_bytes)
+        )?;
+        for r in c.rows.iter().take(30) {
+            writeln!(
+                out,
+                "    compaction {} .. {}  {}",
+                r.start,
+                r.end.get(11..).unwrap_or(&r.end),
+                match r.first_discard_after_s {
+                    Some(f) => format!(
+                        "{} discards ({}), first +{f:.1}s",
+                        r.discards,
+                        bytes(r.discard_bytes)
+                    ),
+                    None => "no discards".into(),
+                }
+            )?;
+        }
+    }
     let markers = &j.markers;
     if !markers.is_empty() {
         let mut kinds: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();

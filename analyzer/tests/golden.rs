@@ -185,6 +185,12 @@ fn real_cassandra_flushes_are_the_write_bursts() {
         assert_eq!(b.matched, "flush", "{b:?}");
     }
 
+    // Every compaction of the traced minute is followed by discards (ext4 mounted with
+    // discard, SSTables deleted after "Compacted").
+    let (_, c) = &j.compaction_discards[0];
+    assert_eq!((c.compactions, c.followed_by_discards), (3, 3), "{c:?}");
+    assert!(c.discards >= 30 && c.discard_bytes > 100 << 20, "{c:?}");
+
     // Counting only the flush writer's IOs finds exactly the flushes.
     let j = cassandra(&Options {
         burst_comms: vec!["MemtableFlushWr".into()],

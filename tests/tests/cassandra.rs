@@ -83,6 +83,12 @@ fn cassandra_ycsb_workload_a_traced_and_reported() {
     let unexplained = f(&m["bursts"]) - f(&m["bursts_matched"]) - f(&m["unmatched_in_compactions"]);
     assert_eq!(unexplained, 0.0, "bursts neither flush nor compaction: {m}");
 
+    // Compactions in the log, and the discards that follow them (ext4 mounted with discard).
+    if let Some(c) = j["compaction_discards"].as_array().and_then(|v| v.first()) {
+        let c = &c[1];
+        assert!(f(&c["followed_by_discards"]) >= 1.0, "{c}");
+    }
+
     // Reads inside and outside bursts add up to all reads.
     let r = &d["reads_during_bursts"];
     assert_eq!(
