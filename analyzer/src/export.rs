@@ -195,7 +195,11 @@ pub fn export(
                         "sector": rec.sector, "bytes": rec.bytes, "pid": rec.pid, "comm": r.tasks()[rec.task as usize].comm,
                         "dev_inflight": rec.dev_inflight, "os_inflight": rec.os_inflight, "error": rec.error,
                     });
-                    serde_json::to_writer(&mut *out, &v).map_err(std::io::Error::other)?;
+                    serde_json::to_writer(&mut *out, &v).map_err(|e| match e.io_error_kind() {
+                        // Keep the kind (a closed pipe is a normal end for `| head`).
+                        Some(k) => std::io::Error::new(k, e),
+                        None => std::io::Error::other(e),
+                    })?;
                     writeln!(out)?;
                     stats.written += 1;
                 }
