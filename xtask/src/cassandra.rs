@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::util::{have, is_root, output, root, run};
+use crate::util::{apt_install, attach_loop, have, is_root, output, root, run};
 
 pub struct Options {
     /// Seconds of YCSB workload A, traced.
@@ -300,21 +300,7 @@ fn packages() -> Result<()> {
     if !Path::new("/usr/lib/jvm/java-17-openjdk-amd64/bin/javac").exists() && !have("javac") {
         missing.push("openjdk-17-jdk-headless");
     }
-    if missing.is_empty() {
-        return Ok(());
-    }
-    if !have("apt-get") {
-        bail!(
-            "missing {}: install them with your package manager",
-            missing.join(", ")
-        );
-    }
-    eprintln!("cassandra: installing {}", missing.join(" "));
-    run(Command::new("apt-get").args(["update", "-qq"]))?;
-    run(Command::new("apt-get")
-        .args(["install", "-y", "-qq"])
-        .args(&missing)
-        .env("DEBIAN_FRONTEND", "noninteractive"))
+    apt_install(&missing)
 }
 
 fn mvn(pom_dir: &Path, goals: &[&str]) -> Result<()> {
@@ -601,17 +587,7 @@ pub fn cassandra(o: Options) -> Result<()> {
     let mut s = Scratch::default();
     s.dir = std::env::temp_dir().join(format!("blkprof-cassandra-{}", std::process::id()));
     std::fs::create_dir_all(&s.dir)?;
-    let img = s.dir.join("disk.img");
-    run(Command::new("truncate")
-        .args(["-s", &format!("{}G", o.disk_gib)])
-        .arg(&img))?;
-    let dev = output(
-        Command::new("losetup")
-            .args(["-f", "--show", "--direct-io=on"])
-            .arg(&img),
-    )?
-    .trim()
-    .to_string();
+    let dev = attach_loop(&s.dir.join("disk.img"), o.disk_gib)?;
     s.loopdev = Some(dev.clone());
     run(Command::new("mkfs.ext4")
         .args(["-q", "-F", "-E", "nodiscard"])

@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::util::{build_release, is_root, output, root, run};
+use crate::util::{attach_loop, build_release, is_root, root, run};
 
 const JOB: &str = "\
 [global]
@@ -48,15 +48,7 @@ pub fn demo(seconds: u64, keep: Option<PathBuf>) -> Result<()> {
     build_release()?;
     let dir = std::env::temp_dir().join(format!("blkprof-demo-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let img = dir.join("disk.img");
-    run(Command::new("truncate").args(["-s", "4G"]).arg(&img))?;
-    let dev = output(
-        Command::new("losetup")
-            .args(["-f", "--show", "--direct-io=on"])
-            .arg(&img),
-    )?
-    .trim()
-    .to_string();
+    let dev = attach_loop(&dir.join("disk.img"), 4)?;
     let result = demo_on(&dev, &dir, seconds, keep);
     let _ = Command::new("losetup").args(["-d", &dev]).status();
     let _ = std::fs::remove_dir_all(&dir);

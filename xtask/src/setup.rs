@@ -3,9 +3,9 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result};
 
-use crate::util::{have, output, run};
+use crate::util::{apt_install, have, output, run};
 
 pub fn setup() -> Result<()> {
     nightly()?;
@@ -131,21 +131,7 @@ fn packages() -> Result<()> {
         .filter(|(cmd, _)| !have(cmd))
         .map(|(_, pkg)| *pkg)
         .collect();
-    if missing.is_empty() {
-        return Ok(());
-    }
-    if !have("apt-get") {
-        bail!(
-            "missing {}: install them with your package manager",
-            missing.join(", ")
-        );
-    }
-    eprintln!("setup: installing {}", missing.join(" "));
-    run(Command::new("apt-get").args(["update", "-qq"]))?;
-    run(Command::new("apt-get")
-        .args(["install", "-y", "-qq"])
-        .args(&missing)
-        .env("DEBIAN_FRONTEND", "noninteractive"))
+    apt_install(&missing)
 }
 
 /// The ftrace `blk` tracer and peer tools need tracefs; blkprof itself does not (tp_btf).

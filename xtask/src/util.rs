@@ -89,3 +89,37 @@ pub fn test(filter: Option<String>) -> Result<()> {
     c.env("BLKPROF_BIN_DIR", root().join("target/release"));
     run(&mut c)
 }
+
+/// A sparse image of `gib` GiB at `img`, attached as a loop device with O_DIRECT backing (so
+/// the page cache holds nothing twice); returns /dev/loopN.
+pub fn attach_loop(img: &Path, gib: u64) -> Result<String> {
+    run(Command::new("truncate")
+        .args(["-s", &format!("{gib}G")])
+        .arg(img))?;
+    Ok(output(
+        Command::new("losetup")
+            .args(["-f", "--show", "--direct-io=on"])
+            .arg(img),
+    )?
+    .trim()
+    .to_string())
+}
+
+/// Install Debian packages (apt-get, quietly); names the packages when there is no apt-get.
+pub fn apt_install(packages: &[&str]) -> Result<()> {
+    if packages.is_empty() {
+        return Ok(());
+    }
+    if !have("apt-get") {
+        bail!(
+            "missing {}: install them with your package manager",
+            packages.join(", ")
+        );
+    }
+    eprintln!("setup: installing {}", packages.join(" "));
+    run(Command::new("apt-get").args(["update", "-qq"]))?;
+    run(Command::new("apt-get")
+        .args(["install", "-y", "-qq"])
+        .args(packages)
+        .env("DEBIAN_FRONTEND", "noninteractive"))
+}
