@@ -222,14 +222,25 @@ pub fn parse_cassandra_stress(path: &Path, text: &str) -> Result<StressRun, Pars
     };
     let mut columns: Vec<String> = Vec::new();
     let mut in_results = false;
+    let mut last_time: Option<f64> = None;
     for line in text.lines() {
         let l = line.trim();
-        if l.starts_with("type,") || l.starts_with("total ops") {
+        if l.starts_with("type,") || l.starts_with("total ops") || is_padded_type_header(l) {
             columns = l.split(',').map(|c| c.trim().to_string()).collect();
+            // 4.x/5.x pad "type" to the width of the op names and leave out its comma:
+            // "type          total ops,    op/s, ..." over "READ,     980,     980, ...".
+            if let Some(rest) = columns[0].strip_prefix("type")
+                && !rest.is_empty()
+            {
+                let second = rest.trim().to_string();
+                columns[0] = "type".into();
+                columns.insert(1, second);
+            }
             in_results = false;
             continue;
         }
         if l == "Results:" {
+            last_time = None;
             in_results = true;
             continue;
         }
@@ -248,7 +259,8 @@ pub fn parse_cassandra_stress(path: &Path, text: &str) -> Result<StressRun, Pars
                     let p: Vec<f64> = v.split(':').filter_map(|x| x.trim().parse().ok()).collect();
                     (p.len() == 3).then(|| p[0] * 3600.0 + p[1] * 60.0 + p[2])
                 } else {
-                    num.parse::<f64>().ok()
+                    // "NaN ms" (no GC seen) is no number.
+                    num.parse::<f64>().ok().filter(|v| v.is_finite())
                 };
                 if let Some(v) = value {
                     let unit = first.split_whitespace().nth(1).unwrap_or("");
@@ -295,10 +307,16 @@ pub fn parse_cassandra_stress(path: &Path, text: &str) -> Result<StressRun, Pars
                         p999_us: ms(get(".999")),
                         max_us: ms(get("max")),
                     };
-                    let same = run
-                        .status
-                        .last()
-                        .is_some_and(|p| typed && p.elapsed_s == time as u64);
+                    // The op lines of one interval share its time (which has a fraction at
+                    // the end of a run: 30.0 then 30.6).
+                    // A line of an op already in the point starts the next interval (runs of
+                    // one op print only "total" lines, and the last two can share a time).
+                    let same = typed
+                        && last_time == Some(time)
+                        && run.status.last().is_some_and(|p| {
+                            !p.latencies.iter().any(|l| l.op == op.to_uppercase())
+                        });
+                    last_time = Some(time);
                     if !same {
                         run.status.push(StatusPoint {
                             time_ns: None,
@@ -328,6 +346,12 @@ pub fn parse_cassandra_stress(path: &Path, text: &str) -> Result<StressRun, Pars
     Ok(run)
 }
 
+/// "type            total ops,    op/s, ..." (cassandra-stress 4.x/5.x interval header).
+fn is_padded_type_header(l: &str) -> bool {
+    l.strip_prefix("type")
+        .is_some_and(|r| r.starts_with(' ') && r.trim_start().starts_with("total ops,"))
+}
+
 /// YCSB or cassandra-stress output, told apart by their own header lines.
 pub fn read_stress(path: &Path) -> Result<StressRun, ParseError> {
     let text = std::fs::read_to_string(path).map_err(|source| ParseError::Read {
@@ -337,6 +361,7 @@ pub fn read_stress(path: &Path) -> Result<StressRun, ParseError> {
     let is_cs = text.lines().any(|l| {
         let l = l.trim();
         l.starts_with("type,") && l.contains("op/s")
+            || is_padded_type_header(l)
             || l.starts_with("total ops ,")
             || l.starts_with("Op rate")
     });

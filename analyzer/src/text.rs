@@ -401,12 +401,27 @@ pub fn write(out: &mut dyn Write, s: &Summary) -> std::io::Result<()> {
             run.status.len()
         )?;
         if let Some(o) = run.summary.get("OVERALL") {
-            writeln!(
-                out,
-                "  overall: {:.0} ops/s over {:.1} s",
-                o.get("Throughput(ops/sec)").copied().unwrap_or(0.0),
-                o.get("RunTime(ms)").copied().unwrap_or(0.0) / 1e3
-            )?;
+            if let Some(rate) = o.get("Op rate (op/s)") {
+                // cassandra-stress's Results block.
+                let ms = |k: &str| o.get(k).map_or("-".to_string(), |v| fmt_us(v * 1000.0));
+                writeln!(
+                    out,
+                    "  overall: {rate:.0} ops/s over {:.0} s; latency mean {}, p99 {}, p99.9 {}, max {}; {:.0} errors",
+                    o.get("Total operation time").copied().unwrap_or(0.0),
+                    ms("Latency mean (ms)"),
+                    ms("Latency 99th percentile (ms)"),
+                    ms("Latency 99.9th percentile (ms)"),
+                    ms("Latency max (ms)"),
+                    o.get("Total errors").copied().unwrap_or(0.0)
+                )?;
+            } else {
+                writeln!(
+                    out,
+                    "  overall: {:.0} ops/s over {:.1} s",
+                    o.get("Throughput(ops/sec)").copied().unwrap_or(0.0),
+                    o.get("RunTime(ms)").copied().unwrap_or(0.0) / 1e3
+                )?;
+            }
         }
         for (op, m) in &run.summary {
             if let (Some(n), Some(p99)) = (m.get("Operations"), m.get("99thPercentileLatency(us)"))

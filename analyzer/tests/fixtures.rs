@@ -197,3 +197,47 @@ fn msr_cambridge_csv_imports_completely_and_broken_copies_fail_clearly() {
     assert_eq!((st.records, st.skipped), (lines - 2, 2));
     assert!(st.first_skipped.unwrap().starts_with("line 5"));
 }
+
+/// Real cassandra-stress output (tests/data, see its README): every interval line and the
+/// Results block parse.
+#[test]
+fn every_cassandra_stress_interval_and_result_line_parses() {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data");
+    for (name, ops, rate, secs) in [
+        (
+            "cassandra-stress-mixed.txt",
+            &["READ", "WRITE", "TOTAL"][..],
+            4191.0,
+            30.0,
+        ),
+        // A run of one op prints only "total" lines.
+        ("cassandra-stress-write.txt", &["TOTAL"][..], 2491.0, 8.0),
+    ] {
+        let p = data.join(name);
+        let r = read_stress(&p).unwrap();
+        assert_eq!(r.tool, "cassandra-stress", "{name}");
+        // One status point per "total," interval line, with each op's line in it.
+        let totals = lines_matching(&p, |l| l.starts_with("total,"));
+        assert_eq!(r.status.len(), totals, "{name}");
+        for s in &r.status {
+            let got: Vec<&str> = s.latencies.iter().map(|l| l.op.as_str()).collect();
+            assert_eq!(got, ops, "{name} at {} s", s.elapsed_s);
+            assert!(
+                s.latencies
+                    .iter()
+                    .all(|l| l.p99_us.is_some() && l.max_us.is_some())
+            );
+        }
+        let last = r.status.last().unwrap();
+        assert_eq!(
+            last.elapsed_s as f64, secs,
+            "{name}: whole seconds of the last interval"
+        );
+        let o = &r.summary["OVERALL"];
+        assert_eq!(o["Op rate (op/s)"], rate, "{name}");
+        assert_eq!(o["Total operation time"], secs, "{name}");
+        assert_eq!(o["Total errors"], 0.0, "{name}");
+        assert!(o["Latency 99th percentile (ms)"] > 0.0);
+        assert!(!o.contains_key("Avg GC time (ms)"), "NaN is no value");
+    }
+}

@@ -101,12 +101,19 @@ fn timed(cmd: &mut Command) -> Result<(f64, f64)> {
 
 pub fn bench(ios: u64) -> Result<()> {
     run(crate::util::cargo().args(["build", "--release", "-p", "analyzer"]))?;
-    let path = std::env::temp_dir().join(format!(
-        "blkprof-bench-analyzer-{}.blkp",
-        std::process::id()
-    ));
-    eprintln!("bench: writing a {ios}-IO synthetic trace");
-    write_big(&path, ios)?;
+    // BLKPROF_BENCH_TRACE=FILE keeps the trace there (and reuses it when it exists), so that
+    // two builds can be timed side by side on the same file.
+    let keep = std::env::var_os("BLKPROF_BENCH_TRACE").map(std::path::PathBuf::from);
+    let path = keep.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!(
+            "blkprof-bench-analyzer-{}.blkp",
+            std::process::id()
+        ))
+    });
+    if keep.is_none() || !path.exists() {
+        eprintln!("bench: writing a {ios}-IO synthetic trace");
+        write_big(&path, ios)?;
+    }
     let size = std::fs::metadata(&path)?.len();
     // Read once (decode every record), in this process.
     let t0 = Instant::now();
@@ -125,7 +132,9 @@ pub fn bench(ios: u64) -> Result<()> {
             .arg("report")
             .arg(&path),
     )?;
-    let _ = std::fs::remove_file(&path);
+    if keep.is_none() {
+        let _ = std::fs::remove_file(&path);
+    }
     let rate = n as f64 / report_s;
     let check = |ok: bool| if ok { "met" } else { "NOT met" };
     println!("\n| measure | value | target |");
