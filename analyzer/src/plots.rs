@@ -202,6 +202,21 @@ pub fn charts(s: &Summary, j: &JsonReport, d: &DeviceStats) -> Vec<Chart<'static
             marks: marks.clone(),
         };
     let ms = |v: &[f64]| pts(&v.iter().map(|x| x / 1e3).collect::<Vec<_>>());
+    // Writes at the resolution of burst detection (100 ms by default): per interval, a flush
+    // of 2.5 MB in 0.1 s reads as 2.5 MB/s and hides exactly what this chart is for.
+    let fine_s = d.series.fine_ns as f64 / 1e9;
+    let fine_writes: Vec<(f64, f64)> = d
+        .series
+        .fine_write_bytes
+        .iter()
+        .enumerate()
+        .map(|(i, &b)| ((i as f64 + 0.5) * fine_s, b as f64 / 1e6 / fine_s))
+        .collect();
+    let fine_label: &'static str = if (fine_s - 0.1).abs() < 1e-9 {
+        "write per 100 ms"
+    } else {
+        "write per detection bin"
+    };
     let mut out = vec![
         chart(
             "throughput",
@@ -222,11 +237,22 @@ pub fn charts(s: &Summary, j: &JsonReport, d: &DeviceStats) -> Vec<Chart<'static
                     points: pts(&ser.write_mb_per_s),
                 },
                 Line {
-                    label: "discard",
-                    color: DISCARD,
-                    points: pts(&ser.discard_mb_per_s),
+                    label: fine_label,
+                    color: OTHER,
+                    points: fine_writes,
                 },
             ],
+        ),
+        // Discards get their own scale: a discard of a whole free block group is GB/s "throughput".
+        chart(
+            "discards",
+            format!("{}: discards", d.name),
+            "MB/s",
+            vec![Line {
+                label: "discard",
+                color: DISCARD,
+                points: pts(&ser.discard_mb_per_s),
+            }],
         ),
         chart(
             "iops",
