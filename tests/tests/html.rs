@@ -65,5 +65,9 @@ fn html_report_renders_in_chromium_without_console_errors() {
         dom.contains("Write bursts"),
         "the bursts table is in the rendered page"
     );
-    assert_eq!(dom.matches("<svg").count(), 4, "four charts for one device");
+    assert_eq!(
+        dom.matches("<svg").count(),
+        5,
+        "five charts for one device: throughput, discards, IOPS, latency, queue depth"
+    );
 }
