@@ -74,6 +74,11 @@ impl Detect {
     }
 }
 
+fn parse_start(s: &str) -> Result<i64, String> {
+    analyzer::stress::parse_start(s)
+        .ok_or_else(|| format!("'{s}': expected a UTC time such as 2026-11-22T06:45:03Z"))
+}
+
 /// "1s", "250ms", "2m", "1.5s" -> nanoseconds (> 0).
 fn parse_duration(s: &str) -> Result<u64, String> {
     let s = s.trim();
@@ -119,6 +124,11 @@ enum Cmd {
         /// next to the disk on the same wall-clock axis. Repeatable.
         #[arg(long = "stress", value_name = "FILE")]
         stress: Vec<PathBuf>,
+        /// When the stress run started (UTC, e.g. 2026-11-22T06:45:03Z), for output whose
+        /// status lines carry elapsed seconds only (cassandra-stress): places them on the
+        /// trace's clock. Lines with their own timestamps keep them.
+        #[arg(long = "stress-start", value_name = "TIME", value_parser = parse_start)]
+        stress_start: Option<i64>,
         /// The application's log (Cassandra system.log): flushes, compactions and SSTable
         /// deletions become markers, and flushes are matched with write bursts. Repeatable.
         #[arg(long = "app-log", value_name = "FILE")]
@@ -339,6 +349,7 @@ fn main() -> ExitCode {
             traces,
             json,
             stress,
+            stress_start,
             app_logs,
             out_dir,
             detect,
@@ -353,7 +364,12 @@ fn main() -> ExitCode {
             let mut context = analyzer::summary::Context::default();
             for p in &stress {
                 match analyzer::stress::read_stress(p) {
-                    Ok(r) => context.stress.push(r),
+                    Ok(mut r) => {
+                        if let Some(t) = stress_start {
+                            analyzer::stress::anchor(&mut r, t);
+                        }
+                        context.stress.push(r)
+                    }
                     Err(e) => {
                         eprintln!("blkprof: {e}");
                         return ExitCode::from(2);

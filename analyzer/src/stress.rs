@@ -45,6 +45,43 @@ pub fn civil_to_unix_ns(y: i64, mo: u32, d: u32, h: u32, mi: u32, s: u32, ms: u3
     )
 }
 
+/// "2026-11-22T06:45:03Z", "2026-11-22T06:45:03.123Z" or "2026-11-22 06:45:03" (UTC) to
+/// Unix ns: the start of a stress run whose output has no wall-clock times.
+pub fn parse_start(s: &str) -> Option<i64> {
+    let t = s.trim().trim_end_matches('Z');
+    let (date_time, ms) = match t.split_once('.') {
+        Some((dt, frac)) => {
+            let digits: String = frac.chars().take(3).collect();
+            if digits.is_empty() || !frac.chars().all(|c| c.is_ascii_digit()) {
+                return None;
+            }
+            let ms: u32 = format!("{digits:0<3}").parse().ok()?;
+            (dt, ms)
+        }
+        None => (t, 0),
+    };
+    let b = date_time.as_bytes();
+    if b.len() != 19 || !(b[10] == b'T' || b[10] == b' ') {
+        return None;
+    }
+    parse_stamp(&format!(
+        "{} {}.{ms:03}",
+        &date_time[..10],
+        &date_time[11..]
+    ))
+}
+
+/// Give a run's status points without wall-clock times the time `start` + their elapsed
+/// seconds (cassandra-stress prints elapsed time only). Returns how many were placed.
+pub fn anchor(run: &mut StressRun, start_ns: i64) -> usize {
+    let mut n = 0;
+    for p in run.status.iter_mut().filter(|p| p.time_ns.is_none()) {
+        p.time_ns = Some(start_ns + p.elapsed_s as i64 * 1_000_000_000);
+        n += 1;
+    }
+    n
+}
+
 /// "2026-11-22 02:45:18:771" (YCSB) or "2026-11-22 02:45:25,863" (log4j/logback).
 fn parse_stamp(s: &str) -> Option<i64> {
     let b = s.as_bytes();
@@ -807,6 +844,49 @@ total, 4000, 4000, 4000, 4000, 1.2, 0.9, 3.0, 8.0, 18.0, 30.0, 1.0, 0.0, 0, 0, 0
         // Flush 20..21 s, burst from 22 s: exactly the 1 s tolerance after its end.
         assert_eq!(m.rows[1].3.as_deref(), Some("t22"));
         assert_eq!(m.rows[2].3, None);
+    }
+
+    #[test]
+    fn start_times_anchor_elapsed_only_status_lines() {
+        let t = parse_start("2026-11-22T06:45:03Z").unwrap();
+        assert_eq!(parse_start("2026-11-22 06:45:03"), Some(t));
+        assert_eq!(parse_start("2026-11-22T06:45:03.5Z"), Some(t + 500_000_000));
+        assert_eq!(
+            parse_start("2026-11-22T06:45:03.123Z"),
+            Some(t + 123_000_000)
+        );
+        for bad in [
+            "",
+            "yesterday",
+            "2026-11-22",
+            "2026-11-22T06:45Z",
+            "2026-13-01T00:00:00Z",
+            "2026-11-22T06:45:03.x",
+        ] {
+            assert_eq!(parse_start(bad), None, "{bad}");
+        }
+        let mut r = StressRun {
+            status: vec![
+                StatusPoint {
+                    time_ns: None,
+                    elapsed_s: 1,
+                    operations: 10,
+                    ops_per_s: Some(10.0),
+                    latencies: Vec::new(),
+                },
+                StatusPoint {
+                    time_ns: Some(7),
+                    elapsed_s: 2,
+                    operations: 20,
+                    ops_per_s: Some(10.0),
+                    latencies: Vec::new(),
+                },
+            ],
+            ..Default::default()
+        };
+        assert_eq!(anchor(&mut r, t), 1);
+        assert_eq!(r.status[0].time_ns, Some(t + 1_000_000_000));
+        assert_eq!(r.status[1].time_ns, Some(7), "times it had are kept");
     }
 
     #[test]

@@ -134,3 +134,41 @@ fn output_dir_gets_html_json_and_every_chart_as_svg_and_png() {
         assert!(png.len() > 20_000, "{chart}.png has content");
     }
 }
+
+/// cassandra-stress prints elapsed seconds only: --stress-start puts its intervals on the
+/// trace's clock. (The fixture's run and the golden trace are different runs; the start here
+/// is chosen to overlap the trace, to show the placement, not a real correlation.)
+#[test]
+fn stress_start_places_elapsed_only_output_on_the_trace_clock() {
+    let run = |start: Option<&str>| {
+        let mut c = blkprof();
+        c.arg("report")
+            .arg(golden("cassandra-ycsb-a.blkp"))
+            .arg("--stress")
+            .arg(golden("cassandra-stress-mixed.txt"));
+        if let Some(s) = start {
+            c.args(["--stress-start", s]);
+        }
+        c.output().unwrap()
+    };
+    let o = run(None);
+    assert!(o.status.success());
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        !text.contains("client vs loop0"),
+        "no clock, no side-by-side"
+    );
+
+    let o = run(Some("2026-11-22T06:10:15Z"));
+    assert!(o.status.success());
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("client vs loop0"), "{text}");
+    assert!(
+        text.contains("2026-11-22T06:10:16.000Z      1842"),
+        "{text}"
+    );
+
+    let o = run(Some("yesterday"));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("expected a UTC time"));
+}
