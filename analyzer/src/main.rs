@@ -79,34 +79,10 @@ fn parse_start(s: &str) -> Result<i64, String> {
         .ok_or_else(|| format!("'{s}': expected a UTC time such as 2026-11-22T06:45:03Z"))
 }
 
-/// "1s", "250ms", "2m", "1.5s" -> nanoseconds (> 0).
+/// A duration (tracer_common::units) in nanoseconds.
 fn parse_duration(s: &str) -> Result<u64, String> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("'{s}': expected a duration such as 1s, 250ms or 2m"))?;
-    let mult = match unit {
-        "ns" => 1.0,
-        "us" => 1e3,
-        "ms" => 1e6,
-        "s" | "" => 1e9,
-        "m" => 60e9,
-        "h" => 3600e9,
-        _ => {
-            return Err(format!(
-                "'{s}': unknown unit '{unit}' (ns, us, ms, s, m, h)"
-            ));
-        }
-    };
-    let ns = (v * mult).round();
-    if !(1.0..1e19).contains(&ns) {
-        return Err(format!("'{s}': must be more than zero"));
-    }
-    Ok(ns as u64)
+    let d = tracer_common::units::parse_duration(s)?;
+    u64::try_from(d.as_nanos()).map_err(|_| format!("{s:?}: too long"))
 }
 
 #[derive(Subcommand)]

@@ -9,5 +9,7 @@ pub mod coverage;
 pub mod format;
 #[cfg(feature = "format")]
 pub mod op;
+#[cfg(feature = "format")]
+pub mod units;
 
 pub use abi::*;

@@ -64,28 +64,7 @@ pub struct Args {
     pub ring_size: u64,
 }
 
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration (try 30s, 5m, 2h, 500ms)"))?;
-    let secs = match unit {
-        "" | "s" => v,
-        "ms" => v / 1e3,
-        "m" | "min" => v * 60.0,
-        "h" => v * 3600.0,
-        "d" => v * 86400.0,
-        _ => return Err(format!("{s:?}: unknown unit {unit:?} (use ms, s, m, h, d)")),
-    };
-    if secs.is_nan() || secs <= 0.0 || !secs.is_finite() {
-        return Err(format!("{s:?}: a duration must be positive"));
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
+pub use tracer_common::units::parse_duration;
 
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();

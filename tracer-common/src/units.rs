@@ -1,0 +1,52 @@
+//! Command-line durations, shared by blkprof-trace and blkprof.
+
+use std::time::Duration;
+
+/// "30s", "500ms", "2m", "1.5h", "1d", "250us", "5" (seconds) -> a positive duration.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration (try 30s, 5m, 2h, 500ms)"))?;
+    let secs = match unit {
+        "" | "s" => v,
+        "ns" => v / 1e9,
+        "us" => v / 1e6,
+        "ms" => v / 1e3,
+        "m" | "min" => v * 60.0,
+        "h" => v * 3600.0,
+        "d" => v * 86400.0,
+        _ => {
+            return Err(format!(
+                "{s:?}: unknown unit {unit:?} (use ns, us, ms, s, m, h, d)"
+            ));
+        }
+    };
+    match Duration::try_from_secs_f64(secs) {
+        Ok(d) if !d.is_zero() => Ok(d),
+        Ok(_) => Err(format!("{s:?}: a duration must be positive")),
+        Err(_) => Err(format!("{s:?}: not a duration this tool can use")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("30s").unwrap(), Duration::from_secs(30));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("250us").unwrap(), Duration::from_micros(250));
+        assert_eq!(parse_duration("2h").unwrap(), Duration::from_secs(7200));
+        assert_eq!(parse_duration("1.5m").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("5").unwrap(), Duration::from_secs(5));
+        for bad in ["abc", "0s", "0.1ns", "5y", "", "99999999999999999999999d"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+}
