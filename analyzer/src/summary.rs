@@ -120,8 +120,8 @@ pub struct DeviceStats {
     pub bursts: Vec<Burst>,
     pub spikes: Vec<Spike>,
     pub read_impact: ReadImpact,
-    /// Every discard's completion time and bytes, in completion order (discards are few).
-    pub discard_times: Vec<(u64, u64)>,
+    /// Every discard, sorted by completion time (discards are few).
+    pub discards: Vec<IoRecord>,
 }
 
 /// What came with the trace: the stress tool's results and the application's logs.
@@ -168,7 +168,6 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
     // Where each chunk starts and the completion times it covers, to revisit only the chunks
     // that overlap write bursts; and every discard (few), to attribute them to bursts.
     let mut chunks: Vec<((u64, u64), u64, u64)> = Vec::new();
-    let mut discards: Vec<IoRecord> = Vec::new();
     // Whether each task's writes count towards bursts (--burst-comm), by pass one's numbering.
     let mut burst_writer: Vec<bool> = Vec::new();
     // Pass one: totals, size mix, latency, time series.
@@ -211,7 +210,7 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
                                 bursts: Vec::new(),
                                 spikes: Vec::new(),
                                 read_impact: ReadImpact::default(),
-                                discard_times: Vec::new(),
+                                discards: Vec::new(),
                             },
                             (0..SLOTS).map(|_| None).collect(),
                         ));
@@ -225,9 +224,7 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
             d.max_os_inflight = d.max_os_inflight.max(rec.os_inflight);
             d.series.record(rec, burst_writer[rec.task as usize]);
             if rec.op == Op::Discard {
-                discards.push(*rec);
-                d.discard_times
-                    .push((rec.complete_ns, u64::from(rec.bytes)));
+                d.discards.push(*rec);
             }
             let slot = op_slot(rec.op, rec.flags);
             if slot == SLOT_ABSORBED {
@@ -258,6 +255,8 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
                 d.ops.insert(slot_name(i), *o);
             }
         }
+        // Records come nearly, not exactly, in completion order (CPUs race to the ring).
+        d.discards.sort_by_key(|r| r.complete_ns);
         devices.insert(dev, d);
     }
     for d in r.devices() {
@@ -302,9 +301,11 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
     // Pass two's reader numbers tasks in the order it meets them: names by its numbering.
     let mut task_names: Vec<String> = Vec::new();
     if !ranges.is_empty() {
-        for d in &discards {
-            if let Some((_, _, c)) = found.get_mut(&d.dev) {
-                c.record(d);
+        for (dev, d) in &devices {
+            if let Some((_, _, c)) = found.get_mut(dev) {
+                for r in &d.discards {
+                    c.record(r);
+                }
             }
         }
         // Pass two, over the chunks that overlap a burst only.
@@ -765,11 +766,11 @@ impl Summary {
                     let until = next.min(c.end_ns + COMPACTION_DISCARD_WINDOW_NS);
                     let mono = |w: i64| (i128::from(w) - wall0).max(0) as u64;
                     let (a, b) = (mono(c.end_ns), mono(until));
-                    let from = d.discard_times.partition_point(|&(t, _)| t < a);
-                    let to = d.discard_times.partition_point(|&(t, _)| t < b);
-                    let slice = &d.discard_times[from..to.max(from)];
+                    let from = d.discards.partition_point(|r| r.complete_ns < a);
+                    let to = d.discards.partition_point(|r| r.complete_ns < b);
+                    let slice = &d.discards[from..to.max(from)];
                     let n = slice.len() as u64;
-                    let bytes: u64 = slice.iter().map(|&(_, b)| b).sum();
+                    let bytes: u64 = slice.iter().map(|r| u64::from(r.bytes)).sum();
                     out.discards += n;
                     out.discard_bytes += bytes;
                     out.followed_by_discards += usize::from(n > 0);
@@ -779,7 +780,9 @@ impl Summary {
                         end: c.end.clone(),
                         discards: n,
                         discard_bytes: bytes,
-                        first_discard_after_s: slice.first().map(|&(t, _)| (t - a) as f64 / 1e9),
+                        first_discard_after_s: slice
+                            .first()
+                            .map(|r| (r.complete_ns - a) as f64 / 1e9),
                     });
                 }
                 Some((d.name.clone(), out))
