@@ -20,18 +20,27 @@ use anyhow::{Context as _, Result, bail};
 
 use crate::util::{apt_install, attach_loop, have, is_root, output, root, run};
 
+#[derive(clap::Args)]
 pub struct Options {
-    /// Seconds of YCSB workload A, traced.
+    /// Seconds of YCSB workload A (the traced run phase).
+    #[arg(long, default_value_t = 120)]
     pub duration: u64,
-    /// YCSB records loaded before the run.
+    /// YCSB records loaded before the run (about 1.1 KB each).
+    #[arg(long, default_value_t = 200_000)]
     pub records: u64,
     /// YCSB client threads.
+    #[arg(long, default_value_t = 16)]
     pub threads: u32,
-    /// Where the trace, logs, YCSB output and the report go.
+    /// Directory for the trace, the logs, YCSB's output and the report.
+    #[arg(long, default_value = "target/cassandra-run")]
     pub out: PathBuf,
-    /// Size of the scratch disk image (sparse).
+    /// Size of the scratch disk image in GiB (sparse: only what is written takes space).
+    #[arg(long, default_value_t = 8)]
     pub disk_gib: u64,
-    /// Page cache the node may use beyond its own memory during the run (0: no limit).
+    /// Page cache (MiB) the node may use during the run, beyond its own memory plus 128 MiB
+    /// of headroom (a memory cgroup); 0 for no limit. Small, so that reads reach the device
+    /// as on a node whose data set is larger than memory.
+    #[arg(long, default_value_t = 64)]
     pub page_cache_mib: u64,
 }
 

@@ -66,26 +66,8 @@ enum Cmd {
     /// and the report with YCSB's results and Cassandra's flushes on one time axis.
     /// Everything it starts is stopped and removed at the end, on failure and on Ctrl-C.
     Cassandra {
-        /// Seconds of YCSB workload A (the traced run phase).
-        #[arg(long, default_value_t = 120)]
-        duration: u64,
-        /// YCSB records loaded before the run (about 1.1 KB each).
-        #[arg(long, default_value_t = 200_000)]
-        records: u64,
-        /// YCSB client threads.
-        #[arg(long, default_value_t = 16)]
-        threads: u32,
-        /// Directory for the trace, the logs, YCSB's output and the report.
-        #[arg(long, default_value = "target/cassandra-run")]
-        out: std::path::PathBuf,
-        /// Size of the scratch disk image in GiB (sparse: only what is written takes space).
-        #[arg(long, default_value_t = 8)]
-        disk_gib: u64,
-        /// Page cache (MiB) the node may use during the run, beyond its own memory plus 128 MiB
-        /// of headroom (a memory cgroup); 0 for no limit. Small, so that reads reach the device
-        /// as on a node whose data set is larger than memory.
-        #[arg(long, default_value_t = 64)]
-        page_cache_mib: u64,
+        #[command(flatten)]
+        opts: cassandra::Options,
         /// Use the blkprof binaries already in target/release: no set-up, no cargo build (for
         /// the end-to-end test, which runs inside `cargo xtask test`).
         #[arg(long)]
@@ -116,27 +98,12 @@ fn main() -> Result<()> {
             }
             bench_analyzer::bench(analyzer_ios)
         }
-        Cmd::Cassandra {
-            duration,
-            records,
-            threads,
-            out,
-            disk_gib,
-            page_cache_mib,
-            prebuilt,
-        } => {
+        Cmd::Cassandra { opts, prebuilt } => {
             if !prebuilt {
                 setup::setup()?;
                 util::build_release()?;
             }
-            cassandra::cassandra(cassandra::Options {
-                duration,
-                records,
-                threads,
-                out,
-                disk_gib,
-                page_cache_mib,
-            })
+            cassandra::cassandra(opts)
         }
     }
 }
