@@ -83,6 +83,40 @@ pub struct Series {
     /// Records whose interval had already been finalised (very late in completion order).
     pub late: u64,
     highest: usize,
+    /// The last fine bin and interval looked up: consecutive times mostly fall in them, and a
+    /// 64-bit division per lookup was the costliest part of recording a record.
+    fine_bin: BinCache,
+    interval_bin: BinCache,
+}
+
+/// Bin index of an offset from t0, remembering the last bin found.
+#[derive(Clone, Copy, Debug)]
+struct BinCache {
+    /// Offset where the cached bin starts, and its index.
+    lo: u64,
+    idx: usize,
+    width: u64,
+}
+
+impl BinCache {
+    fn new(width: u64) -> BinCache {
+        BinCache {
+            lo: 0,
+            idx: 0,
+            width,
+        }
+    }
+
+    #[inline]
+    fn of(&mut self, offset: u64) -> usize {
+        if offset.wrapping_sub(self.lo) < self.width {
+            return self.idx;
+        }
+        let i = offset / self.width;
+        self.lo = i * self.width;
+        self.idx = i as usize;
+        self.idx
+    }
 }
 
 /// How many intervals stay open behind the newest one (records arrive nearly in completion
@@ -108,6 +142,8 @@ impl Series {
             fine_queue_max: Vec::new(),
             late: 0,
             highest: 0,
+            fine_bin: BinCache::new(o.fine_ns),
+            interval_bin: BinCache::new(o.interval_ns),
         }
     }
 
@@ -119,7 +155,8 @@ impl Series {
     #[inline]
     pub fn record(&mut self, r: &IoRecord, burst_writer: bool) {
         let g = r.stat_group();
-        let i = self.at(r.complete_ns, self.interval_ns);
+        let dc = r.complete_ns.saturating_sub(self.t0_ns);
+        let i = self.interval_bin.of(dc);
         grow(&mut self.intervals, i);
         if self.open.len() <= i {
             self.open.resize_with(i + 1, || None);
@@ -160,12 +197,13 @@ impl Series {
         } else {
             r.enter_ns
         };
-        let (fi, ii) = (self.at(at, self.fine_ns), self.at(at, self.interval_ns));
+        let da = at.saturating_sub(self.t0_ns);
+        let (fi, ii) = (self.fine_bin.of(da), self.interval_bin.of(da));
         grow(&mut self.fine_queue_max, fi);
         self.fine_queue_max[fi] = self.fine_queue_max[fi].max(r.os_inflight);
         grow(&mut self.intervals, ii);
         self.intervals[ii].queue_max = self.intervals[ii].queue_max.max(r.os_inflight);
-        let f = self.at(r.complete_ns, self.fine_ns);
+        let f = self.fine_bin.of(dc);
         grow(&mut self.fine_write_bytes, f);
         if g == StatGroup::Write && burst_writer {
             self.fine_write_bytes[f] += u64::from(r.bytes);
@@ -177,23 +215,29 @@ impl Series {
         if end <= s {
             return;
         }
-        let (fs, fe) = (self.at(s, self.fine_ns), self.at(end - 1, self.fine_ns));
+        let (ds, de) = (s - self.t0_ns, end - 1 - self.t0_ns);
+        let (fs, fe) = (self.fine_bin.of(ds), self.fine_bin.of(de));
         grow(&mut self.fine_queue_area_ns, fe);
         grow(&mut self.fine_queue_max, fe);
-        for b in fs..=fe {
-            let lo = self.t0_ns + b as u64 * self.fine_ns;
-            let hi = lo + self.fine_ns;
-            self.fine_queue_area_ns[b] += u128::from(end.min(hi) - s.max(lo));
+        if fs == fe {
+            self.fine_queue_area_ns[fs] += u128::from(end - s);
+        } else {
+            for b in fs..=fe {
+                let lo = self.t0_ns + b as u64 * self.fine_ns;
+                let hi = lo + self.fine_ns;
+                self.fine_queue_area_ns[b] += u128::from(end.min(hi) - s.max(lo));
+            }
         }
-        let (is, ie) = (
-            self.at(s, self.interval_ns),
-            self.at(end - 1, self.interval_ns),
-        );
+        let (is, ie) = (self.interval_bin.of(ds), self.interval_bin.of(de));
         grow(&mut self.intervals, ie);
-        for b in is..=ie {
-            let lo = self.t0_ns + b as u64 * self.interval_ns;
-            let hi = lo + self.interval_ns;
-            self.intervals[b].queue_area_ns += u128::from(end.min(hi) - s.max(lo));
+        if is == ie {
+            self.intervals[is].queue_area_ns += u128::from(end - s);
+        } else {
+            for b in is..=ie {
+                let lo = self.t0_ns + b as u64 * self.interval_ns;
+                let hi = lo + self.interval_ns;
+                self.intervals[b].queue_area_ns += u128::from(end.min(hi) - s.max(lo));
+            }
         }
     }
 
