@@ -5,6 +5,7 @@ pub mod bursts;
 pub mod check;
 pub mod compare;
 pub mod export;
+pub mod hdrfast;
 pub mod html;
 pub mod import;
 pub mod loghist;

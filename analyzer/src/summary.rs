@@ -13,6 +13,7 @@ use tracer_common::format::{
 use tracer_common::op::{Op, StatGroup, flags};
 
 use crate::bursts::{Burst, Classifier, ReadImpact, Spike, burst_ranges};
+use crate::hdrfast::HdrCounts;
 use crate::series::{Options, Series, detect_bursts, detect_spikes};
 use crate::sizes::SizeClass;
 
@@ -28,6 +29,9 @@ pub struct OpStats {
     last_exact: usize,
     pub device_latency_ns: Histogram<u64>,
     pub total_latency_ns: Histogram<u64>,
+    /// The two latencies as counted on the hot path, drained into the histograms at the end.
+    device_counts: HdrCounts,
+    total_counts: HdrCounts,
     pub readahead_bytes: u64,
     pub errors: u64,
 }
@@ -47,6 +51,8 @@ impl OpStats {
             last_exact: 0,
             device_latency_ns: h(),
             total_latency_ns: h(),
+            device_counts: HdrCounts::default(),
+            total_counts: HdrCounts::default(),
             readahead_bytes: 0,
             errors: 0,
         }
@@ -70,7 +76,10 @@ impl OpStats {
         }
     }
 
-    fn fold_sizes(&mut self) {
+    /// Fold what the hot path counted into the size classes and latency histograms.
+    fn finish(&mut self) {
+        self.device_counts.drain_into(&mut self.device_latency_ns);
+        self.total_counts.drain_into(&mut self.total_latency_ns);
         for &(b, n) in &self.exact {
             let e = self.sizes.entry(SizeClass::of(u64::from(b))).or_default();
             e.0 += n;
@@ -236,9 +245,9 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
             o.bytes += u64::from(rec.bytes);
             o.count_size(rec.bytes);
             if rec.issue_ns != 0 {
-                let _ = o.device_latency_ns.record(rec.device_ns().max(1));
+                o.device_counts.record(rec.device_ns().max(1));
             }
-            let _ = o.total_latency_ns.record(rec.total_ns().max(1));
+            o.total_counts.record(rec.total_ns().max(1));
             if rec.flags & flags::RAHEAD != 0 {
                 o.readahead_bytes += u64::from(rec.bytes);
             }
@@ -251,7 +260,7 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
     for (dev, mut d, slots) in devs {
         for (i, o) in slots.into_iter().enumerate() {
             if let Some(mut o) = o {
-                o.fold_sizes();
+                o.finish();
                 d.ops.insert(slot_name(i), *o);
             }
         }
