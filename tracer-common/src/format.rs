@@ -397,35 +397,34 @@ fn pack_block(out: &mut Vec<u8>, vals: &[u64], signed: bool) {
     }
 }
 
-/// Little-endian load of up to 16 bytes at `at`, zero past the end of `buf`.
-#[inline]
-fn load_tail(buf: &[u8], at: usize) -> u128 {
-    let mut b = [0u8; 16];
-    let s = buf.get(at..).unwrap_or(&[]);
-    let n = s.len().min(16);
-    b[..n].copy_from_slice(&s[..n]);
-    u128::from_le_bytes(b)
-}
+/// Bytes a block's column can take: 128 values of 64 bits.
+const MAX_PACKED: usize = BLOCK_RECORDS * 8;
 
-/// Unpack `out.len()` values of `bw` bits starting at `buf[0]`, adding `min`. `buf` may extend
-/// past the block (those bits are masked off): only loads at the very end of a chunk take the
-/// slow path.
+/// Unpack `out.len()` (at most [`BLOCK_RECORDS`]) values of `bw` bits from `packed`, adding
+/// `min`. The bytes are first copied into a zero-padded block so that every load is in bounds
+/// without a check per value.
 #[inline]
-fn unpack_block(buf: &[u8], bw: u32, min: u64, out: &mut [u64]) {
+fn unpack_block(
+    packed: &[u8],
+    bw: u32,
+    min: u64,
+    out: &mut [u64],
+    scratch: &mut [u8; MAX_PACKED + 16],
+) {
     if bw == 0 {
         out.fill(min);
         return;
     }
+    let n = packed.len().min(MAX_PACKED);
+    scratch[..n].copy_from_slice(&packed[..n]);
+    scratch[n..n + 16].fill(0);
     let bw = bw as usize;
     if bw <= 56 {
         let mask = (1u64 << bw) - 1;
         for (i, o) in out.iter_mut().enumerate() {
             let bit = i * bw;
-            let at = bit >> 3;
-            let w = match buf.get(at..at + 8) {
-                Some(s) => u64::from_le_bytes(s.try_into().expect("8 bytes")),
-                None => load_tail(buf, at) as u64,
-            };
+            let at = (bit >> 3) & (MAX_PACKED - 1);
+            let w = u64::from_le_bytes(scratch[at..at + 8].try_into().expect("8 bytes"));
             *o = min.wrapping_add((w >> (bit & 7)) & mask);
         }
     } else {
@@ -436,11 +435,8 @@ fn unpack_block(buf: &[u8], bw: u32, min: u64, out: &mut [u64]) {
         };
         for (i, o) in out.iter_mut().enumerate() {
             let bit = i * bw;
-            let at = bit >> 3;
-            let w = match buf.get(at..at + 16) {
-                Some(s) => u128::from_le_bytes(s.try_into().expect("16 bytes")),
-                None => load_tail(buf, at),
-            };
+            let at = (bit >> 3) & (MAX_PACKED - 1);
+            let w = u128::from_le_bytes(scratch[at..at + 16].try_into().expect("16 bytes"));
             *o = min.wrapping_add(((w >> (bit & 7)) & mask) as u64);
         }
     }
@@ -1173,6 +1169,7 @@ impl TraceReader {
         }
         out.reserve(t.count as usize);
         let mut vals = [[0u64; BLOCK_RECORDS]; NCOLS];
+        let mut scratch = [0u8; MAX_PACKED + 16];
         let mut prev_complete = t.base;
         let mut prev_end_sector = 0u64;
         let mut left = t.count as usize;
@@ -1185,10 +1182,10 @@ impl TraceReader {
                     .map(|b| u32::from(b[0]))
                     .filter(|&bw| bw <= 64)
                     .ok_or_else(|| self.corrupt(bad("bad bit width")))?;
-                let start = c.pos;
-                c.bytes((n * bw as usize).div_ceil(8))
+                let packed = c
+                    .bytes((n * bw as usize).div_ceil(8))
                     .ok_or_else(|| self.corrupt(bad("short block")))?;
-                unpack_block(&raw[start..], bw, unzigzag(min) as u64, &mut v[..n]);
+                unpack_block(packed, bw, unzigzag(min) as u64, &mut v[..n], &mut scratch);
             }
             // Record i takes the i-th value of each of the ten columns.
             #[allow(clippy::needless_range_loop)]
