@@ -9,7 +9,6 @@ pub const BUCKETS: usize = (SUB * OCTAVES) as usize;
 #[derive(Clone)]
 pub struct LogHist {
     counts: Box<[u32; BUCKETS]>,
-    total: u64,
     max: u64,
 }
 
@@ -17,7 +16,6 @@ impl Default for LogHist {
     fn default() -> Self {
         LogHist {
             counts: Box::new([0; BUCKETS]),
-            total: 0,
             max: 0,
         }
     }
@@ -49,7 +47,6 @@ impl LogHist {
     #[inline]
     pub fn record(&mut self, v: u64) {
         self.counts[index(v)] += 1;
-        self.total += 1;
         self.max = self.max.max(v);
     }
 
@@ -57,16 +54,16 @@ impl LogHist {
         for (a, b) in self.counts.iter_mut().zip(o.counts.iter()) {
             *a += b;
         }
-        self.total += o.total;
         self.max = self.max.max(o.max);
     }
 
+    /// Values recorded (summed over the buckets: the hot path only counts).
     pub fn len(&self) -> u64 {
-        self.total
+        self.counts.iter().map(|&c| u64::from(c)).sum()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.total == 0
+        self.counts.iter().all(|&c| c == 0)
     }
 
     pub fn max(&self) -> u64 {
@@ -75,10 +72,11 @@ impl LogHist {
 
     /// The value at quantile q (upper edge of its bucket, capped at the max seen).
     pub fn quantile(&self, q: f64) -> u64 {
-        if self.total == 0 {
+        let total = self.len();
+        if total == 0 {
             return 0;
         }
-        let rank = ((q * self.total as f64).ceil() as u64).clamp(1, self.total);
+        let rank = ((q * total as f64).ceil() as u64).clamp(1, total);
         let mut seen = 0u64;
         for (i, &c) in self.counts.iter().enumerate() {
             seen += u64::from(c);

@@ -151,10 +151,10 @@ impl Series {
         (t.saturating_sub(self.t0_ns) / bin) as usize
     }
 
-    /// `burst_writer`: whether this IO's task is one whose writes count towards bursts.
+    /// `g`: the record's [`IoRecord::stat_group`]; `burst_writer`: whether this IO's task is
+    /// one whose writes count towards bursts.
     #[inline]
-    pub fn record(&mut self, r: &IoRecord, burst_writer: bool) {
-        let g = r.stat_group();
+    pub fn record(&mut self, r: &IoRecord, g: StatGroup, burst_writer: bool) {
         let dc = r.complete_ns.saturating_sub(self.t0_ns);
         let i = self.interval_bin.of(dc);
         grow(&mut self.intervals, i);

@@ -95,15 +95,6 @@ const SLOT_FLUSH: usize = 16;
 const SLOT_ABSORBED: usize = 17;
 const SLOTS: usize = 18;
 
-#[inline]
-fn op_slot(op: Op, fl: u16) -> usize {
-    match StatGroup::of(op, fl) {
-        StatGroup::Flush => SLOT_FLUSH,
-        _ if op == Op::Flush => SLOT_ABSORBED,
-        _ => op as usize,
-    }
-}
-
 fn slot_name(slot: usize) -> String {
     match slot {
         SLOT_FLUSH => "flush".into(),
@@ -196,8 +187,8 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
                     || opts.burst_comms.iter().any(|c| t.comm.contains(c.as_str())),
             );
         }
+        records += buf.len() as u64;
         for rec in &buf {
-            records += 1;
             task_counts[rec.task as usize] += 1;
             if devs.get(last).is_none_or(|d| d.0 != rec.dev) {
                 last = match devs.iter().position(|d| d.0 == rec.dev) {
@@ -231,11 +222,16 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
             d.first_ns = d.first_ns.min(rec.enter_ns);
             d.last_ns = d.last_ns.max(rec.complete_ns);
             d.max_os_inflight = d.max_os_inflight.max(rec.os_inflight);
-            d.series.record(rec, burst_writer[rec.task as usize]);
+            let g = rec.stat_group();
+            d.series.record(rec, g, burst_writer[rec.task as usize]);
             if rec.op == Op::Discard {
                 d.discards.push(*rec);
             }
-            let slot = op_slot(rec.op, rec.flags);
+            let slot = match g {
+                StatGroup::Flush => SLOT_FLUSH,
+                _ if rec.op == Op::Flush => SLOT_ABSORBED,
+                _ => rec.op as usize,
+            };
             if slot == SLOT_ABSORBED {
                 d.absorbed_flushes += 1;
                 continue;
