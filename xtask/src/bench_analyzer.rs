@@ -148,7 +148,9 @@ pub fn bench(ios: u64) -> Result<()> {
     run(crate::util::cargo().args(["build", "--release", "-p", "analyzer"]))?;
     // BLKPROF_BENCH_TRACE=FILE keeps the trace there (and reuses it when it exists), so that
     // two builds can be timed side by side on the same file.
-    let keep = std::env::var_os("BLKPROF_BENCH_TRACE").map(std::path::PathBuf::from);
+    let keep = std::env::var_os("BLKPROF_BENCH_TRACE")
+        .filter(|v| !v.is_empty())
+        .map(std::path::PathBuf::from);
     let path = keep.clone().unwrap_or_else(|| {
         std::env::temp_dir().join(format!(
             "blkprof-bench-analyzer-{}.blkp",
