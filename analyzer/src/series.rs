@@ -91,6 +91,41 @@ pub struct Series {
     /// 100 ms): the intervals' queue area and max are then summed from the fine bins at the
     /// end instead of being kept twice per record.
     fine_per_interval: Option<usize>,
+    /// Sums for the fine bin the last records fell in, added to the vectors when a record
+    /// falls elsewhere (see [`Series::record`]).
+    acc: Acc,
+}
+
+/// What the records wholly inside one fine bin add up to, kept out of the vectors while
+/// records keep coming for that bin (nearly all of them: records arrive in completion order).
+struct Acc {
+    /// The bin, as an offset from t0 ([`u64::MAX`]: none yet), its index and interval.
+    lo: u64,
+    fine: usize,
+    interval: usize,
+    /// (ios, bytes) per diskstats group.
+    groups: [(u64, u64); 4],
+    queue_area_ns: u128,
+    queue_max: u32,
+    write_bytes: u64,
+    /// The interval's open latency histograms, taken out of `Series::open` while cached;
+    /// None when the interval is already finalised (records count as late).
+    open: Option<Box<Open>>,
+}
+
+impl Acc {
+    fn none() -> Acc {
+        Acc {
+            lo: u64::MAX,
+            fine: 0,
+            interval: 0,
+            groups: [(0, 0); 4],
+            queue_area_ns: 0,
+            queue_max: 0,
+            write_bytes: 0,
+            open: None,
+        }
+    }
 }
 
 /// Bin index of an offset from t0, remembering the last bin found.
@@ -150,6 +185,7 @@ impl Series {
             interval_bin: BinCache::new(o.interval_ns),
             fine_per_interval: (o.interval_ns >= o.fine_ns && o.interval_ns % o.fine_ns == 0)
                 .then(|| (o.interval_ns / o.fine_ns) as usize),
+            acc: Acc::none(),
         }
     }
 
@@ -161,6 +197,86 @@ impl Series {
     /// one whose writes count towards bursts.
     #[inline]
     pub fn record(&mut self, r: &IoRecord, g: StatGroup, burst_writer: bool) {
+        // Fast path: entered, issued and completed inside the fine bin of the last records.
+        let start = r.enter_ns.min(r.complete_ns).max(self.t0_ns);
+        let at = if r.issue_ns != 0 {
+            r.issue_ns
+        } else {
+            r.enter_ns
+        };
+        let a = &mut self.acc;
+        let lo = self.t0_ns.wrapping_add(a.lo);
+        if a.lo != u64::MAX
+            && r.complete_ns.wrapping_sub(lo) < self.fine_ns
+            && start >= lo
+            && at.wrapping_sub(lo) < self.fine_ns
+        {
+            a.groups[g as usize].0 += 1;
+            a.groups[g as usize].1 += u64::from(r.bytes);
+            if let Some(o) = &mut a.open {
+                match g {
+                    StatGroup::Read => o.read.record(r.total_ns()),
+                    StatGroup::Write => o.write.record(r.total_ns()),
+                    _ => {}
+                }
+            } else if matches!(g, StatGroup::Read | StatGroup::Write) {
+                self.late += 1;
+            }
+            a.queue_area_ns += u128::from(r.complete_ns - start);
+            a.queue_max = a.queue_max.max(r.os_inflight);
+            if g == StatGroup::Write && burst_writer {
+                a.write_bytes += u64::from(r.bytes);
+            }
+            return;
+        }
+        self.flush_acc();
+        self.record_slow(r, g, burst_writer);
+        // Cache the bin this record completed in, for the records that follow.
+        if let Some(m) = self.fine_per_interval {
+            let dc = r.complete_ns.saturating_sub(self.t0_ns);
+            let fine = self.fine_bin.of(dc);
+            let interval = fine / m;
+            let open = if interval + OPEN_WINDOW < self.highest {
+                None
+            } else {
+                self.open.get_mut(interval).and_then(Option::take)
+            };
+            if open.is_some() || interval + OPEN_WINDOW < self.highest {
+                self.acc = Acc {
+                    lo: fine as u64 * self.fine_ns,
+                    fine,
+                    interval,
+                    open,
+                    ..Acc::none()
+                };
+            }
+        }
+    }
+
+    /// Add the cached bin's sums to the vectors and give its histograms back.
+    fn flush_acc(&mut self) {
+        let a = std::mem::replace(&mut self.acc, Acc::none());
+        if a.lo == u64::MAX {
+            return;
+        }
+        grow(&mut self.intervals, a.interval);
+        grow(&mut self.fine_queue_area_ns, a.fine);
+        grow(&mut self.fine_queue_max, a.fine);
+        grow(&mut self.fine_write_bytes, a.fine);
+        let iv = &mut self.intervals[a.interval];
+        for (t, s) in iv.groups.iter_mut().zip(a.groups) {
+            t.0 += s.0;
+            t.1 += s.1;
+        }
+        self.fine_queue_area_ns[a.fine] += a.queue_area_ns;
+        self.fine_queue_max[a.fine] = self.fine_queue_max[a.fine].max(a.queue_max);
+        self.fine_write_bytes[a.fine] += a.write_bytes;
+        if a.open.is_some() {
+            self.open[a.interval] = a.open;
+        }
+    }
+
+    fn record_slow(&mut self, r: &IoRecord, g: StatGroup, burst_writer: bool) {
         let dc = r.complete_ns.saturating_sub(self.t0_ns);
         let i = self.interval_bin.of(dc);
         grow(&mut self.intervals, i);
@@ -269,6 +385,7 @@ impl Series {
     }
 
     pub fn finish(&mut self) {
+        self.flush_acc();
         for k in 0..self.open.len() {
             self.finalise(k);
         }
