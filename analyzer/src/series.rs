@@ -183,8 +183,9 @@ impl Series {
             highest: 0,
             fine_bin: BinCache::new(o.fine_ns),
             interval_bin: BinCache::new(o.interval_ns),
-            fine_per_interval: (o.interval_ns >= o.fine_ns && o.interval_ns % o.fine_ns == 0)
-                .then(|| (o.interval_ns / o.fine_ns) as usize),
+            fine_per_interval: (o.interval_ns >= o.fine_ns
+                && o.interval_ns.is_multiple_of(o.fine_ns))
+            .then(|| (o.interval_ns / o.fine_ns) as usize),
             acc: Acc::none(),
         }
     }
