@@ -7,6 +7,9 @@ pub const MAP_EVENTS: &str = "EVENTS";
 pub const MAP_REQUESTS: &str = "REQUESTS";
 /// Per-device in-flight counters, keyed by kernel `dev_t`.
 pub const MAP_DEVICES: &str = "DEVICES";
+/// Direct-mapped per-device in-flight counts ([`DeviceSlot`]); devices whose slot is taken
+/// are in [`MAP_DEVICES`].
+pub const MAP_DEVICE_SLOTS: &str = "DEVICE_SLOTS";
 /// Exact per-(device, op) aggregates, kept even when ring records are dropped.
 pub const MAP_AGGREGATES: &str = "AGGREGATES";
 /// Per-CPU counters indexed by [`Counter`]; aggregates are per-CPU too (summed by user space).
@@ -42,6 +45,13 @@ pub enum Counter {
     /// programs did not run for it (observed at about 1 in 30,000 completions on Linux 6.18
     /// with no `recursion_misses` recorded); counted so that no loss is silent.
     MissedCompletion = 5,
+    /// Of the missed completions: the stale request had been seen completing (a partial
+    /// completion or the data part of a flush sequence) but never closed...
+    MissedAfterPartial = 6,
+    /// ...had been issued to the device and never seen completing...
+    MissedIssued = 7,
+    /// ...had never been issued.
+    MissedNeverIssued = 8,
 }
 pub const COUNTER_SLOTS: u32 = 16;
 
@@ -170,6 +180,24 @@ pub struct DeviceState {
     pub dev_inflight: u64,
 }
 
+/// A slot of [`MAP_DEVICE_SLOTS`]: a device's counters, direct-mapped by
+/// [`device_slot_index`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceSlot {
+    /// dev + 1 of the device owning the slot; 0 while free.
+    pub tag: u64,
+    pub st: DeviceState,
+}
+
+pub const DEVICE_SLOT_COUNT: u32 = 256;
+
+/// Slot of a device (major << 20 | minor) in [`MAP_DEVICE_SLOTS`] (Fibonacci hashing).
+#[inline(always)]
+pub const fn device_slot_index(dev: u32) -> u32 {
+    ((dev as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as u32 & (DEVICE_SLOT_COUNT - 1)
+}
+
 /// Per-request state from submission to completion.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -225,5 +253,6 @@ mod pod {
     unsafe impl aya::Pod for super::AggKey {}
     unsafe impl aya::Pod for super::Aggregate {}
     unsafe impl aya::Pod for super::DeviceState {}
+    unsafe impl aya::Pod for super::DeviceSlot {}
     unsafe impl aya::Pod for super::RequestState {}
 }

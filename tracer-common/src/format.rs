@@ -156,6 +156,11 @@ pub struct ProbeCounters {
     /// reused the request): IOs the kernel counted that the trace cannot have.
     #[serde(default)]
     pub missed_completions: u64,
+    /// Of `missed_completions`, how far the probe had seen the request go before it was reused:
+    /// (seen completing but not closed: a partial completion or a flush sequence's data part,
+    /// issued to the device, never issued). A diagnostic for the cause.
+    #[serde(default)]
+    pub missed_stage: [u64; 3],
     pub programs: Vec<ProgramStats>,
 }
 

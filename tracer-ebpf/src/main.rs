@@ -26,16 +26,15 @@
 use core::intrinsics::{AtomicOrdering, atomic_cxchg, atomic_xadd};
 
 use aya_ebpf::{
-    EbpfContext as _,
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, generated::bpf_get_current_comm},
     macros::{btf_tracepoint, map},
     maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
     programs::BtfTracePointContext,
 };
 use tracer_common::{
-    AGG_FLUSH_RQ, AggKey, Aggregate, COUNTER_SLOTS, Counter, DeviceState, EV_NEVER_ISSUED,
-    EV_STARTED_BEFORE_ATTACH, HIST_BUCKETS, IoEvent, KIND_FLUSH_RQ, KIND_IO, ProbeConfig,
-    RequestState, dev_join, log2_bucket,
+    AGG_FLUSH_RQ, AggKey, Aggregate, COUNTER_SLOTS, Counter, DEVICE_SLOT_COUNT, DeviceSlot,
+    DeviceState, EV_NEVER_ISSUED, EV_STARTED_BEFORE_ATTACH, HIST_BUCKETS, IoEvent, KIND_FLUSH_RQ,
+    KIND_IO, ProbeConfig, RequestState, dev_join, log2_bucket,
 };
 
 /// Offsets and flag values, set by user space from the running kernel's BTF.
@@ -82,8 +81,17 @@ static REQUESTS: HashMap<u64, RequestState> = HashMap::with_max_entries(65536, 0
 /// Entries in REQUESTS, so that lookups can skip it while it is empty (the common case).
 #[map(name = "OVERFLOW")]
 static OVERFLOW: Array<u64> = Array::with_max_entries(1, 0);
+/// Per-device in-flight counts, direct-mapped by a hash of the device (array lookups are
+/// inlined by the verifier; a hash-map lookup is a helper call). A device whose slot is taken
+/// by another goes to DEVICES instead.
+#[map(name = "DEVICE_SLOTS")]
+static DEVICE_SLOTS: Array<DeviceSlot> = Array::with_max_entries(DEVICE_SLOT_COUNT, 0);
 #[map(name = "DEVICES")]
 static DEVICES: HashMap<u32, DeviceState> = HashMap::with_max_entries(4096, 0);
+/// Per program (by the index in [`key_of`]'s callers), a word through which the request
+/// pointer becomes a plain number.
+#[map(name = "SCRATCH")]
+static SCRATCH: PerCpuArray<u64> = PerCpuArray::with_max_entries(8, 0);
 #[map(name = "AGGREGATES")]
 static AGGREGATES: PerCpuHashMap<AggKey, Aggregate> = PerCpuHashMap::with_max_entries(4096, 0);
 #[map(name = "COUNTERS")]
@@ -94,6 +102,14 @@ static DEVICE_FILTER: HashMap<u32, u8> = HashMap::with_max_entries(256, 0);
 const BPF_NOEXIST: u64 = 1;
 const SLOT_COUNT: u32 = 1 << 16;
 
+/// Scratch words of [`SCRATCH`], one per program: programs of different tracepoints can nest
+/// on a CPU (a completion interrupting an issue), the same program cannot.
+const SCRATCH_IO_START: u32 = 0;
+const SCRATCH_ISSUE: u32 = 1;
+const SCRATCH_REQUEUE: u32 = 2;
+const SCRATCH_MERGE: u32 = 3;
+const SCRATCH_COMPLETE: u32 = 4;
+
 #[repr(C)]
 pub struct RequestSlot {
     /// The `struct request *` owning the slot; 0 when free.
@@ -102,11 +118,21 @@ pub struct RequestSlot {
 }
 
 /// The request's address as a plain number, to hash and store (the verifier forbids
-/// arithmetic on the typed pointer): copy argument 0 out of the context.
+/// arithmetic on the typed pointer): stored into this program's per-CPU scratch word and
+/// loaded back, which the verifier lets a privileged (CAP_PERFMON) program do and which costs
+/// two memory accesses where `bpf_probe_read_kernel` was a helper call.
 #[inline(always)]
-fn key_of(ctx: &BtfTracePointContext) -> u64 {
-    // SAFETY: the tracepoint context is an array of u64 arguments; a fault yields 0.
-    unsafe { aya_ebpf::helpers::bpf_probe_read_kernel(ctx.as_ptr().cast::<u64>()) }.unwrap_or(0)
+fn key_of(ctx: &BtfTracePointContext, scratch: u32) -> u64 {
+    let rq: *const u8 = ctx.arg(0);
+    let Some(w) = SCRATCH.get_ptr_mut(scratch) else {
+        return 0;
+    };
+    // SAFETY: w points to this CPU's u64 scratch word; no other run of this program can
+    // interleave on this CPU.
+    unsafe {
+        core::ptr::write_volatile(w.cast::<*const u8>(), rq);
+        core::ptr::read_volatile(w)
+    }
 }
 
 /// Fill a fresh request state in place, field by field: a struct literal would become a
@@ -288,7 +314,49 @@ fn traced_dev(cfg: &ProbeConfig, rq: *const u8) -> Option<u32> {
 }
 
 #[inline(always)]
+fn device_slot(dev: u32) -> Option<*mut DeviceSlot> {
+    DEVICE_SLOTS.get_ptr_mut(tracer_common::device_slot_index(dev))
+}
+
+/// The device's in-flight counts, if it has any yet.
+#[inline(always)]
+fn device_state(dev: u32) -> Option<*mut DeviceState> {
+    let tag = u64::from(dev) + 1;
+    if let Some(slot) = device_slot(dev) {
+        // SAFETY: array value pointer.
+        match unsafe { core::ptr::read_volatile(&raw const (*slot).tag) } {
+            // SAFETY: array value pointer.
+            t if t == tag => return Some(unsafe { &raw mut (*slot).st }),
+            0 => return None,
+            _ => {}
+        }
+    }
+    DEVICES.get_ptr_mut(&dev)
+}
+
+/// The device's in-flight counts, created at zero when first seen.
+#[inline(always)]
 fn device(dev: u32) -> Option<*mut DeviceState> {
+    let tag = u64::from(dev) + 1;
+    if let Some(slot) = device_slot(dev) {
+        // SAFETY: array value pointer.
+        if unsafe { core::ptr::read_volatile(&raw const (*slot).tag) } == tag {
+            // SAFETY: array value pointer of the device's slot.
+            return Some(unsafe { &raw mut (*slot).st });
+        }
+        // SAFETY: array value pointer; the CAS makes one device the owner of a free slot.
+        let (old, won) = unsafe {
+            atomic_cxchg::<u64, { AtomicOrdering::AcqRel }, { AtomicOrdering::Relaxed }>(
+                &raw mut (*slot).tag,
+                0,
+                tag,
+            )
+        };
+        if won || old == tag {
+            // SAFETY: array value pointer of the device's slot.
+            return Some(unsafe { &raw mut (*slot).st });
+        }
+    }
     if let Some(p) = DEVICES.get_ptr_mut(&dev) {
         return Some(p);
     }
@@ -302,7 +370,7 @@ fn release(st: &mut RequestState) {
     if st.in_os == 0 && st.issued == 0 {
         return;
     }
-    if let Some(ds) = DEVICES.get_ptr_mut(&st.dev) {
+    if let Some(ds) = device_state(st.dev) {
         if st.in_os != 0 {
             // SAFETY: map value pointer.
             atomic_add(unsafe { &raw mut (*ds).os_inflight }, u64::MAX);
@@ -336,16 +404,31 @@ fn try_io_start(ctx: &BtfTracePointContext) -> Option<()> {
     let cfg = config();
     let rq: *const u8 = ctx.arg(0);
     let dev = traced_dev(cfg, rq)?;
-    let key = key_of(ctx);
+    let key = key_of(ctx, SCRATCH_IO_START);
     if let Some(old) = lookup(key) {
         // The request was freed and reused, so it completed, but the completion program did
         // not run for it: count the loss and release what it held.
         bump(Counter::MissedCompletion);
         // SAFETY: map value pointer.
-        release(unsafe { &mut *old });
+        let st = unsafe { &mut *old };
+        bump(if st.complete_ns != 0 {
+            Counter::MissedAfterPartial
+        } else if st.issued != 0 || st.issue_ns != 0 {
+            Counter::MissedIssued
+        } else {
+            Counter::MissedNeverIssued
+        });
+        release(st);
         untrack(key);
     }
-    track(key, now_ns(), dev, 1, 0)?;
+    // The kernel's own start stamp when it keeps one (iostat on): no clock read.
+    let kernel_start: u64 = load(rq, cfg_u32(&cfg.rq_start_time_ns));
+    let enter_ns = if kernel_start != 0 {
+        kernel_start
+    } else {
+        now_ns()
+    };
+    track(key, enter_ns, dev, 1, 0)?;
     let ds = device(dev)?;
     // SAFETY: map value pointer.
     atomic_add(unsafe { &raw mut (*ds).os_inflight }, 1);
@@ -361,7 +444,7 @@ pub fn blkprof_rq_issue(ctx: BtfTracePointContext) -> i32 {
 fn try_rq_issue(ctx: &BtfTracePointContext) -> Option<()> {
     let cfg = config();
     let rq: *const u8 = ctx.arg(0);
-    let p = state_or_new(cfg, rq, key_of(ctx))?;
+    let p = state_or_new(cfg, rq, key_of(ctx, SCRATCH_ISSUE))?;
     // SAFETY: map value pointer.
     let st = unsafe { &mut *p };
     let ds = device(st.dev)?;
@@ -397,13 +480,13 @@ pub fn blkprof_rq_requeue(ctx: BtfTracePointContext) -> i32 {
 }
 
 fn try_rq_requeue(ctx: &BtfTracePointContext) -> Option<()> {
-    let p = lookup(key_of(ctx))?;
+    let p = lookup(key_of(ctx, SCRATCH_REQUEUE))?;
     // SAFETY: map value pointer.
     let st = unsafe { &mut *p };
     st.requeues = st.requeues.wrapping_add(1);
     if st.issued != 0 {
         st.issued = 0;
-        if let Some(ds) = DEVICES.get_ptr_mut(&st.dev) {
+        if let Some(ds) = device_state(st.dev) {
             // SAFETY: map value pointer.
             atomic_add(unsafe { &raw mut (*ds).dev_inflight }, u64::MAX);
         }
@@ -419,7 +502,7 @@ pub fn blkprof_rq_merge(ctx: BtfTracePointContext) -> i32 {
 }
 
 fn try_rq_merge(ctx: &BtfTracePointContext) -> Option<()> {
-    let key = key_of(ctx);
+    let key = key_of(ctx, SCRATCH_MERGE);
     let p = lookup(key)?;
     // SAFETY: map value pointer.
     release(unsafe { &mut *p });
@@ -438,7 +521,7 @@ fn try_rq_complete(ctx: &BtfTracePointContext) -> Option<()> {
     let rq: *const u8 = ctx.arg(0);
     let error: i32 = ctx.arg::<u64>(1) as u8 as i32;
     let nr_bytes: u32 = ctx.arg::<u64>(2) as u32;
-    let key = key_of(ctx);
+    let key = key_of(ctx, SCRATCH_COMPLETE);
     let p = state_or_new(cfg, rq, key)?;
     // SAFETY: map value pointer.
     let st = unsafe { &mut *p };
@@ -469,7 +552,7 @@ fn try_rq_complete(ctx: &BtfTracePointContext) -> Option<()> {
         // ends, with another block_rq_complete.
         if st.issued != 0 {
             st.issued = 0;
-            if let Some(ds) = DEVICES.get_ptr_mut(&st.dev) {
+            if let Some(ds) = device_state(st.dev) {
                 // SAFETY: map value pointer.
                 atomic_add(unsafe { &raw mut (*ds).dev_inflight }, u64::MAX);
             }

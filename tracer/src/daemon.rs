@@ -655,6 +655,13 @@ fn summary(
         thousands(counters.recursion_misses()),
         thousands(counters.request_map_full)
     );
+    if counters.missed_completions > 0 {
+        let [partial, issued, queued] = counters.missed_stage;
+        let _ = writeln!(
+            out,
+            "missed completions by what the probe had seen of the request: {partial} completing (partially or inside a flush sequence), {issued} issued, {queued} never issued"
+        );
+    }
     if counters.started_before_attach > 0 {
         let _ = writeln!(
             out,

@@ -8,9 +8,9 @@ use aya::{
     programs::BtfTracePoint,
 };
 use tracer_common::{
-    AGG_FLUSH_RQ, AggKey, Aggregate, COUNTER_SLOTS, Counter, DeviceState, GLOBAL_CONFIG,
-    MAP_AGGREGATES, MAP_COUNTERS, MAP_DEVICE_FILTER, MAP_DEVICES, MAP_EVENTS, PROGRAMS,
-    ProbeConfig, dev_split,
+    AGG_FLUSH_RQ, AggKey, Aggregate, COUNTER_SLOTS, Counter, DeviceSlot, DeviceState,
+    GLOBAL_CONFIG, MAP_AGGREGATES, MAP_COUNTERS, MAP_DEVICE_FILTER, MAP_DEVICE_SLOTS, MAP_DEVICES,
+    MAP_EVENTS, PROGRAMS, ProbeConfig, dev_split,
     format::{AggregateSnapshot, ProbeCounters, ProgramStats},
 };
 
@@ -204,6 +204,11 @@ impl Probe {
             aggregate_map_full: sums[Counter::AggregateMapFull as usize],
             records_written: 0,
             missed_completions: sums[Counter::MissedCompletion as usize],
+            missed_stage: [
+                sums[Counter::MissedAfterPartial as usize],
+                sums[Counter::MissedIssued as usize],
+                sums[Counter::MissedNeverIssued as usize],
+            ],
             programs,
         })
     }
@@ -256,13 +261,28 @@ impl Probe {
 
     /// Current in-flight counts per device (for diagnostics).
     pub fn device_states(&self) -> Vec<(u32, DeviceState)> {
-        let Some(m) = self.ebpf.map(MAP_DEVICES) else {
-            return Vec::new();
-        };
-        let Ok(map) = BpfHashMap::<_, u32, DeviceState>::try_from(m) else {
-            return Vec::new();
-        };
-        map.iter().filter_map(Result::ok).collect()
+        let mut out = Vec::new();
+        if let Some(Ok(slots)) = self
+            .ebpf
+            .map(MAP_DEVICE_SLOTS)
+            .map(aya::maps::Array::<_, DeviceSlot>::try_from)
+        {
+            out.extend(
+                slots
+                    .iter()
+                    .filter_map(Result::ok)
+                    .filter(|s| s.tag != 0)
+                    .map(|s| ((s.tag - 1) as u32, s.st)),
+            );
+        }
+        if let Some(Ok(map)) = self
+            .ebpf
+            .map(MAP_DEVICES)
+            .map(BpfHashMap::<_, u32, DeviceState>::try_from)
+        {
+            out.extend(map.iter().filter_map(Result::ok));
+        }
+        out
     }
 }
 
