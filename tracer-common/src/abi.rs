@@ -79,12 +79,20 @@ pub struct ProbeConfig {
     /// `REQ_OP_FLUSH` and `REQ_OP_MASK`.
     pub req_op_flush: u32,
     pub req_op_mask: u32,
-    /// 1: trace only devices in [`MAP_DEVICE_FILTER`].
+    /// 0: trace every device; [`FILTER_LIST`]: only the `filter_list_len` devices in
+    /// `filter_list`; [`FILTER_MAP`]: only devices in [`MAP_DEVICE_FILTER`].
     pub filter_devices: u32,
+    pub filter_list_len: u32,
+    pub filter_list: [u32; FILTER_LIST_MAX],
     /// Wake the reader only when this many bytes wait in the ring (it also polls on a
     /// timer): a wakeup per record would cost more than the rest of the probe.
     pub wakeup_bytes: u32,
 }
+
+/// Device filters of up to this many devices are compared inline (no map lookup per IO).
+pub const FILTER_LIST_MAX: usize = 8;
+pub const FILTER_LIST: u32 = 2;
+pub const FILTER_MAP: u32 = 1;
 
 /// Kind of record (which kernel event closed the IO).
 pub const KIND_IO: u16 = 0;

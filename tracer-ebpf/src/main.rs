@@ -33,7 +33,7 @@ use aya_ebpf::{
 };
 use tracer_common::{
     AGG_FLUSH_RQ, AggKey, Aggregate, COUNTER_SLOTS, Counter, DEVICE_SLOT_COUNT, DeviceSlot,
-    DeviceState, EV_NEVER_ISSUED, EV_STARTED_BEFORE_ATTACH, HIST_BUCKETS, IoEvent, KIND_FLUSH_RQ,
+    DeviceState, EV_NEVER_ISSUED, FILTER_LIST, FILTER_LIST_MAX, EV_STARTED_BEFORE_ATTACH, HIST_BUCKETS, IoEvent, KIND_FLUSH_RQ,
     KIND_IO, ProbeConfig, RequestState, dev_join, log2_bucket,
 };
 
@@ -55,6 +55,8 @@ static CONFIG: ProbeConfig = ProbeConfig {
     req_op_flush: 0,
     req_op_mask: 0,
     filter_devices: 0,
+    filter_list_len: 0,
+    filter_list: [0; FILTER_LIST_MAX],
     wakeup_bytes: 0,
 };
 
@@ -306,9 +308,20 @@ fn traced_dev(cfg: &ProbeConfig, rq: *const u8) -> Option<u32> {
     let major: i32 = load(disk, cfg_u32(&cfg.disk_major));
     let minor: i32 = load(disk, cfg_u32(&cfg.disk_first_minor));
     let dev = dev_join(major as u32, minor as u32);
-    if cfg_u32(&cfg.filter_devices) != 0 {
+    match cfg_u32(&cfg.filter_devices) {
+        0 => {}
+        FILTER_LIST => {
+            let n = cfg_u32(&cfg.filter_list_len) as usize;
+            let mut hit = false;
+            for (i, d) in cfg.filter_list.iter().enumerate() {
+                hit |= i < n && cfg_u32(d) == dev;
+            }
+            if !hit {
+                return None;
+            }
+        }
         // SAFETY: read-only lookup.
-        unsafe { DEVICE_FILTER.get(&dev) }?;
+        _ => unsafe { DEVICE_FILTER.get(&dev) }.map(|_| ())?,
     }
     Some(dev)
 }

@@ -58,6 +58,8 @@ pub fn probe_config(btf: &KernelBtf) -> Result<(ProbeConfig, OpDecoder), BtfErro
         req_op_flush: btf.enumerator("REQ_OP_FLUSH")? as u32,
         req_op_mask: op_mask,
         filter_devices: 0,
+        filter_list_len: 0,
+        filter_list: [0; tracer_common::FILTER_LIST_MAX],
         wakeup_bytes: 0,
     };
     let mut ops = Vec::new();

@@ -79,7 +79,13 @@ impl Probe {
 
         let kbtf = crate::btf::KernelBtf::from_sys()?;
         let (mut config, decoder) = probe_config(&kbtf)?;
-        config.filter_devices = u32::from(!opts.devices.is_empty());
+        if opts.devices.len() > tracer_common::FILTER_LIST_MAX {
+            config.filter_devices = tracer_common::FILTER_MAP;
+        } else if !opts.devices.is_empty() {
+            config.filter_devices = tracer_common::FILTER_LIST;
+            config.filter_list_len = opts.devices.len() as u32;
+            config.filter_list[..opts.devices.len()].copy_from_slice(&opts.devices);
+        }
         config.wakeup_bytes = (opts.ring_bytes / 8).min(256 << 10);
         let btf = Btf::from_sys_fs().map_err(|e| ProbeError::Load(format!("kernel BTF: {e}")))?;
         let mut ebpf = EbpfLoader::new()
