@@ -152,6 +152,42 @@ pub struct AggKey {
 }
 pub const AGG_FLUSH_RQ: u32 = 1 << 16;
 
+/// Per-CPU aggregates direct-mapped by [`aggregate_slot_index`] ([`AggregateSlot`]); keys
+/// whose slot is taken on a CPU are in [`MAP_AGGREGATES`].
+pub const MAP_AGGREGATE_SLOTS: &str = "AGGREGATE_SLOTS";
+pub const AGGREGATE_SLOT_COUNT: u32 = 64;
+
+/// A slot of [`MAP_AGGREGATE_SLOTS`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AggregateSlot {
+    /// [`AggKey::tag`] of the key owning the slot on this CPU; 0 while free.
+    pub tag: u64,
+    pub agg: Aggregate,
+}
+
+impl AggKey {
+    /// A nonzero number naming the key: (dev << 32 | op) + 1.
+    #[inline(always)]
+    pub const fn tag(&self) -> u64 {
+        ((self.dev as u64) << 32 | self.op as u64) + 1
+    }
+
+    pub const fn from_tag(tag: u64) -> AggKey {
+        let k = tag - 1;
+        AggKey {
+            dev: (k >> 32) as u32,
+            op: k as u32,
+        }
+    }
+}
+
+/// Slot of a key in [`MAP_AGGREGATE_SLOTS`] (Fibonacci hashing of its tag).
+#[inline(always)]
+pub const fn aggregate_slot_index(key: &AggKey) -> u32 {
+    (key.tag().wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as u32 & (AGGREGATE_SLOT_COUNT - 1)
+}
+
 /// Exact in-kernel aggregates for one (device, op).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -260,6 +296,7 @@ mod pod {
     unsafe impl aya::Pod for super::IoEvent {}
     unsafe impl aya::Pod for super::AggKey {}
     unsafe impl aya::Pod for super::Aggregate {}
+    unsafe impl aya::Pod for super::AggregateSlot {}
     unsafe impl aya::Pod for super::DeviceState {}
     unsafe impl aya::Pod for super::DeviceSlot {}
     unsafe impl aya::Pod for super::RequestState {}

@@ -32,9 +32,10 @@ use aya_ebpf::{
     programs::BtfTracePointContext,
 };
 use tracer_common::{
-    AGG_FLUSH_RQ, AggKey, Aggregate, COUNTER_SLOTS, Counter, DEVICE_SLOT_COUNT, DeviceSlot,
-    DeviceState, EV_NEVER_ISSUED, FILTER_LIST, FILTER_LIST_MAX, EV_STARTED_BEFORE_ATTACH, HIST_BUCKETS, IoEvent, KIND_FLUSH_RQ,
-    KIND_IO, ProbeConfig, RequestState, dev_join, log2_bucket,
+    AGG_FLUSH_RQ, AGGREGATE_SLOT_COUNT, AggKey, Aggregate, AggregateSlot, COUNTER_SLOTS, Counter,
+    DEVICE_SLOT_COUNT, DeviceSlot, DeviceState, EV_NEVER_ISSUED, EV_STARTED_BEFORE_ATTACH,
+    FILTER_LIST, FILTER_LIST_MAX, HIST_BUCKETS, IoEvent, KIND_FLUSH_RQ, KIND_IO, ProbeConfig,
+    RequestState, dev_join, log2_bucket,
 };
 
 /// Offsets and flag values, set by user space from the running kernel's BTF.
@@ -94,6 +95,9 @@ static DEVICES: HashMap<u32, DeviceState> = HashMap::with_max_entries(4096, 0);
 /// pointer becomes a plain number.
 #[map(name = "SCRATCH")]
 static SCRATCH: PerCpuArray<u64> = PerCpuArray::with_max_entries(8, 0);
+#[map(name = "AGGREGATE_SLOTS")]
+static AGGREGATE_SLOTS: PerCpuArray<AggregateSlot> =
+    PerCpuArray::with_max_entries(AGGREGATE_SLOT_COUNT, 0);
 #[map(name = "AGGREGATES")]
 static AGGREGATES: PerCpuHashMap<AggKey, Aggregate> = PerCpuHashMap::with_max_entries(4096, 0);
 #[map(name = "COUNTERS")]
@@ -583,6 +587,31 @@ fn try_rq_complete(ctx: &BtfTracePointContext) -> Option<()> {
     Some(())
 }
 
+/// This CPU's aggregate of a key: its direct-mapped slot (an inlined array lookup), or, when
+/// another key holds the slot, the hash map. Only the completion program touches aggregates,
+/// and it does not nest on a CPU, so claiming a per-CPU slot needs no atomics.
+#[inline(always)]
+fn aggregate(key: &AggKey) -> Option<*mut Aggregate> {
+    let tag = key.tag();
+    if let Some(slot) = AGGREGATE_SLOTS.get_ptr_mut(tracer_common::aggregate_slot_index(key)) {
+        // SAFETY: per-CPU array value pointer.
+        let t = unsafe { core::ptr::read_volatile(&raw const (*slot).tag) };
+        if t == 0 {
+            // SAFETY: as above; the value starts zeroed.
+            unsafe { core::ptr::write_volatile(&raw mut (*slot).tag, tag) };
+        }
+        if t == 0 || t == tag {
+            // SAFETY: as above.
+            return Some(unsafe { &raw mut (*slot).agg });
+        }
+    }
+    if let Some(a) = AGGREGATES.get_ptr_mut(key) {
+        return Some(a);
+    }
+    let _ = AGGREGATES.insert(key, &ZERO_AGGREGATE, BPF_NOEXIST);
+    AGGREGATES.get_ptr_mut(key)
+}
+
 /// Close an IO: exact aggregates first, then the ring record (which may be dropped).
 #[inline(always)]
 fn finish(cfg: &ProbeConfig, rq: *const u8, st: &mut RequestState, kind: u16, cmd_flags: u32) {
@@ -618,13 +647,7 @@ fn finish(cfg: &ProbeConfig, rq: *const u8, st: &mut RequestState, kind: u16, cm
     } else {
         0
     };
-    let agg = match AGGREGATES.get_ptr_mut(&agg_key) {
-        Some(a) => Some(a),
-        None => {
-            let _ = AGGREGATES.insert(&agg_key, &ZERO_AGGREGATE, BPF_NOEXIST);
-            AGGREGATES.get_ptr_mut(&agg_key)
-        }
-    };
+    let agg = aggregate(&agg_key);
     match agg {
         // Per-CPU slot: plain adds. Programs do not nest on one (dev, op) slot: a nested run of
         // this program is skipped by the kernel, and the flush request has its own key.

@@ -8,9 +8,9 @@ use aya::{
     programs::BtfTracePoint,
 };
 use tracer_common::{
-    AGG_FLUSH_RQ, AggKey, Aggregate, COUNTER_SLOTS, Counter, DeviceSlot, DeviceState,
-    GLOBAL_CONFIG, MAP_AGGREGATES, MAP_COUNTERS, MAP_DEVICE_FILTER, MAP_DEVICE_SLOTS, MAP_DEVICES,
-    MAP_EVENTS, PROGRAMS, ProbeConfig, dev_split,
+    AGG_FLUSH_RQ, AGGREGATE_SLOT_COUNT, AggKey, Aggregate, AggregateSlot, COUNTER_SLOTS, Counter,
+    DeviceSlot, DeviceState, GLOBAL_CONFIG, MAP_AGGREGATE_SLOTS, MAP_AGGREGATES, MAP_COUNTERS,
+    MAP_DEVICE_FILTER, MAP_DEVICE_SLOTS, MAP_DEVICES, MAP_EVENTS, PROGRAMS, ProbeConfig, dev_split,
     format::{AggregateSnapshot, ProbeCounters, ProgramStats},
 };
 
@@ -232,20 +232,43 @@ impl Probe {
                 }
             })?)
             .map_err(err)?;
-        let mut out = Vec::new();
-        for item in map.iter() {
-            let (k, per_cpu) = item.map_err(err)?;
-            let mut v = Aggregate::default();
-            for c in per_cpu.iter() {
-                v.ios += c.ios;
-                v.bytes += c.bytes;
-                v.total_ns_sum += c.total_ns_sum;
-                for i in 0..v.size_log2.len() {
-                    v.size_log2[i] += c.size_log2[i];
-                    v.device_latency_log2[i] += c.device_latency_log2[i];
-                    v.total_latency_log2[i] += c.total_latency_log2[i];
+        // Sum every CPU's copy of each key, from the direct-mapped slots and the hash map.
+        let mut sums: std::collections::BTreeMap<(u32, u32), Aggregate> = Default::default();
+        let mut add = |k: AggKey, c: &Aggregate| {
+            let v = sums.entry((k.dev, k.op)).or_default();
+            v.ios += c.ios;
+            v.bytes += c.bytes;
+            v.total_ns_sum += c.total_ns_sum;
+            for i in 0..v.size_log2.len() {
+                v.size_log2[i] += c.size_log2[i];
+                v.device_latency_log2[i] += c.device_latency_log2[i];
+                v.total_latency_log2[i] += c.total_latency_log2[i];
+            }
+        };
+        let slots: PerCpuArray<_, AggregateSlot> =
+            PerCpuArray::try_from(self.ebpf.map(MAP_AGGREGATE_SLOTS).ok_or_else(|| {
+                ProbeError::Map {
+                    map: MAP_AGGREGATE_SLOTS.into(),
+                    reason: "missing".into(),
+                }
+            })?)
+            .map_err(err)?;
+        for i in 0..AGGREGATE_SLOT_COUNT {
+            for c in slots.get(&i, 0).map_err(err)?.iter() {
+                if c.tag != 0 {
+                    add(AggKey::from_tag(c.tag), &c.agg);
                 }
             }
+        }
+        for item in map.iter() {
+            let (k, per_cpu) = item.map_err(err)?;
+            for c in per_cpu.iter() {
+                add(k, c);
+            }
+        }
+        let mut out = Vec::new();
+        for ((dev, kop), v) in sums {
+            let k = AggKey { dev, op: kop };
             let (major, minor) = dev_split(k.dev);
             let (op, _) = self.decoder.decode(k.op & !AGG_FLUSH_RQ);
             out.push(AggregateSnapshot {
