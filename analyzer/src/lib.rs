@@ -5,7 +5,6 @@ pub mod bursts;
 pub mod check;
 pub mod compare;
 pub mod export;
-pub mod hdrfast;
 pub mod html;
 pub mod import;
 pub mod loghist;

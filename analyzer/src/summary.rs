@@ -13,9 +13,9 @@ use tracer_common::format::{
 use tracer_common::op::{Op, StatGroup, flags};
 
 use crate::bursts::{Burst, Classifier, ReadImpact, Spike, burst_ranges};
-use crate::hdrfast::HdrCounts;
 use crate::series::{Options, Series, detect_bursts, detect_spikes};
 use crate::sizes::SizeClass;
+use tracer_common::hdrfast::HdrCounts;
 
 /// Version of the JSON document `blkprof report --json` prints (docs/report-json.md).
 pub const REPORT_SCHEMA_VERSION: u32 = 1;

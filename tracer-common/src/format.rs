@@ -372,13 +372,20 @@ impl Cursor<'_> {
 /// least significant bit first, padded to a whole byte.
 fn pack_block(out: &mut Vec<u8>, vals: &[u64], signed: bool) {
     let (min, range) = if signed {
-        let lo = vals.iter().map(|&v| v as i64).min().unwrap_or(0);
-        let hi = vals.iter().map(|&v| v as i64).max().unwrap_or(0);
+        let (lo, hi) = vals.iter().fold((i64::MAX, i64::MIN), |(lo, hi), &v| {
+            (lo.min(v as i64), hi.max(v as i64))
+        });
         (lo as u64, (hi as u64).wrapping_sub(lo as u64))
     } else {
-        let lo = vals.iter().copied().min().unwrap_or(0);
-        let hi = vals.iter().copied().max().unwrap_or(0);
-        (lo, hi - lo)
+        let (lo, hi) = vals
+            .iter()
+            .fold((u64::MAX, 0), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+        (lo, hi.wrapping_sub(lo))
+    };
+    let (min, range) = if vals.is_empty() {
+        (0, 0)
+    } else {
+        (min, range)
     };
     let bw = 64 - range.leading_zeros();
     put_varint(out, zigzag(min as i64));
@@ -386,20 +393,20 @@ fn pack_block(out: &mut Vec<u8>, vals: &[u64], signed: bool) {
     if bw == 0 {
         return;
     }
+    // Whole 64-bit words while they fill, then the last bits rounded up to a byte.
+    out.reserve((vals.len() * bw as usize).div_ceil(8) + 8);
     let mut acc = 0u128;
     let mut nb = 0u32;
     for &v in vals {
         acc |= u128::from(v.wrapping_sub(min)) << nb;
         nb += bw;
-        while nb >= 8 {
-            out.push(acc as u8);
-            acc >>= 8;
-            nb -= 8;
+        if nb >= 64 {
+            out.extend_from_slice(&(acc as u64).to_le_bytes());
+            acc >>= 64;
+            nb -= 64;
         }
     }
-    if nb > 0 {
-        out.push(acc as u8);
-    }
+    out.extend_from_slice(&acc.to_le_bytes()[..nb.div_ceil(8) as usize]);
 }
 
 /// Bytes a block's column can take: 128 values of 64 bits.

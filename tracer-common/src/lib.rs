@@ -8,6 +8,8 @@ pub mod coverage;
 #[cfg(feature = "format")]
 pub mod format;
 #[cfg(feature = "format")]
+pub mod hdrfast;
+#[cfg(feature = "format")]
 pub mod op;
 #[cfg(feature = "format")]
 pub mod units;

@@ -8,6 +8,7 @@ use hdrhistogram::Histogram;
 use hdrhistogram::serialization::{Serializer, V2DeflateSerializer};
 use serde::Serialize;
 use tracer_common::format::IoRecord;
+use tracer_common::hdrfast::HdrCounts;
 use tracer_common::op::StatGroup;
 
 /// Histograms of one (device, group).
@@ -15,6 +16,8 @@ pub struct Hists {
     pub size_bytes: Histogram<u64>,
     pub device_latency_ns: Histogram<u64>,
     pub total_latency_ns: Histogram<u64>,
+    /// What records add between two [`Hists::settle`] calls, in the histograms' own buckets.
+    counts: [HdrCounts; 3],
 }
 
 impl Hists {
@@ -29,14 +32,23 @@ impl Hists {
             size_bytes: mk(1 << 32),
             device_latency_ns: mk(3_600_000_000_000),
             total_latency_ns: mk(3_600_000_000_000),
+            counts: Default::default(),
         }
     }
+    #[inline]
     fn record(&mut self, r: &IoRecord) {
-        let _ = self.size_bytes.record(u64::from(r.bytes).max(1));
+        self.counts[0].record(u64::from(r.bytes).max(1));
         if r.issue_ns != 0 {
-            let _ = self.device_latency_ns.record(r.device_ns().max(1));
+            self.counts[1].record(r.device_ns().max(1));
         }
-        let _ = self.total_latency_ns.record(r.total_ns().max(1));
+        self.counts[2].record(r.total_ns().max(1));
+    }
+    /// Move the counted values into the histograms.
+    fn settle(&mut self) {
+        let [s, d, t] = &mut self.counts;
+        s.drain_into(&mut self.size_bytes);
+        d.drain_into(&mut self.device_latency_ns);
+        t.drain_into(&mut self.total_latency_ns);
     }
     fn reset(&mut self) {
         self.size_bytes.reset();
@@ -160,6 +172,9 @@ impl Stats {
             };
             let mut dev_lat = Histogram::<u64>::new(3).expect("valid");
             let mut tot_lat = Histogram::<u64>::new(3).expect("valid");
+            for h in d.hists.values_mut() {
+                h.settle();
+            }
             for h in d.hists.values() {
                 let _ = dev_lat.add(&h.device_latency_ns);
                 let _ = tot_lat.add(&h.total_latency_ns);

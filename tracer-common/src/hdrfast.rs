@@ -2,7 +2,8 @@
 //! the real [`Histogram`] once at the end.
 //!
 //! `Histogram::record` costs several ns a value (bounds and resize checks, min/max and total
-//! updates); the report records two latencies per IO. [`HdrCounts`] keeps only the bucket
+//! updates); the report records two latencies per IO, the tracer's daemon a size and two
+//! latencies. [`HdrCounts`] keeps only the bucket
 //! counts, in exactly the layout of a `Histogram::new_with_bounds(1, _, 3)` (2048 sub-buckets,
 //! unit 1), and [`HdrCounts::drain_into`] records each bucket's lowest value with its count.
 //! Every figure HDR derives (quantiles, min, max, mean, the counts themselves) depends only on
