@@ -607,14 +607,19 @@ pub struct BurstMatch {
     pub start: String,
     pub matched: String,
     pub writers: String,
+    /// The comm that wrote most of the burst ("-" if unknown).
+    #[serde(default)]
+    pub main_writer: String,
 }
 
-/// A detected burst for matching: wall-clock span, its start as text, its writers as text.
+/// A detected burst for matching: wall-clock span, its start as text, its writers as text
+/// and the comm that wrote most of it.
 pub struct BurstSpan {
     pub start_ns: i64,
     pub end_ns: i64,
     pub start: String,
     pub writers: String,
+    pub main_writer: String,
 }
 
 /// A burst matches a flush when it overlaps [enqueued - tol, completed + tol]. Bursts that
@@ -667,6 +672,7 @@ pub fn match_flushes(
                 start: b.start.clone(),
                 matched: matched.into(),
                 writers: b.writers.clone(),
+                main_writer: b.main_writer.clone(),
             }
         })
         .collect();
@@ -818,6 +824,7 @@ total, 4000, 4000, 4000, 4000, 1.2, 0.9, 3.0, 8.0, 18.0, 30.0, 1.0, 0.0, 0, 0, 0
             end_ns: e * 1_000_000_000,
             start: format!("t{s}"),
             writers: "w".into(),
+            main_writer: "w".into(),
         };
         // Compaction 40..45 s: the burst at 46 s is within the 1 s tolerance, at 60 s is not.
         let compactions = [Compaction {

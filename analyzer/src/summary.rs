@@ -836,6 +836,10 @@ impl Summary {
                         end_ns: (wall0 + b.end_ns as i128) as i64,
                         start: b.start.clone(),
                         writers: crate::bursts::writers_text(&b.writers),
+                        main_writer: b
+                            .writers
+                            .first()
+                            .map_or_else(|| "-".to_string(), |w| w.comm.clone()),
                     })
                     .collect();
                 (

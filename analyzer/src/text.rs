@@ -331,8 +331,7 @@ pub fn write(out: &mut dyn Write, s: &Summary) -> std::io::Result<()> {
             let mut by: std::collections::BTreeMap<&str, (usize, usize)> =
                 std::collections::BTreeMap::new();
             for b in &m.burst_rows {
-                let w = b.writers.split(" ").next().unwrap_or("-");
-                let e = by.entry(w).or_default();
+                let e = by.entry(b.main_writer.as_str()).or_default();
                 e.0 += 1;
                 e.1 += usize::from(b.matched == "flush");
             }
