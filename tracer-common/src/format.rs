@@ -315,6 +315,33 @@ fn unzigzag(v: u64) -> i64 {
     ((v >> 1) as i64) ^ -((v & 1) as i64)
 }
 
+/// Bytes of a size code: sectors << 1, or bytes << 1 | 1 when not a whole number of sectors.
+#[inline]
+fn size_of_code(code: u64) -> u64 {
+    if code & 1 == 0 {
+        (code >> 1) * 512
+    } else {
+        code >> 1
+    }
+}
+
+/// The error and requeue count a record's flags say follow, read from `c` (both versions
+/// store them as varints in this order).
+#[inline]
+fn read_extras(fl: u16, c: &mut Cursor) -> Option<(i32, u16)> {
+    let error = if fl & flags::HAS_ERROR != 0 {
+        unzigzag(c.varint()?) as i32
+    } else {
+        0
+    };
+    let requeues = if fl & flags::REQUEUED != 0 {
+        c.varint()? as u16
+    } else {
+        0
+    };
+    Some((error, requeues))
+}
+
 struct Cursor<'a> {
     buf: &'a [u8],
     pos: usize,
@@ -1212,23 +1239,9 @@ impl TraceReader {
                     } else {
                         (0, complete.wrapping_sub(vals[COL_DEVICE_NS][i]))
                     };
-                    let size = vals[COL_SIZE][i];
-                    let bytes = if size & 1 == 0 {
-                        (size >> 1) * 512
-                    } else {
-                        size >> 1
-                    };
+                    let bytes = size_of_code(vals[COL_SIZE][i]);
                     let &(task, pid) = t.tasks.get(vals[COL_TASK][i] as usize)?;
-                    let error = if fl & flags::HAS_ERROR != 0 {
-                        unzigzag(xc.varint()?) as i32
-                    } else {
-                        0
-                    };
-                    let requeues = if fl & flags::REQUEUED != 0 {
-                        xc.varint()? as u16
-                    } else {
-                        0
-                    };
+                    let (error, requeues) = read_extras(fl, &mut xc)?;
                     Some(IoRecord {
                         complete_ns: complete,
                         enter_ns: enter,
@@ -1290,26 +1303,12 @@ impl TraceReader {
                 };
                 let dev = *devs.get(c.varint()? as usize)?;
                 let sector = prev_end_sector.wrapping_add(unzigzag(c.varint()?) as u64);
-                let size = c.varint()?;
-                let bytes = if size & 1 == 0 {
-                    (size >> 1) * 512
-                } else {
-                    size >> 1
-                };
+                let bytes = size_of_code(c.varint()?);
                 let task_i = c.varint()? as usize;
                 let (task, pid) = *tasks.get(task_i)?;
                 let dev_inflight = c.varint()? as u32;
                 let os_inflight = c.varint()? as u32;
-                let error = if fl & flags::HAS_ERROR != 0 {
-                    unzigzag(c.varint()?) as i32
-                } else {
-                    0
-                };
-                let requeues = if fl & flags::REQUEUED != 0 {
-                    c.varint()? as u16
-                } else {
-                    0
-                };
+                let (error, requeues) = read_extras(fl, &mut c)?;
                 Some(IoRecord {
                     complete_ns: complete,
                     enter_ns: enter,
