@@ -52,7 +52,7 @@ impl Default for Options {
 }
 
 /// One interval's figures, finalised.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Interval {
     /// (ios, bytes) per diskstats group: read, write, discard, flush.
     pub groups: [(u64, u64); 4],
@@ -528,6 +528,70 @@ pub fn detect_spikes(s: &Series, o: &Options) -> Vec<SpikeBins> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The fast paths (one cached fine bin summed in an accumulator, intervals derived from
+    /// the fine bins) give exactly what recording each record into every vector gives.
+    #[test]
+    fn fast_paths_equal_the_plain_path() {
+        use tracer_common::op::Op;
+        let t0 = 1_000_000_000u64;
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut recs = Vec::new();
+        let mut t = t0;
+        for i in 0..200_000u64 {
+            let r = next();
+            t += r % 200_000; // 0-200 us apart: many records per 100 ms bin
+            // Latencies from 1 us to 300 ms, so that areas span bin and interval edges;
+            // now and then a record completes out of order or long after (late).
+            let lat = match r % 100 {
+                0..=89 => 1_000 + r % 500_000,
+                90..=98 => 1_000_000 + r % 300_000_000,
+                _ => 0,
+            };
+            let complete = if i % 997 == 0 {
+                t.saturating_sub(5_000_000_000)
+            } else {
+                t
+            };
+            let op = [Op::Read, Op::Write, Op::Discard, Op::Flush][(r >> 20) as usize % 4];
+            recs.push(IoRecord {
+                complete_ns: complete,
+                enter_ns: complete.saturating_sub(lat),
+                issue_ns: if r % 7 == 0 {
+                    0
+                } else {
+                    complete.saturating_sub(lat / 2)
+                },
+                bytes: 4096 * (1 + (r >> 30) as u32 % 8),
+                os_inflight: (r >> 40) as u32 % 64,
+                op,
+                ..Default::default()
+            });
+        }
+        let o = Options::default();
+        let mut fast = Series::new(t0, &o);
+        let mut plain = Series::new(t0, &o);
+        plain.fine_per_interval = None;
+        for (i, r) in recs.iter().enumerate() {
+            let g = r.stat_group();
+            fast.record(r, g, i % 3 != 0);
+            plain.record_slow(r, g, i % 3 != 0);
+        }
+        fast.finish();
+        plain.finish();
+        assert!(fast.late > 0, "the data should have late records");
+        assert_eq!(fast.late, plain.late);
+        assert_eq!(fast.intervals, plain.intervals);
+        assert_eq!(fast.fine_write_bytes, plain.fine_write_bytes);
+        assert_eq!(fast.fine_queue_area_ns, plain.fine_queue_area_ns);
+        assert_eq!(fast.fine_queue_max, plain.fine_queue_max);
+    }
 
     #[test]
     fn runs_merge_across_small_gaps() {
