@@ -1498,6 +1498,63 @@ mod tests {
         assert!(n > 10_000, "{n}");
     }
 
+    /// Damage that the checksum does not catch (a byte changed and the CRC recomputed, as a
+    /// buggy writer would produce) never panics the reader: each case decodes or ends as
+    /// corrupt, keeping the chunks before.
+    #[test]
+    fn damaged_records_with_valid_crc_never_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.blkp");
+        let mut w = TraceWriter::create(&path, &header()).unwrap();
+        for i in 0..3000 {
+            w.push(&sample(i), &comm_bytes(&format!("t{}", i % 3)))
+                .unwrap();
+            if i % 1000 == 999 {
+                w.flush_chunk().unwrap();
+            }
+        }
+        w.finish(&TraceTrailer::default()).unwrap();
+        let good = std::fs::read(&path).unwrap();
+        // Frame offsets: magic, then 12-byte heads and payloads.
+        let mut frames = Vec::new();
+        let mut at = 12;
+        while at + 12 <= good.len() {
+            let len = u32::from_le_bytes(good[at + 4..at + 8].try_into().unwrap()) as usize;
+            frames.push((good[at], at));
+            at += 12 + len;
+        }
+        let (_, second_records) = frames.iter().filter(|f| f.0 == 2).nth(1).copied().unwrap();
+        let len = u32::from_le_bytes(
+            good[second_records + 4..second_records + 8]
+                .try_into()
+                .unwrap(),
+        ) as usize;
+        let mut x = 0x1234_5678_9ABC_DEF1u64;
+        let mut corrupt = 0;
+        for _ in 0..400 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let mut bad = good.clone();
+            let p = second_records + 12 + (x as usize % len);
+            bad[p] ^= (1u8 << ((x >> 40) % 8)) | 1;
+            let crc = crc32fast::hash(&bad[second_records + 12..second_records + 12 + len]);
+            bad[second_records + 8..second_records + 12].copy_from_slice(&crc.to_le_bytes());
+            std::fs::write(&path, &bad).unwrap();
+            let mut r = TraceReader::open(&path).unwrap();
+            let mut buf = Vec::new();
+            let mut n = 0;
+            while r.next_chunk(&mut buf).unwrap() {
+                n += buf.len();
+            }
+            assert!(n >= 1000, "the chunk before the damage is kept");
+            if matches!(r.ending(), Ending::Corrupt { .. }) {
+                corrupt += 1;
+            }
+        }
+        assert!(corrupt > 0, "some damage is detected by the decoder itself");
+    }
+
     #[test]
     fn cut_file_reads_to_last_whole_frame() {
         let dir = tempfile::tempdir().unwrap();
