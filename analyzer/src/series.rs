@@ -237,12 +237,15 @@ impl Series {
             let dc = r.complete_ns.saturating_sub(self.t0_ns);
             let fine = self.fine_bin.of(dc);
             let interval = fine / m;
-            let open = if interval + OPEN_WINDOW < self.highest {
+            // A finalised interval counts its reads and writes as late; an open one needs its
+            // histograms, which exist once a read or write completed in it.
+            let late = interval + OPEN_WINDOW < self.highest;
+            let open = if late {
                 None
             } else {
                 self.open.get_mut(interval).and_then(Option::take)
             };
-            if open.is_some() || interval + OPEN_WINDOW < self.highest {
+            if late || open.is_some() {
                 self.acc = Acc {
                     lo: fine as u64 * self.fine_ns,
                     fine,

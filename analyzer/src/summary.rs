@@ -95,6 +95,17 @@ const SLOT_FLUSH: usize = 16;
 const SLOT_ABSORBED: usize = 17;
 const SLOTS: usize = 18;
 
+/// Slot of an op given its stat group: the device flush and the absorbed empty flush have
+/// their own.
+#[inline]
+fn op_slot(g: StatGroup, op: Op) -> usize {
+    match g {
+        StatGroup::Flush => SLOT_FLUSH,
+        _ if op == Op::Flush => SLOT_ABSORBED,
+        _ => op as usize,
+    }
+}
+
 fn slot_name(slot: usize) -> String {
     match slot {
         SLOT_FLUSH => "flush".into(),
@@ -147,11 +158,7 @@ pub struct Summary {
 
 /// The report's name for an op group.
 pub fn op_key(op: Op, fl: u16) -> String {
-    match StatGroup::of(op, fl) {
-        StatGroup::Flush => "flush".into(),
-        _ if op == Op::Flush => "flush-absorbed".into(),
-        _ => op.name().into(),
-    }
+    slot_name(op_slot(StatGroup::of(op, fl), op))
 }
 
 pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
@@ -227,11 +234,7 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
             if rec.op == Op::Discard {
                 d.discards.push(*rec);
             }
-            let slot = match g {
-                StatGroup::Flush => SLOT_FLUSH,
-                _ if rec.op == Op::Flush => SLOT_ABSORBED,
-                _ => rec.op as usize,
-            };
+            let slot = op_slot(g, rec.op);
             if slot == SLOT_ABSORBED {
                 d.absorbed_flushes += 1;
                 continue;

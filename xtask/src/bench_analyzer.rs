@@ -178,14 +178,13 @@ pub fn bench(ios: u64) -> Result<()> {
     if keep.is_none() {
         let _ = std::fs::remove_file(&path);
     }
-    let m = |v: Vec<f64>| median(v);
     let (read_wall, read_cpu) = (
-        m(reads.iter().map(|r| r.0).collect()),
-        m(reads.iter().map(|r| r.1).collect()),
+        median(reads.iter().map(|r| r.0).collect()),
+        median(reads.iter().map(|r| r.1).collect()),
     );
     let (rep_wall, rep_cpu) = (
-        m(reports.iter().map(|r| r.wall_s).collect()),
-        m(reports.iter().map(|r| r.cpu_s).collect()),
+        median(reports.iter().map(|r| r.wall_s).collect()),
+        median(reports.iter().map(|r| r.cpu_s).collect()),
     );
     let rss = reports.iter().map(|r| r.rss_mib).fold(0.0, f64::max);
     let rate = |s: f64| n as f64 / s / 1e6;
