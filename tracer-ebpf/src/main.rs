@@ -351,16 +351,15 @@ fn device_state(dev: u32) -> Option<*mut DeviceState> {
     DEVICES.get_ptr_mut(&dev)
 }
 
-/// The device's in-flight counts, created at zero when first seen.
+/// The device's in-flight counts, created at zero when first seen: its slot if free, else
+/// the hash map.
 #[inline(always)]
 fn device(dev: u32) -> Option<*mut DeviceState> {
+    if let Some(p) = device_state(dev) {
+        return Some(p);
+    }
     let tag = u64::from(dev) + 1;
     if let Some(slot) = device_slot(dev) {
-        // SAFETY: array value pointer.
-        if unsafe { core::ptr::read_volatile(&raw const (*slot).tag) } == tag {
-            // SAFETY: array value pointer of the device's slot.
-            return Some(unsafe { &raw mut (*slot).st });
-        }
         // SAFETY: array value pointer; the CAS makes one device the owner of a free slot.
         let (old, won) = unsafe {
             atomic_cxchg::<u64, { AtomicOrdering::AcqRel }, { AtomicOrdering::Relaxed }>(
@@ -373,9 +372,6 @@ fn device(dev: u32) -> Option<*mut DeviceState> {
             // SAFETY: array value pointer of the device's slot.
             return Some(unsafe { &raw mut (*slot).st });
         }
-    }
-    if let Some(p) = DEVICES.get_ptr_mut(&dev) {
-        return Some(p);
     }
     let _ = DEVICES.insert(&dev, &DeviceState::default(), BPF_NOEXIST);
     DEVICES.get_ptr_mut(&dev)
