@@ -45,6 +45,30 @@ impl Drop for Loop {
     }
 }
 
+/// (busy, all) jiffies of all CPUs together, from /proc/stat; idle and iowait are not busy.
+fn cpu_jiffies() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let v: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let all: u64 = v.iter().take(8).sum();
+    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+    (all - idle, all)
+}
+
+/// fio's IOPS and the share of the machine's CPU time that was busy meanwhile.
+fn fio_iops_busy(dev: &str, seconds: u64) -> Result<(f64, f64)> {
+    let (b0, a0) = cpu_jiffies();
+    let iops = fio_iops(dev, seconds)?;
+    let (b1, a1) = cpu_jiffies();
+    Ok((iops, (b1 - b0) as f64 / (a1 - a0).max(1) as f64))
+}
+
 fn fio_iops(dev: &str, seconds: u64) -> Result<f64> {
     let out = output(Command::new("fio").args([
         "--name=bench",
@@ -159,6 +183,14 @@ fn median(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
+/// (first quartile, median, third quartile), nearest rank.
+fn quartiles(v: &[f64]) -> (f64, f64, f64) {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+    (at(0.25), at(0.5), at(0.75))
+}
+
 struct Traced {
     iops: f64,
     records: u64,
@@ -171,21 +203,26 @@ struct Traced {
     bytes_per_io: f64,
 }
 
-fn traced_round(lp: &Loop, seconds: u64, out: &Path) -> Result<Traced> {
+/// fio on `lp` while blkprof-trace traces `traced` (`lp` itself, or another device for the
+/// cost of programs that only filter).
+fn traced_round(lp: &Loop, traced: &Loop, seconds: u64, out: &Path) -> Result<Traced> {
     let _ = std::fs::remove_file(out);
     let child = spawn_tracer(&[
         "--device",
-        lp.name(),
+        traced.name(),
         "--output",
         &out.display().to_string(),
         "--quiet",
     ])?;
     let pid = child.id();
     let before = diskstats_reads(lp.name())?;
+    // The daemon's CPU while fio runs (its start-up, reading the kernel's BTF and loading the
+    // programs, is before).
+    let cpu0 = proc_cpu_s(pid);
     let t0 = Instant::now();
     let iops = fio_iops(&lp.dev, seconds)?;
     let wall = t0.elapsed().as_secs_f64();
-    let cpu = proc_cpu_s(pid);
+    let cpu = proc_cpu_s(pid) - cpu0;
     let rss = proc_hwm_mib(pid);
     let after = diskstats_reads(lp.name())?;
     // SAFETY: kill(2) on our child.
@@ -278,47 +315,75 @@ pub fn bench(seconds: u64, rounds: usize) -> Result<()> {
 }
 
 fn bench_inner(seconds: u64, rounds: usize) -> Result<()> {
+    let pid = std::process::id();
     let lp = Loop::new(
-        Path::new(&format!(
-            "/dev/shm/blkprof-bench-{}.img",
-            std::process::id()
-        )),
+        Path::new(&format!("/dev/shm/blkprof-bench-{pid}.img")),
         "1G",
         false,
     )?;
-    let out = std::env::temp_dir().join(format!("blkprof-bench-{}.blkp", std::process::id()));
+    // A second, idle device: tracing it while fio reads `lp` runs our programs for every IO
+    // up to the device filter, the cost of being attached.
+    let other = Loop::new(
+        Path::new(&format!("/dev/shm/blkprof-bench-other-{pid}.img")),
+        "64M",
+        false,
+    )?;
+    let out = std::env::temp_dir().join(format!("blkprof-bench-{pid}.blkp"));
+    let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
     eprintln!(
-        "bench: {} on {} over /dev/shm, fio 4k randread iodepth 32, {seconds} s per run, {rounds} rounds",
-        lp.dev,
-        lp.name()
+        "bench: {} over /dev/shm, fio 4k randread iodepth 32, {seconds} s per run, {rounds} rounds, {ncpu} CPUs",
+        lp.dev
     );
     let (mut untraced, mut traced, mut bio) = (Vec::new(), Vec::new(), Vec::new());
-    let mut ratios = Vec::new();
+    let (mut ratios, mut floor_ratios, mut bio_ratios) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut busy, mut shares) = (Vec::new(), Vec::new());
     for round in 0..rounds {
         // Throughput with kernel.bpf_stats_enabled=0 (the stats themselves cost two clock reads
         // per program run), then the same traced runs again with stats on for the cost per IO.
+        // The four throughput runs in an order rotated every round, so that no configuration
+        // always runs first or right after another (the ratios compare runs of one round).
         bpf_stats(false)?;
-        let u = fio_iops(&lp.dev, seconds)?;
-        let mut t = traced_round(&lp, seconds, &out)?;
-        let b_iops = biolatency_round(&lp, seconds)?.0;
+        let (mut u, mut u_busy, mut floor, mut t, mut b_iops) = (0.0, 0.0, 0.0, None, 0.0);
+        for k in 0..4 {
+            match (k + round) % 4 {
+                0 => (u, u_busy) = fio_iops_busy(&lp.dev, seconds)?,
+                1 => floor = traced_round(&lp, &other, seconds, &out)?.iops,
+                2 => t = Some(traced_round(&lp, &lp, seconds, &out)?),
+                _ => b_iops = biolatency_round(&lp, seconds)?.0,
+            }
+        }
+        let mut t = t.context("no traced run")?;
         bpf_stats(true)?;
-        t.ns_per_io = traced_round(&lp, seconds.min(5), &out)?.ns_per_io;
+        t.ns_per_io = traced_round(&lp, &lp, seconds.min(5), &out)?.ns_per_io;
         let b = (b_iops, biolatency_round(&lp, seconds.min(5))?.1);
+        // The tracer's CPU time (programs at their bpf_stats cost, which includes the stats'
+        // own clock reads, plus the daemon) as a share of all CPUs: when fio keeps every CPU
+        // busy, about what tracing takes from it.
+        let share = (t.ns_per_io * t.iops / 1e9 + t.cpu_pct / 100.0) / ncpu as f64;
         eprintln!(
-            "round {}: untraced {:.0} IOPS | blkprof {:.0} IOPS ({:.3}), {} of {} IOs recorded, {} drops, {:.0} ns/IO | biolatency {:.0} IOPS ({:.3}), {:.0} ns/IO",
+            "round {}: untraced {:.0} IOPS (CPUs {:.0}% busy) | attached to another device {:.0} IOPS ({:.3}) | blkprof {:.0} IOPS ({:.3}), {} of {} IOs recorded, {} drops, {:.0} ns/IO, daemon {:.1}% of a core, tracer {:.1}% of all CPU | biolatency {:.0} IOPS ({:.3}), {:.0} ns/IO",
             round + 1,
             u,
+            u_busy * 100.0,
+            floor,
+            floor / u,
             t.iops,
             t.iops / u,
             t.records,
             t.kernel_ios,
             t.drops,
             t.ns_per_io,
+            t.cpu_pct,
+            share * 100.0,
             b.0,
             b.0 / u,
             b.1
         );
         ratios.push(t.iops / u);
+        floor_ratios.push(floor / u);
+        bio_ratios.push(b.0 / u);
+        busy.push(u_busy);
+        shares.push(share);
         untraced.push(u);
         traced.push(t);
         bio.push(b);
@@ -327,7 +392,6 @@ fn bench_inner(seconds: u64, rounds: usize) -> Result<()> {
     let _ = std::fs::remove_file(out.with_extension("hlog"));
     let u = median(&mut untraced.clone());
     let t_iops = median(&mut traced.iter().map(|t| t.iops).collect::<Vec<_>>());
-    let b_iops = median(&mut bio.iter().map(|b| b.0).collect::<Vec<_>>());
     let ours_ns = median(&mut traced.iter().map(|t| t.ns_per_io).collect::<Vec<_>>());
     let bio_ns = median(&mut bio.iter().map(|b| b.1).collect::<Vec<_>>());
     let all_recorded = traced
@@ -340,19 +404,30 @@ fn bench_inner(seconds: u64, rounds: usize) -> Result<()> {
     let cpu = median(&mut traced.iter().map(|t| t.cpu_pct).collect::<Vec<_>>());
     let rss = traced.iter().map(|t| t.rss_mib).fold(0.0, f64::max);
     let bpi = median(&mut traced.iter().map(|t| t.bytes_per_io).collect::<Vec<_>>());
-    let ratio = median(&mut ratios);
+    let (q1, ratio, q3) = quartiles(&ratios);
+    let (fq1, floor, fq3) = quartiles(&floor_ratios);
+    let (bq1, b_ratio, bq3) = quartiles(&bio_ratios);
+    let busy = median(&mut busy);
+    let share = median(&mut shares);
     let check = |ok: bool| if ok { "met" } else { "NOT met" };
     println!("\n| measure | value | target |");
     println!("|---|---|---|");
-    println!("| fio 4k randread iodepth 32, untraced (median of {rounds}) | {u:.0} IOPS | |");
+    println!(
+        "| fio 4k randread iodepth 32, untraced (median of {rounds}) | {u:.0} IOPS, CPUs {:.0}% busy | |",
+        busy * 100.0
+    );
     println!("| same, traced by blkprof-trace | {t_iops:.0} IOPS | |");
     println!(
-        "| traced / untraced (median of per-round ratios) | {ratio:.3} | >= 0.97: {} |",
+        "| traced / untraced (median of per-round ratios; quartiles) | {ratio:.3} ({q1:.3}-{q3:.3}) | >= 0.97: {} |",
         check(ratio >= 0.97)
     );
     println!(
-        "| same, traced by biolatency -Q -D | {b_iops:.0} IOPS ({:.3}) | |",
-        b_iops / u
+        "| same, blkprof-trace attached but tracing another device | {floor:.3} ({fq1:.3}-{fq3:.3}) | |"
+    );
+    println!("| same, traced by biolatency -Q -D | {b_ratio:.3} ({bq1:.3}-{bq3:.3}) | |");
+    println!(
+        "| tracer's CPU (programs at bpf_stats cost + daemon), share of all {ncpu} CPUs | {:.1}% | |",
+        share * 100.0
     );
     println!(
         "| IOs recorded / kernel count (all rounds) | {records} / {kernel} ({misses} reported missed) | every IO: {} |",

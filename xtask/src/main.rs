@@ -48,10 +48,11 @@ enum Cmd {
     /// analyzer throughput. Prints a table.
     Bench {
         /// Seconds per fio run.
-        #[arg(long, default_value_t = 10)]
-        seconds: u64,
-        /// Alternating traced/untraced rounds.
         #[arg(long, default_value_t = 3)]
+        seconds: u64,
+        /// Rounds of alternating runs (untraced, attached to another device, traced,
+        /// biolatency); the machine is noisy, so ratios are medians over rounds.
+        #[arg(long, default_value_t = 16)]
         rounds: usize,
         /// IOs in the synthetic trace for the analyzer's benchmark.
         #[arg(long, default_value_t = 50_000_000)]
