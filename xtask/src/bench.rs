@@ -198,9 +198,36 @@ struct Traced {
     drops: u64,
     misses: u64,
     ns_per_io: f64,
+    /// Each program's share of `ns_per_io`: (tracepoint, ns per IO).
+    per_program: Vec<(String, f64)>,
     cpu_pct: f64,
     rss_mib: f64,
     bytes_per_io: f64,
+}
+
+/// "block_io_start 250 ns, ...": the median over runs of each program's ns per IO, for the
+/// programs that ran.
+fn per_program_medians(runs: &[Traced]) -> String {
+    let mut names: Vec<&str> = Vec::new();
+    for (name, _) in runs.iter().flat_map(|t| &t.per_program) {
+        if !names.contains(&name.as_str()) {
+            names.push(name);
+        }
+    }
+    names
+        .iter()
+        .filter_map(|&name| {
+            let mut v: Vec<f64> = runs
+                .iter()
+                .flat_map(|t| &t.per_program)
+                .filter(|(n, _)| n == name)
+                .map(|&(_, ns)| ns)
+                .collect();
+            let m = median(&mut v);
+            (m >= 0.5).then(|| format!("{name} {m:.0} ns"))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// fio on `lp` while blkprof-trace traces `traced` (`lp` itself, or another device for the
@@ -256,6 +283,17 @@ fn traced_round(lp: &Loop, traced: &Loop, seconds: u64, out: &Path) -> Result<Tr
         drops: t.counters_end.ring_drops,
         misses: t.counters_end.reported_misses(),
         ns_per_io: ns as f64 / completions.max(1) as f64,
+        per_program: t
+            .counters_end
+            .programs
+            .iter()
+            .map(|p| {
+                (
+                    p.name.clone(),
+                    p.run_time_ns as f64 / completions.max(1) as f64,
+                )
+            })
+            .collect(),
         cpu_pct: cpu / wall * 100.0,
         rss_mib: rss,
         bytes_per_io: bytes as f64 / records.max(1) as f64,
@@ -336,7 +374,7 @@ fn bench_inner(seconds: u64, rounds: usize) -> Result<()> {
     );
     let (mut untraced, mut traced, mut bio) = (Vec::new(), Vec::new(), Vec::new());
     let (mut ratios, mut floor_ratios, mut bio_ratios) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut busy, mut shares) = (Vec::new(), Vec::new());
+    let (mut busy, mut shares, mut floor_costs) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..rounds {
         // Throughput with kernel.bpf_stats_enabled=0 (the stats themselves cost two clock reads
         // per program run), then the same traced runs again with stats on for the cost per IO.
@@ -354,19 +392,23 @@ fn bench_inner(seconds: u64, rounds: usize) -> Result<()> {
         }
         let mut t = t.context("no traced run")?;
         bpf_stats(true)?;
-        t.ns_per_io = traced_round(&lp, &lp, seconds.min(5), &out)?.ns_per_io;
+        let stats = traced_round(&lp, &lp, seconds.min(5), &out)?;
+        (t.ns_per_io, t.per_program) = (stats.ns_per_io, stats.per_program);
+        // The same programs when they only filter (tracing the idle device).
+        let floor_ns = traced_round(&lp, &other, seconds.min(5), &out)?.ns_per_io;
         let b = (b_iops, biolatency_round(&lp, seconds.min(5))?.1);
         // The tracer's CPU time (programs at their bpf_stats cost, which includes the stats'
         // own clock reads, plus the daemon) as a share of all CPUs: when fio keeps every CPU
         // busy, about what tracing takes from it.
         let share = (t.ns_per_io * t.iops / 1e9 + t.cpu_pct / 100.0) / ncpu as f64;
         eprintln!(
-            "round {}: untraced {:.0} IOPS (CPUs {:.0}% busy) | attached to another device {:.0} IOPS ({:.3}) | blkprof {:.0} IOPS ({:.3}), {} of {} IOs recorded, {} drops, {:.0} ns/IO, daemon {:.1}% of a core, tracer {:.1}% of all CPU | biolatency {:.0} IOPS ({:.3}), {:.0} ns/IO",
+            "round {}: untraced {:.0} IOPS (CPUs {:.0}% busy) | attached to another device {:.0} IOPS ({:.3}), {:.0} ns/IO | blkprof {:.0} IOPS ({:.3}), {} of {} IOs recorded, {} drops, {:.0} ns/IO, daemon {:.1}% of a core, tracer {:.1}% of all CPU | biolatency {:.0} IOPS ({:.3}), {:.0} ns/IO",
             round + 1,
             u,
             u_busy * 100.0,
             floor,
             floor / u,
+            floor_ns,
             t.iops,
             t.iops / u,
             t.records,
@@ -381,6 +423,7 @@ fn bench_inner(seconds: u64, rounds: usize) -> Result<()> {
         );
         ratios.push(t.iops / u);
         floor_ratios.push(floor / u);
+        floor_costs.push(floor_ns);
         bio_ratios.push(b.0 / u);
         busy.push(u_busy);
         shares.push(share);
@@ -442,6 +485,14 @@ fn bench_inner(seconds: u64, rounds: usize) -> Result<()> {
         check(ours_ns < bio_ns)
     );
     println!("| in-kernel cost per IO, biolatency -Q -D | {bio_ns:.0} ns | |");
+    println!(
+        "| blkprof's cost per IO by program (medians) | {} | |",
+        per_program_medians(&traced)
+    );
+    println!(
+        "| same programs attached to another device (they stop at the device filter) | {:.0} ns | |",
+        median(&mut floor_costs)
+    );
     println!("| daemon CPU while tracing | {cpu:.1} % of one core | |");
     println!("| daemon peak RSS | {rss:.1} MiB | |");
     println!(

@@ -48,14 +48,14 @@ enum Cmd {
     /// analyzer throughput. Prints a table.
     Bench {
         /// Seconds per fio run.
-        #[arg(long, default_value_t = 3)]
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..))]
         seconds: u64,
         /// Rounds of alternating runs (untraced, attached to another device, traced,
         /// biolatency); the machine is noisy, so ratios are medians over rounds.
-        #[arg(long, default_value_t = 16)]
-        rounds: usize,
+        #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..))]
+        rounds: u64,
         /// IOs in the synthetic trace for the analyzer's benchmark.
-        #[arg(long, default_value_t = 50_000_000)]
+        #[arg(long, default_value_t = 50_000_000, value_parser = clap::value_parser!(u64).range(1..))]
         analyzer_ios: u64,
         /// Only the analyzer's benchmark (no root needed).
         #[arg(long)]
@@ -95,7 +95,7 @@ fn main() -> Result<()> {
         } => {
             if !analyzer_only {
                 setup::setup()?;
-                bench::bench(seconds, rounds)?;
+                bench::bench(seconds, rounds as usize)?;
             }
             bench_analyzer::bench(analyzer_ios)
         }
