@@ -11,7 +11,8 @@ use tracer_common::op::{Op, StatGroup};
 use crate::series::{BurstBins, Options, Series, SpikeBins};
 use crate::sizes::SizeClass;
 
-#[derive(Clone, Debug, Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize, Default)]
+#[serde(default)]
 pub struct Burst {
     /// RFC 3339 wall-clock times.
     pub start: String,
@@ -41,7 +42,8 @@ pub struct Burst {
 }
 
 /// A task's share of a burst's written bytes.
-#[derive(Clone, Debug, Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize, Default)]
+#[serde(default)]
 pub struct Writer {
     pub comm: String,
     pub bytes: u64,
@@ -61,7 +63,8 @@ pub fn writers_text(w: &[Writer]) -> String {
     }
 }
 
-#[derive(Clone, Debug, Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize, Default)]
+#[serde(default)]
 pub struct Spike {
     pub start: String,
     pub start_s: f64,
@@ -75,6 +78,7 @@ pub struct Spike {
 
 /// Reads inside bursts versus outside.
 #[derive(Clone, Debug, Serialize, serde::Deserialize, Default)]
+#[serde(default)]
 pub struct ReadImpact {
     pub inside_ios: u64,
     pub outside_ios: u64,

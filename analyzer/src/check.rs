@@ -165,10 +165,13 @@ pub fn metric(r: &JsonReport, d: &JsonDevice, name: &str) -> Result<Option<f64>,
     Ok(v)
 }
 
+/// `allow_incomplete`: a trace without a trailer (cut short or corrupt) passes its
+/// completeness check; otherwise it fails it, since its figures cover only part of the run.
 pub fn check(
     trace: &JsonReport,
     baseline: Option<&JsonReport>,
     rules: &Rules,
+    allow_incomplete: bool,
 ) -> Result<Vec<Verdict>, String> {
     let d = device(trace, rules.device.as_deref()).ok_or_else(|| {
         format!(
@@ -185,6 +188,30 @@ pub fn check(
         None => None,
     };
     let mut out = Vec::new();
+    if !trace.complete {
+        let stopped = trace
+            .integrity
+            .stopped
+            .as_deref()
+            .unwrap_or("it did not end cleanly");
+        out.push(Verdict {
+            rule: Rule {
+                metric: "trace.complete".into(),
+                min: Some(1.0),
+                ..Rule::default()
+            },
+            value: Some(0.0),
+            baseline: None,
+            pass: allow_incomplete,
+            reason: if allow_incomplete {
+                format!("incomplete, allowed by --allow-incomplete: {stopped}")
+            } else {
+                format!(
+                    "the trace is incomplete: {stopped}; its figures cover part of the run (--allow-incomplete checks what is intact)"
+                )
+            },
+        });
+    }
     for rule in &rules.rules {
         let needs_base = rule.within.is_some()
             || rule.within_pct.is_some()

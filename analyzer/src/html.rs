@@ -47,8 +47,17 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}} th{{background:#
     if !j.complete {
         let _ = write!(
             h,
-            "<p class='warn'>The trace did not end cleanly (truncated or corrupt): this report covers what is intact.</p>"
+            "<p class='warn'>The trace did not end cleanly: {}. This report covers what is intact.</p>",
+            escape(
+                j.integrity
+                    .stopped
+                    .as_deref()
+                    .unwrap_or("truncated or corrupt")
+            )
         );
+    }
+    for n in &j.integrity.notes {
+        let _ = write!(h, "<p class='warn'>{}</p>", escape(n));
     }
     for d in &j.devices {
         let Some(ds) = s
@@ -248,8 +257,18 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}} th{{background:#
     let l = &j.lost;
     let _ = write!(
         h,
-        "<p>Lost: {} IOs ({} ring drops, {} missed completions, {} kernel-skipped runs, {} untracked, {} unaccounted).</p>",
-        l.total, l.ring_drops, l.missed_completions, l.recursion_misses, l.untracked, l.unaccounted
+        "<p>Lost: {}{} IOs ({} ring drops, {} missed completions, {} kernel-skipped runs, {} untracked, {} unaccounted).</p>",
+        match j.integrity.losses_from.as_str() {
+            "none" => "unknown (cut short before the first stats frame); at least ",
+            "last stats frame" => "at least ",
+            _ => "",
+        },
+        l.total,
+        l.ring_drops,
+        l.missed_completions,
+        l.recursion_misses,
+        l.untracked,
+        l.unaccounted
     );
     h.push_str("</body></html>\n");
     h

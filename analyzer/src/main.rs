@@ -148,6 +148,10 @@ enum Cmd {
         /// Also write the verdicts as JUnit XML here.
         #[arg(long)]
         junit: Option<PathBuf>,
+        /// Check a trace that did not end cleanly (no trailer: the tracer was killed, the disk
+        /// filled, or the file is corrupt) on what is intact, instead of failing it.
+        #[arg(long)]
+        allow_incomplete: bool,
         #[command(flatten)]
         detect: Detect,
     },
@@ -221,12 +225,14 @@ fn main() -> ExitCode {
             baseline,
             rules,
             junit,
+            allow_incomplete,
             detect,
         } => run_check(
             &trace,
             baseline.as_deref(),
             rules.as_deref(),
             junit.as_deref(),
+            allow_incomplete,
             &detect.options(),
         ),
         Cmd::Export {
@@ -441,6 +447,7 @@ fn run_check(
     baseline: Option<&std::path::Path>,
     rules: Option<&std::path::Path>,
     junit: Option<&std::path::Path>,
+    allow_incomplete: bool,
     opts: &analyzer::series::Options,
 ) -> ExitCode {
     let bad = |msg: String| {
@@ -487,7 +494,7 @@ fn run_check(
         Ok(s) => s.to_json(),
         Err(e) => return bad(e.to_string()),
     };
-    let verdicts = match analyzer::check::check(&summary, base.as_ref(), &rules) {
+    let verdicts = match analyzer::check::check(&summary, base.as_ref(), &rules, allow_incomplete) {
         Ok(v) => v,
         Err(e) => return bad(e),
     };

@@ -8,7 +8,8 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 use tracer_common::coverage::{DeviceCoverage, coverage};
 use tracer_common::format::{
-    Ending, FormatError, IoRecord, TraceHeader, TraceReader, TraceTrailer, rfc3339,
+    Ending, FormatError, IoRecord, ProbeCounters, Scan, StatsFrame, TraceHeader, TraceReader,
+    TraceTrailer, rfc3339,
 };
 use tracer_common::op::{Op, StatGroup, flags};
 
@@ -124,6 +125,8 @@ pub struct DeviceStats {
     pub first_ns: u64,
     pub last_ns: u64,
     pub max_os_inflight: u32,
+    /// Whether the device has a time series (see [`SERIES_BIN_BUDGET`]).
+    pub has_series: bool,
     /// Empty flush requests absorbed by the flush machinery (never reach the device; the kernel
     /// counts them as 0-byte reads in /proc/diskstats).
     pub absorbed_flushes: u64,
@@ -154,6 +157,35 @@ pub struct Summary {
     pub devices: BTreeMap<u32, DeviceStats>,
     pub records: u64,
     pub coverage: Vec<DeviceCoverage>,
+    /// The last periodic stats frame read: the losses of a file without a trailer.
+    pub last_stats: Option<StatsFrame>,
+    pub integrity: Integrity,
+}
+
+/// How far the input can be trusted: how the file ended, where the loss figures come from,
+/// and what was left out because it could not belong to the run.
+#[derive(Serialize, serde::Deserialize, Default, Clone, Debug, PartialEq)]
+#[serde(default)]
+pub struct Integrity {
+    /// "complete" (a trailer), "truncated" (cut short after a whole frame) or "corrupt".
+    pub ending: String,
+    /// For a file that is not complete: where reading stopped and why.
+    pub stopped: Option<String>,
+    /// For a file that is not complete: the last instant it accounts for (wall clock), the later
+    /// of its last stats frame and its last record.
+    pub known_until: Option<String>,
+    /// Where the loss counters come from: "trailer", "last stats frame", or "none" (a file
+    /// cut short before its first stats frame: losses unknown).
+    pub losses_from: String,
+    /// Records whose times cannot belong to the run (completed outside the header-to-trailer
+    /// window, or issued after they completed): damaged, counted and left out of the report.
+    pub records_outside_window: u64,
+    /// Whole frames of kinds this build does not know (from a newer tracer), skipped.
+    pub unknown_frames_skipped: u64,
+    /// Devices that got totals but no time series (more devices than the series budget holds).
+    pub devices_without_series: u64,
+    /// Anything else the reader should know, as sentences.
+    pub notes: Vec<String>,
 }
 
 /// The report's name for an op group.
@@ -161,10 +193,93 @@ pub fn op_key(op: Op, fl: u16) -> String {
     slot_name(op_slot(StatGroup::of(op, fl), op))
 }
 
+/// Fine bins (of [`Options::fine_ns`]) the time series of all devices may hold together: about
+/// 45 bytes each, so at most about 190 MB whatever the trace says of its own length.
+pub const SERIES_BIN_BUDGET: u64 = 1 << 22;
+
+/// How far outside the run (header start to trailer end) a record's completion may lie and still
+/// count as part of it: records come from the ring a little after the clocks were read.
+const WINDOW_SLACK_NS: u64 = 60_000_000_000;
+
+/// The span of CLOCK_MONOTONIC a trace's records may complete in, and the time-series options
+/// that fit that span into [`SERIES_BIN_BUDGET`].
+#[derive(Clone, Debug)]
+pub struct Window {
+    pub lo_ns: u64,
+    pub hi_ns: u64,
+    /// Fine bins each announced device's series may need.
+    pub bins_per_device: u64,
+    /// The options actually used (intervals and resolution scaled up for very long traces).
+    pub opts: Options,
+    /// Said in the report when the resolution had to be coarsened.
+    pub note: Option<String>,
+}
+
+impl Window {
+    /// From the header's start to the trailer's end; for a file cut short, to one interval after
+    /// its last stats frame (the tracer writes one every interval); with neither, as far as the
+    /// series budget reaches at the chosen resolution. `devices`: how many devices the trace
+    /// announces (each gets a series).
+    pub fn of(header: &TraceHeader, scan: &Scan, opts: &Options) -> Window {
+        let t0 = header.monotonic_base_ns;
+        let ndev = scan.devices.len().max(1) as u64;
+        let interval_ns = header.interval_ms.clamp(1, 3_600_000) * 1_000_000;
+        let end = match (&scan.trailer, &scan.last_stats) {
+            (Some(t), _) => Some(t.monotonic_end_ns),
+            (None, Some(st)) => Some(st.at_ns.saturating_add(2 * interval_ns)),
+            (None, None) => None,
+        };
+        let lo_ns = t0.saturating_sub(WINDOW_SLACK_NS);
+        let mut opts = opts.clone();
+        let mut note = None;
+        let hi_ns = match end {
+            Some(e) => {
+                let hi = e.max(t0).saturating_add(WINDOW_SLACK_NS);
+                let bins = (hi - t0) / opts.fine_ns + 1;
+                let k = (bins * ndev).div_ceil(SERIES_BIN_BUDGET);
+                if k > 1 {
+                    opts.fine_ns *= k;
+                    opts.interval_ns *= k;
+                    note = Some(format!(
+                        "the trace spans {:.1} h: time series at {} intervals and {} resolution instead of {} and {}, to keep memory bounded",
+                        (hi - t0) as f64 / 3.6e12,
+                        tracer_common::units::format_duration_ns(opts.interval_ns),
+                        tracer_common::units::format_duration_ns(opts.fine_ns),
+                        tracer_common::units::format_duration_ns(opts.interval_ns / k),
+                        tracer_common::units::format_duration_ns(opts.fine_ns / k),
+                    ));
+                }
+                hi
+            }
+            None => t0.saturating_add((SERIES_BIN_BUDGET / ndev) * opts.fine_ns - 1),
+        };
+        Window {
+            lo_ns,
+            hi_ns,
+            bins_per_device: (hi_ns.saturating_sub(t0)) / opts.fine_ns + 1,
+            opts,
+            note,
+        }
+    }
+
+    /// Whether a record's times can belong to the run: completed inside the window, and
+    /// issued (if at all) before it completed. Damaged records fail this.
+    #[inline]
+    pub fn holds(&self, r: &IoRecord) -> bool {
+        r.complete_ns.wrapping_sub(self.lo_ns) <= self.hi_ns - self.lo_ns
+            && r.issue_ns <= r.complete_ns
+    }
+}
+
 pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
     let mut r = TraceReader::open(path)?;
     let header = r.header().clone();
     let t0 = header.monotonic_base_ns;
+    let window = Window::of(&header, &r.scan()?, opts);
+    let opts = &window.opts;
+    let mut bins_left = SERIES_BIN_BUDGET;
+    let mut outside_window = 0u64;
+    let mut devices_without_series = 0u64;
     // (dev, stats, per-op-slot tallies)
     type DevEntry = (u32, DeviceStats, Vec<Option<Box<OpStats>>>);
     let mut devs: Vec<DevEntry> = Vec::new();
@@ -196,12 +311,25 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
         }
         records += buf.len() as u64;
         for rec in &buf {
+            if !window.holds(rec) {
+                outside_window += 1;
+                continue;
+            }
             task_counts[rec.task as usize] += 1;
             if devs.get(last).is_none_or(|d| d.0 != rec.dev) {
                 last = match devs.iter().position(|d| d.0 == rec.dev) {
                     Some(i) => i,
                     None => {
                         let (major, minor) = tracer_common::dev_split(rec.dev);
+                        // Each device reserves the bins its series may need; devices beyond
+                        // the budget (only a damaged or hostile file has so many) get totals
+                        // without a series.
+                        let has_series = bins_left >= window.bins_per_device;
+                        if has_series {
+                            bins_left -= window.bins_per_device;
+                        } else {
+                            devices_without_series += 1;
+                        }
                         devs.push((
                             rec.dev,
                             DeviceStats {
@@ -209,8 +337,9 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
                                 major,
                                 minor,
                                 ops: BTreeMap::new(),
-                                first_ns: rec.enter_ns,
+                                first_ns: rec.enter_ns.max(window.lo_ns),
                                 last_ns: rec.complete_ns,
+                                has_series,
                                 max_os_inflight: 0,
                                 absorbed_flushes: 0,
                                 series: Series::new(t0, opts),
@@ -226,11 +355,13 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
                 };
             }
             let (_, d, slots) = &mut devs[last];
-            d.first_ns = d.first_ns.min(rec.enter_ns);
+            d.first_ns = d.first_ns.min(rec.enter_ns.max(window.lo_ns));
             d.last_ns = d.last_ns.max(rec.complete_ns);
             d.max_os_inflight = d.max_os_inflight.max(rec.os_inflight);
             let g = rec.stat_group();
-            d.series.record(rec, g, burst_writer[rec.task as usize]);
+            if d.has_series {
+                d.series.record(rec, g, burst_writer[rec.task as usize]);
+            }
             if rec.op == Op::Discard {
                 d.discards.push(*rec);
             }
@@ -274,6 +405,83 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
     }
     let trailer = r.trailer().cloned();
     let ending = r.ending().clone();
+    let last_stats = r.last_stats().cloned();
+    let last_record_ns = devices.values().map(|d| d.last_ns).max();
+    let wall = |t: u64| wall_time(&header, t);
+    let rel = |t: u64| t.saturating_sub(t0) as f64 / 1e9;
+    let mut integrity = Integrity {
+        ending: match ending {
+            Ending::Complete => "complete",
+            Ending::Corrupt { .. } => "corrupt",
+            _ => "truncated",
+        }
+        .into(),
+        losses_from: if trailer.is_some() {
+            "trailer"
+        } else if last_stats.is_some() {
+            "last stats frame"
+        } else {
+            "none"
+        }
+        .into(),
+        records_outside_window: outside_window,
+        unknown_frames_skipped: r.skipped_frames(),
+        devices_without_series,
+        notes: window.note.clone().into_iter().collect(),
+        ..Integrity::default()
+    };
+    if ending != Ending::Complete {
+        let until = last_stats
+            .as_ref()
+            .map(|st| st.at_ns)
+            .max(last_record_ns)
+            .unwrap_or(t0);
+        integrity.known_until = Some(wall(until));
+        let losses = match &last_stats {
+            Some(st) => format!(
+                "losses are those of its last stats frame (+{:.1} s)",
+                rel(st.at_ns)
+            ),
+            None => "it has no stats frame, so its losses are unknown".to_string(),
+        };
+        integrity.stopped = Some(match &ending {
+            Ending::Corrupt {
+                frame,
+                offset,
+                reason,
+            } => format!(
+                "corrupt at frame {frame} (byte {offset}): {reason}; reporting the {} records before it, up to +{:.1} s; {losses}",
+                records,
+                rel(until)
+            ),
+            Ending::Truncated {
+                intact_bytes,
+                trailing_bytes,
+            } => format!(
+                "truncated after +{:.1} s: no trailer after {intact_bytes} intact bytes ({trailing_bytes} trailing bytes dropped), the tracer did not stop cleanly; {losses}",
+                rel(until)
+            ),
+            _ => format!("not read to its end; {losses}"),
+        });
+    }
+    if outside_window > 0 {
+        integrity.notes.push(format!(
+            "{outside_window} records have times that cannot belong to this run (completed outside {} .. {}, or issued after completing): damaged, left out of the report",
+            wall(window.lo_ns),
+            wall(window.hi_ns)
+        ));
+    }
+    if devices_without_series > 0 {
+        integrity.notes.push(format!(
+            "{devices_without_series} devices not announced in the trace have totals but no time series (series memory is bounded)"
+        ));
+    }
+    if r.skipped_frames() > 0 {
+        integrity.notes.push(format!(
+            "{} frames of kinds this version does not know were skipped (written by a newer blkprof-trace?)",
+            r.skipped_frames()
+        ));
+    }
     let cov = trailer
         .as_ref()
         .map(|t| coverage(&header, t))
@@ -337,7 +545,6 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
         }
         task_names = r2.tasks().iter().map(|t| t.comm.clone()).collect();
     }
-    let wall = |t: u64| wall_time(&header, t);
     for (dev, (bins, spike_bins, mut c)) in found {
         let d = devices.get_mut(&dev).expect("device");
         // Reads outside bursts: all reads of pass one minus those pass two found inside.
@@ -372,6 +579,8 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
         devices,
         records,
         coverage: cov,
+        last_stats,
+        integrity,
     })
 }
 
@@ -383,6 +592,7 @@ pub fn wall_time(header: &TraceHeader, mono_ns: u64) -> String {
 
 /// What the trace knows it missed.
 #[derive(Serialize, serde::Deserialize, Default, Clone, Debug, PartialEq, Eq)]
+#[serde(default)]
 pub struct Lost {
     /// Every IO the trace knows it missed, for any reason (ring drops + missed completions +
     /// kernel-skipped runs + untracked requests), plus IOs the kernel counted beyond those.
@@ -399,31 +609,36 @@ pub struct Lost {
 
 impl Summary {
     pub fn lost(&self) -> Lost {
-        let c = self
-            .trailer
-            .as_ref()
-            .map(|t| t.counters_end.clone())
-            .unwrap_or_default();
+        // A file cut short still knows its losses up to its last stats frame.
+        let c = match (&self.trailer, &self.last_stats) {
+            (Some(t), _) => t.counters_end.clone(),
+            (None, Some(st)) => st.counters.clone(),
+            (None, None) => ProbeCounters::default(),
+        };
         let c0 = &self.header.counters_start;
         let drops = c.ring_drops.saturating_sub(c0.ring_drops);
         let missed = c.missed_completions.saturating_sub(c0.missed_completions);
         let rec = c.recursion_misses().saturating_sub(c0.recursion_misses());
         let untracked = c.request_map_full.saturating_sub(c0.request_map_full);
-        let reported = missed + rec + untracked;
+        let reported = missed.saturating_add(rec).saturating_add(untracked);
         let unaccounted: u64 = self
             .coverage
             .iter()
             .flat_map(|d| d.groups.iter())
             .map(|g| g.unaccounted(reported))
-            .sum();
+            .fold(0, u64::saturating_add);
         Lost {
-            total: drops + missed + rec + untracked + unaccounted,
+            total: reported.saturating_add(drops).saturating_add(unaccounted),
             ring_drops: drops,
             missed_completions: missed,
             recursion_misses: rec,
             untracked,
             unaccounted,
-            filtered_out: self.trailer.as_ref().map_or(0, |t| t.filtered_out),
+            filtered_out: match (&self.trailer, &self.last_stats) {
+                (Some(t), _) => t.filtered_out,
+                (None, Some(st)) => st.filtered_out,
+                (None, None) => 0,
+            },
         }
     }
 
@@ -432,7 +647,8 @@ impl Summary {
     }
 }
 
-#[derive(Serialize, serde::Deserialize)]
+#[derive(Serialize, serde::Deserialize, Default)]
+#[serde(default)]
 pub struct JsonOp {
     pub ios: u64,
     pub bytes: u64,
@@ -445,7 +661,8 @@ pub struct JsonOp {
     pub errors: u64,
 }
 
-#[derive(Serialize, serde::Deserialize)]
+#[derive(Serialize, serde::Deserialize, Default)]
+#[serde(default)]
 pub struct JsonSize {
     pub class: String,
     pub pct_ios: f64,
@@ -453,7 +670,8 @@ pub struct JsonSize {
     pub bytes: u64,
 }
 
-#[derive(Serialize, serde::Deserialize)]
+#[derive(Serialize, serde::Deserialize, Default)]
+#[serde(default)]
 pub struct JsonLatency {
     pub p50: f64,
     pub p90: f64,
@@ -483,7 +701,8 @@ impl JsonLatency {
     }
 }
 
-#[derive(Serialize, serde::Deserialize)]
+#[derive(Serialize, serde::Deserialize, Default)]
+#[serde(default)]
 pub struct JsonDevice {
     pub name: String,
     pub major: u32,
@@ -501,6 +720,7 @@ pub struct JsonDevice {
 }
 
 #[derive(Serialize, serde::Deserialize, Default)]
+#[serde(default)]
 pub struct JsonRate {
     pub mean_mb_per_s: f64,
     pub max_mb_per_s: f64,
@@ -509,6 +729,7 @@ pub struct JsonRate {
 }
 
 #[derive(Serialize, serde::Deserialize, Default)]
+#[serde(default)]
 pub struct JsonThroughput {
     pub read: JsonRate,
     pub write: JsonRate,
@@ -520,6 +741,7 @@ pub struct JsonThroughput {
 
 /// Per-interval series (arrays of equal length; index i covers [start + i*interval, +interval)).
 #[derive(Serialize, serde::Deserialize, Default)]
+#[serde(default)]
 pub struct JsonSeries {
     pub interval_s: f64,
     pub start: String,
@@ -537,7 +759,8 @@ pub struct JsonSeries {
     pub write_max_us: Vec<f64>,
 }
 
-#[derive(Serialize, serde::Deserialize)]
+#[derive(Serialize, serde::Deserialize, Default)]
+#[serde(default)]
 pub struct JsonReport {
     pub schema_version: u32,
     pub traces: Vec<String>,
@@ -555,11 +778,15 @@ pub struct JsonReport {
     #[serde(default)]
     pub compaction_discards: Vec<(String, CompactionDiscards)>,
     pub lost: Lost,
+    /// How the file ended and what was left out (absent from reports of older versions).
+    #[serde(default)]
+    pub integrity: Integrity,
 }
 
 /// Discards completing after each compaction's end ("Compacted" in the log), up to
 /// [`COMPACTION_DISCARD_WINDOW_NS`] later or the next compaction's end.
 #[derive(Clone, Debug, Serialize, serde::Deserialize, Default)]
+#[serde(default)]
 pub struct CompactionDiscards {
     pub compactions: usize,
     pub followed_by_discards: usize,
@@ -569,7 +796,8 @@ pub struct CompactionDiscards {
     pub rows: Vec<CompactionRow>,
 }
 
-#[derive(Clone, Debug, Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize, Default)]
+#[serde(default)]
 pub struct CompactionRow {
     pub id: String,
     pub start: String,
@@ -675,6 +903,7 @@ impl Summary {
             flush_match: self.flush_matches(),
             compaction_discards: self.compaction_discards(),
             lost: self.lost(),
+            integrity: self.integrity.clone(),
         }
     }
 }

@@ -3,7 +3,6 @@
 use std::io::Write;
 
 use tracer_common::coverage::{describe, thousands};
-use tracer_common::format::Ending;
 
 use crate::sizes::human;
 use crate::summary::{JsonLatency, Summary};
@@ -58,30 +57,11 @@ pub fn write(out: &mut dyn Write, s: &Summary) -> std::io::Result<()> {
         j.start,
         dur.map(|d| format!(", {d:.1} s")).unwrap_or_default()
     )?;
-    for (p, e) in &s.endings {
-        match e {
-            Ending::Complete => {}
-            Ending::Truncated {
-                intact_bytes,
-                trailing_bytes,
-            } => writeln!(
-                out,
-                "warning: {} ends without a trailer after {} intact bytes ({} trailing bytes dropped): the tracer did not stop cleanly; reporting what is intact",
-                p.display(),
-                thousands(*intact_bytes),
-                thousands(*trailing_bytes)
-            )?,
-            Ending::Corrupt {
-                frame,
-                offset,
-                reason,
-            } => writeln!(
-                out,
-                "warning: {} is corrupt at frame {frame} (byte {offset}): {reason}; reporting the frames before it",
-                p.display()
-            )?,
-            Ending::Unread => {}
-        }
+    if let Some(stopped) = &j.integrity.stopped {
+        writeln!(out, "warning: {}: {stopped}", j.traces.join(", "))?;
+    }
+    for n in &j.integrity.notes {
+        writeln!(out, "note: {n}")?;
     }
     for d in &j.devices {
         writeln!(
@@ -531,9 +511,21 @@ pub fn write(out: &mut dyn Write, s: &Summary) -> std::io::Result<()> {
         }
     }
     let l = &j.lost;
+    if j.integrity.losses_from == "none" {
+        writeln!(
+            out,
+            "\nlost: unknown (the file was cut short before its first stats frame)"
+        )?;
+        return Ok(());
+    }
     writeln!(
         out,
-        "\nlost: {} IOs ({} ring drops, {} missed completions, {} kernel-skipped runs, {} untracked, {} unaccounted){}",
+        "\nlost: {}{} IOs ({} ring drops, {} missed completions, {} kernel-skipped runs, {} untracked, {} unaccounted){}",
+        if j.integrity.losses_from == "last stats frame" {
+            "at least "
+        } else {
+            ""
+        },
         thousands(l.total),
         thousands(l.ring_drops),
         thousands(l.missed_completions),

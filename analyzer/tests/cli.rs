@@ -172,3 +172,26 @@ fn stress_start_places_elapsed_only_output_on_the_trace_clock() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("expected a UTC time"));
 }
+
+/// Baselines saved by older versions still load: `check` against them passes on the same
+/// workload recorded again (fields added since are read with their defaults).
+#[test]
+fn baselines_saved_by_older_versions_still_load() {
+    for commit in ["643dbfc", "770dcaa"] {
+        let base = golden(&format!("old-reports/cassandra-shaped-a.{commit}.json"));
+        let o = blkprof()
+            .arg("check")
+            .arg(golden("cassandra-shaped-b.blkp"))
+            .arg("--baseline")
+            .arg(&base)
+            .output()
+            .unwrap();
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{commit}: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+}

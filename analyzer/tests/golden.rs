@@ -74,7 +74,13 @@ fn check_passes_a_second_recording_and_fails_bigger_writes() {
         device: None,
         rules: default_rules(),
     };
-    let again = check(&report("cassandra-shaped-b.blkp"), Some(&base), &rules).unwrap();
+    let again = check(
+        &report("cassandra-shaped-b.blkp"),
+        Some(&base),
+        &rules,
+        false,
+    )
+    .unwrap();
     assert!(
         again.iter().all(|v| v.pass),
         "{:#?}",
@@ -84,6 +90,7 @@ fn check_passes_a_second_recording_and_fails_bigger_writes() {
         &report("cassandra-shaped-bigger-writes.blkp"),
         Some(&base),
         &rules,
+        false,
     )
     .unwrap();
     let failed: Vec<&str> = bigger

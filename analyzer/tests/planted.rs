@@ -189,7 +189,8 @@ fn a_truncated_trace_reports_what_is_intact() {
     let mut out = Vec::new();
     analyzer::text::write(&mut out, &s).unwrap();
     let text = String::from_utf8(out).unwrap();
-    assert!(text.contains("ends without a trailer"), "{text}");
+    assert!(text.contains("truncated after +"), "{text}");
+    assert!(text.contains("no trailer after"), "{text}");
 }
 
 #[test]
@@ -310,13 +311,13 @@ fn check_fails_a_changed_workload_and_passes_a_second_recording() {
         device: None,
         rules: default_rules(),
     };
-    let v = check(&again, Some(&base), &rules).unwrap();
+    let v = check(&again, Some(&base), &rules, false).unwrap();
     assert!(
         v.iter().all(|v| v.pass),
         "{:#?}",
         v.iter().filter(|v| !v.pass).collect::<Vec<_>>()
     );
-    let v = check(&changed, Some(&base), &rules).unwrap();
+    let v = check(&changed, Some(&base), &rules, false).unwrap();
     let failed: Vec<_> = v.iter().filter(|v| !v.pass).collect();
     assert!(
         failed
@@ -333,7 +334,7 @@ fn check_fails_a_changed_workload_and_passes_a_second_recording() {
     assert!(xml.contains("<failure message=") && xml.contains("tests=\"10\""));
     // Explicit rules, no baseline.
     let rules: Rules = serde_json::from_str(r#"{"rules": [{"metric": "read.latency_p99_us", "max": 5000}, {"metric": "queue_depth_max", "max": 256}, {"metric": "lost.total", "max": 0}]}"#).unwrap();
-    let v = check(&again, None, &rules).unwrap();
+    let v = check(&again, None, &rules, false).unwrap();
     assert!(
         !v[0].pass && v[0].reason.contains("above the maximum 5000"),
         "read p99 of ~12 ms inside bursts: {:?}",
@@ -343,7 +344,7 @@ fn check_fails_a_changed_workload_and_passes_a_second_recording() {
     let bad: Rules =
         serde_json::from_str(r#"{"rules": [{"metric": "read.nonsense", "max": 1}]}"#).unwrap();
     assert!(
-        check(&again, None, &bad)
+        check(&again, None, &bad, false)
             .unwrap_err()
             .contains("unknown metric")
     );

@@ -7,6 +7,7 @@ use crate::format::{AggregateSnapshot, DiskStats, TraceHeader, TraceTrailer};
 use crate::op::StatGroup;
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct GroupCoverage {
     pub group: Option<StatGroup>,
     /// /proc/diskstats delta over the run.
@@ -27,6 +28,7 @@ impl GroupCoverage {
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct DeviceCoverage {
     pub name: String,
     pub major: u32,
@@ -47,7 +49,12 @@ fn agg_sum(v: &[AggregateSnapshot], major: u32, minor: u32, g: StatGroup) -> (u6
     v.iter()
         .filter(|a| a.major == major && a.minor == minor && a.group() == g)
         .fold((0, 0, 0), |acc, a| {
-            (acc.0 + a.ios, acc.1 + a.bytes, acc.2 + a.total_ns_sum)
+            // Saturating: the counts come from a file, which may be damaged.
+            (
+                acc.0.saturating_add(a.ios),
+                acc.1.saturating_add(a.bytes),
+                acc.2.saturating_add(a.total_ns_sum),
+            )
         })
 }
 
@@ -66,7 +73,7 @@ pub fn coverage(header: &TraceHeader, trailer: &TraceTrailer) -> Vec<DeviceCover
             let (ki1, kb1) = end.group(g);
             let (ai1, ab1, an1) = agg_sum(&trailer.aggregates_end, end.major, end.minor, g);
             let (ai0, ab0, an0) = agg_sum(&header.aggregates_start, end.major, end.minor, g);
-            agg_total_ns += an1.saturating_sub(an0);
+            agg_total_ns = agg_total_ns.saturating_add(an1.saturating_sub(an0));
             groups.push(GroupCoverage {
                 group: Some(g),
                 kernel_ios: ki1.saturating_sub(ki0),

@@ -98,9 +98,9 @@ impl DiskStats {
     /// (ios, bytes) of one stat group.
     pub fn group(&self, g: StatGroup) -> (u64, u64) {
         match g {
-            StatGroup::Read => (self.read_ios, self.read_sectors * 512),
-            StatGroup::Write => (self.write_ios, self.write_sectors * 512),
-            StatGroup::Discard => (self.discard_ios, self.discard_sectors * 512),
+            StatGroup::Read => (self.read_ios, self.read_sectors.saturating_mul(512)),
+            StatGroup::Write => (self.write_ios, self.write_sectors.saturating_mul(512)),
+            StatGroup::Discard => (self.discard_ios, self.discard_sectors.saturating_mul(512)),
             StatGroup::Flush => (self.flush_ios, 0),
         }
     }
@@ -166,13 +166,18 @@ pub struct ProbeCounters {
 
 impl ProbeCounters {
     pub fn recursion_misses(&self) -> u64 {
-        self.programs.iter().map(|p| p.recursion_misses).sum()
+        self.programs
+            .iter()
+            .map(|p| p.recursion_misses)
+            .fold(0, u64::saturating_add)
     }
 
     /// Every IO the probe knows it may have missed in its exact aggregates: program runs the
     /// kernel skipped, completions never seen, and requests it could not track.
     pub fn reported_misses(&self) -> u64 {
-        self.recursion_misses() + self.missed_completions + self.request_map_full
+        self.recursion_misses()
+            .saturating_add(self.missed_completions)
+            .saturating_add(self.request_map_full)
     }
 }
 
@@ -385,6 +390,10 @@ impl Cursor<'_> {
             }
         }
     }
+    fn remaining(&self) -> usize {
+        self.buf.len().saturating_sub(self.pos)
+    }
+
     fn bytes(&mut self, n: usize) -> Option<&[u8]> {
         let s = self.buf.get(self.pos..self.pos.checked_add(n)?)?;
         self.pos += n;
@@ -801,6 +810,17 @@ pub enum Ending {
     },
 }
 
+/// What a quick pass over the frame heads finds before the records are read: the run's end
+/// (trailer, or the last stats frame of a file cut short) and the devices announced, so that
+/// a reader can check every record's time against the run's window.
+#[derive(Clone, Debug, Default)]
+pub struct Scan {
+    pub trailer: Option<TraceTrailer>,
+    pub last_stats: Option<StatsFrame>,
+    /// Devices of the header and of device frames.
+    pub devices: Vec<DeviceInfo>,
+}
+
 /// The tables at the start of a records body.
 struct ChunkTables {
     count: u32,
@@ -829,12 +849,18 @@ pub struct TraceReader {
     version: u16,
     records_read: u64,
     file_len: u64,
+    skipped_frames: u64,
+    /// Where the first frame after the header starts.
+    body_start: u64,
 }
 
 enum Frame {
     Eof,
     Partial,
     Whole(FrameKind),
+    /// A whole frame of a kind this build does not know, with a valid checksum: written by a
+    /// newer tracer (new frame kinds need no version change), skipped.
+    Unknown,
 }
 
 impl TraceReader {
@@ -885,6 +911,8 @@ impl TraceReader {
             version,
             records_read: 0,
             file_len,
+            skipped_frames: 0,
+            body_start: 0,
         };
         match r.next_frame()? {
             Frame::Whole(FrameKind::Header) => {
@@ -892,6 +920,7 @@ impl TraceReader {
                 r.offset += 12 + r.payload.len() as u64;
                 r.frame_no += 1;
                 r.devices = r.header.devices.clone();
+                r.body_start = r.offset;
             }
             _ => {
                 return Err(FormatError::NoHeader {
@@ -946,6 +975,77 @@ impl TraceReader {
         Ok(())
     }
 
+    /// Walk the frame heads from the first frame after the header to the first one that is cut
+    /// short, implausible or (for the small JSON frames it reads) corrupt, reading only the
+    /// trailer, stats and device frames: a few syscalls per records frame. The reading
+    /// position is unchanged.
+    pub fn scan(&self) -> Result<Scan, FormatError> {
+        use std::os::unix::fs::FileExt as _;
+        let file = self.input.get_ref();
+        let mut scan = Scan {
+            devices: self.header.devices.clone(),
+            ..Scan::default()
+        };
+        let mut off = self.body_start;
+        let mut payload = Vec::new();
+        loop {
+            let mut head = [0u8; 12];
+            match file.read_exact_at(&mut head, off) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => break,
+                Err(e) => {
+                    return Err(FormatError::Io {
+                        path: self.path.clone(),
+                        source: e,
+                    });
+                }
+            }
+            let len = u32::from_le_bytes(head[4..8].try_into().expect("4 bytes"));
+            let crc = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes"));
+            let end = off + 12 + u64::from(len);
+            if len > MAX_FRAME_BYTES || end > self.file_len {
+                break;
+            }
+            let kind = FrameKind::from_u8(head[0]);
+            if matches!(
+                kind,
+                Some(FrameKind::Stats | FrameKind::Trailer | FrameKind::Device)
+            ) {
+                payload.resize(len as usize, 0);
+                if file.read_exact_at(&mut payload, off + 12).is_err()
+                    || crc32fast::hash(&payload) != crc
+                {
+                    break;
+                }
+                let ok = match kind {
+                    Some(FrameKind::Stats) => serde_json::from_slice(&payload)
+                        .map(|st| scan.last_stats = Some(st))
+                        .is_ok(),
+                    Some(FrameKind::Trailer) => serde_json::from_slice(&payload)
+                        .map(|t| scan.trailer = Some(t))
+                        .is_ok(),
+                    _ => serde_json::from_slice::<DeviceInfo>(&payload)
+                        .map(|d| {
+                            if !scan.devices.iter().any(|x| x.dev() == d.dev()) {
+                                scan.devices.push(d);
+                            }
+                        })
+                        .is_ok(),
+                };
+                if !ok {
+                    break;
+                }
+            }
+            off = end;
+        }
+        Ok(scan)
+    }
+
+    /// Whole frames of kinds this build does not know (from a newer tracer), skipped.
+    pub fn skipped_frames(&self) -> u64 {
+        self.skipped_frames
+    }
+
     pub fn records_read(&self) -> u64 {
         self.records_read
     }
@@ -988,9 +1088,7 @@ impl TraceReader {
         if got < head.len() {
             return Ok(Frame::Partial);
         }
-        let Some(kind) = FrameKind::from_u8(head[0]) else {
-            return Err(self.corrupt(format!("unknown frame kind {}", head[0])));
-        };
+        let kind = FrameKind::from_u8(head[0]);
         let len = u32::from_le_bytes(head[4..8].try_into().expect("4 bytes"));
         let crc = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes"));
         if len > MAX_FRAME_BYTES {
@@ -1007,9 +1105,12 @@ impl TraceReader {
                 source: e,
             })?;
         if crc32fast::hash(&self.payload) != crc {
-            return Err(self.corrupt("checksum mismatch"));
+            return Err(self.corrupt(match kind {
+                Some(_) => "checksum mismatch".to_string(),
+                None => format!("unknown frame kind {} and checksum mismatch", head[0]),
+            }));
         }
-        Ok(Frame::Whole(kind))
+        Ok(kind.map_or(Frame::Unknown, Frame::Whole))
     }
 
     /// Decode the next records frame into `out` (cleared first). Returns false at the end of
@@ -1047,6 +1148,11 @@ impl TraceReader {
                         };
                     }
                     return Ok(false);
+                }
+                Frame::Unknown => {
+                    self.offset += 12 + self.payload.len() as u64;
+                    self.frame_no += 1;
+                    self.skipped_frames += 1;
                 }
                 Frame::Whole(kind) => {
                     self.offset += 12 + self.payload.len() as u64;
@@ -1137,8 +1243,10 @@ impl TraceReader {
         let ndev = c
             .varint()
             .ok_or_else(|| self.corrupt(bad("no device table")))?;
-        if ndev > 1 << 20 {
-            return Err(self.corrupt(bad("implausible device table")));
+        // Every count is bounded by the bytes that remain (each entry takes at least one byte
+        // for a device, two for a task) before memory is reserved for it.
+        if ndev > c.remaining() as u64 {
+            return Err(self.corrupt(bad("device table longer than the frame")));
         }
         let mut devs = Vec::with_capacity(ndev as usize);
         for _ in 0..ndev {
@@ -1152,6 +1260,9 @@ impl TraceReader {
             .ok_or_else(|| self.corrupt(bad("no task table")))?;
         if ntask > u64::from(count) {
             return Err(self.corrupt(bad("more tasks than records")));
+        }
+        if ntask > c.remaining() as u64 / 2 {
+            return Err(self.corrupt(bad("task table longer than the frame")));
         }
         let mut tasks = Vec::with_capacity(ntask as usize);
         for _ in 0..ntask {
@@ -1284,6 +1395,10 @@ impl TraceReader {
             devs,
             tasks,
         } = self.read_tables(&mut c)?;
+        // A version 1 record takes at least 9 bytes (nine varints).
+        if count as usize > c.remaining() / 9 {
+            return Err(self.corrupt(bad("more records than the frame holds")));
+        }
         out.reserve(count as usize);
         let mut prev_complete = base;
         let mut prev_end_sector = 0u64;

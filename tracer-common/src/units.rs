@@ -33,6 +33,16 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     }
 }
 
+/// A duration in the largest unit that states it exactly: "1s", "100ms", "90s", "250us".
+pub fn format_duration_ns(ns: u64) -> String {
+    for (unit, per) in [("s", 1_000_000_000), ("ms", 1_000_000), ("us", 1_000)] {
+        if ns >= per && ns.is_multiple_of(per) {
+            return format!("{}{unit}", ns / per);
+        }
+    }
+    format!("{ns}ns")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -45,6 +55,22 @@ mod tests {
         assert_eq!(parse_duration("2h").unwrap(), Duration::from_secs(7200));
         assert_eq!(parse_duration("1.5m").unwrap(), Duration::from_secs(90));
         assert_eq!(parse_duration("5").unwrap(), Duration::from_secs(5));
+        for ns in [
+            1,
+            250_000,
+            100_000_000,
+            1_000_000_000,
+            90_000_000_000,
+            1_500_000_000,
+        ] {
+            let text = format_duration_ns(ns);
+            assert_eq!(
+                parse_duration(&text).unwrap().as_nanos(),
+                u128::from(ns),
+                "{text}"
+            );
+        }
+        assert_eq!(format_duration_ns(100_000_000), "100ms");
         for bad in ["abc", "0s", "0.1ns", "5y", "", "99999999999999999999999d"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
