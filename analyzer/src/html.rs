@@ -162,11 +162,7 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}} th{{background:#
         }
         if let Some(c) = &d.coverage {
             h.push_str("<h3>Coverage of the kernel's own counters</h3><ul>");
-            for g in c
-                .groups
-                .iter()
-                .filter(|g| g.kernel_ios > 0 || g.aggregate_ios > 0)
-            {
+            for g in c.groups.iter().filter(|g| g.any()) {
                 let _ = write!(
                     h,
                     "<li>{}</li>",

@@ -258,18 +258,16 @@ pub fn write(out: &mut dyn Write, s: &Summary) -> std::io::Result<()> {
         }
         match &d.coverage {
             Some(c) => {
-                for g in c
-                    .groups
-                    .iter()
-                    .filter(|g| g.kernel_ios > 0 || g.aggregate_ios > 0)
-                {
+                for g in c.groups.iter().filter(|g| g.any()) {
                     writeln!(out, "  coverage: {}", describe(g))?;
                 }
-                writeln!(
-                    out,
-                    "  mean queue size (requests in the OS): {:.2} traced, {:.2} by /proc/diskstats",
-                    c.aggregate_mean_queue, c.kernel_mean_queue
-                )?;
+                if !c.accounting_off() {
+                    writeln!(
+                        out,
+                        "  mean queue size (requests in the OS): {:.2} traced, {:.2} by /proc/diskstats",
+                        c.aggregate_mean_queue, c.kernel_mean_queue
+                    )?;
+                }
             }
             None => writeln!(
                 out,

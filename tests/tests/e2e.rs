@@ -165,9 +165,93 @@ fn random_4k_reads_match_diskstats_and_fio() {
             "{stdout}"
         );
     }
+    // Submission times are this request's own (the kernel's stamp read at block_io_start is
+    // set at allocation): a stale one would show as seconds of queueing.
+    let slowest = trace.records.iter().map(|r| r.total_ns()).max().unwrap();
+    assert!(slowest < 1_000_000_000, "slowest 4 KB read: {slowest} ns");
     // Submitter is fio, taken at submission.
     let fio_pids: std::collections::BTreeSet<u32> = trace.records.iter().map(|r| r.pid).collect();
     assert!(!fio_pids.contains(&0));
+}
+
+/// A device with kernel accounting off (`queue/iostats` = 0, a common NVMe tuning): /proc/diskstats
+/// counts nothing, yet every IO is traced, marked as not accounted, and both the tracer and the
+/// report say that the kernel's counters cannot be compared, instead of showing an empty check.
+#[test]
+fn a_device_with_iostats_off_is_traced_and_said_to_be_unaccounted() {
+    struct IostatsOn(String);
+    impl Drop for IostatsOn {
+        fn drop(&mut self) {
+            let _ = std::fs::write(format!("/sys/block/{}/queue/iostats", self.0), "1");
+        }
+    }
+    let dev = Scratch::new("nostat", 256, true, false);
+    dev.set_nomerges(2);
+    let _restore = IostatsOn(dev.name.clone());
+    std::fs::write(format!("/sys/block/{}/queue/iostats", dev.name), "0").expect("iostats");
+    let (trace, own, stdout) = traced("nostat", &dev, &[], || {
+        fio(&[
+            "--name=nostat",
+            &format!("--filename={}", dev.path),
+            "--rw=randread",
+            "--bs=4k",
+            "--direct=1",
+            "--ioengine=libaio",
+            "--iodepth=8",
+            "--number_ios=3000",
+        ]);
+    });
+    assert_eq!(
+        own.get(&StatGroup::Read).copied().unwrap_or((0, 0)),
+        (0, 0),
+        "the kernel counts nothing with iostats off"
+    );
+    let misses = trace
+        .trailer
+        .as_ref()
+        .unwrap()
+        .counters_end
+        .reported_misses();
+    let reads: Vec<_> = trace.records.iter().filter(|r| r.op == Op::Read).collect();
+    assert!(
+        reads.len() as u64 <= 3000 && reads.len() as u64 + misses >= 3000,
+        "fio's 3,000 reads are traced: {} (+{misses} reported misses)",
+        reads.len()
+    );
+    assert!(
+        reads
+            .iter()
+            .all(|r| r.flags & flags::NOT_ACCOUNTED != 0 && r.bytes == 4096)
+    );
+    // Queue and device times are the probe's own: the kernel leaves rq->start_time_ns stale on
+    // requests it does not account.
+    let slowest = reads.iter().map(|r| r.total_ns()).max().unwrap();
+    assert!(
+        slowest < 1_000_000_000,
+        "total latency of a 4 KB read on a loop device: {slowest} ns"
+    );
+    assert!(
+        stdout.contains("read: kernel accounting is off (queue/iostats = 0)"),
+        "{stdout}"
+    );
+    let t = trace.trailer.as_ref().unwrap();
+    let cov = tracer_common::coverage::coverage(&trace.header, t);
+    let g = &cov.iter().find(|d| d.name == dev.name).unwrap().groups[0];
+    assert_eq!((g.kernel_ios, g.aggregate_ios), (0, 0));
+    assert_eq!(g.not_accounted_ios, reads.len() as u64);
+    let o = std::process::Command::new(blkprof_e2e::bin("blkprof"))
+        .arg("report")
+        .arg(out_path("nostat"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{text}");
+    assert!(text.contains("kernel accounting is off"), "{text}");
+    assert!(text.contains("0 unaccounted"), "{text}");
+    assert!(
+        !text.contains("mean queue size"),
+        "nothing to compare: {text}"
+    );
 }
 
 #[test]

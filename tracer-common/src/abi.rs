@@ -103,6 +103,9 @@ pub const KIND_FLUSH_RQ: u16 = 1;
 /// `IoEvent::flags` bits.
 pub const EV_STARTED_BEFORE_ATTACH: u16 = 1 << 0;
 pub const EV_NEVER_ISSUED: u16 = 1 << 1;
+/// The kernel did not account the request in /proc/diskstats (no `RQF_IO_STAT`: the device's
+/// `queue/iostats` is 0, or a driver passthrough command).
+pub const EV_NOT_ACCOUNTED: u16 = 1 << 2;
 
 /// One completed IO, as the probe writes it to the ring buffer.
 #[repr(C)]
@@ -147,10 +150,14 @@ pub const HIST_BUCKETS: usize = 64;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct AggKey {
     pub dev: u32,
-    /// `cmd_flags & REQ_OP_MASK`, plus [`AGG_FLUSH_RQ`] for the block layer's flush requests.
+    /// `cmd_flags & REQ_OP_MASK`, plus [`AGG_FLUSH_RQ`] for the block layer's flush requests
+    /// and [`AGG_NOT_ACCOUNTED`] for requests the kernel does not account.
     pub op: u32,
 }
 pub const AGG_FLUSH_RQ: u32 = 1 << 16;
+/// Requests the kernel did not account ([`EV_NOT_ACCOUNTED`]): kept apart so that the
+/// accounted ones still compare exactly with /proc/diskstats.
+pub const AGG_NOT_ACCOUNTED: u32 = 1 << 17;
 
 /// Per-CPU aggregates direct-mapped by [`aggregate_slot_index`] ([`AggregateSlot`]); keys
 /// whose slot is taken on a CPU are in [`MAP_AGGREGATES`].

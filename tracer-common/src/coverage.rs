@@ -13,12 +13,21 @@ pub struct GroupCoverage {
     /// /proc/diskstats delta over the run.
     pub kernel_ios: u64,
     pub kernel_bytes: u64,
-    /// The probe's exact in-kernel aggregates over the run.
+    /// The probe's exact in-kernel aggregates over the run, of the IOs the kernel accounts.
     pub aggregate_ios: u64,
     pub aggregate_bytes: u64,
+    /// IOs the probe saw that the kernel did not account (the device's `queue/iostats` was 0,
+    /// or passthrough commands): traced, but with nothing in /proc/diskstats to compare.
+    pub not_accounted_ios: u64,
+    pub not_accounted_bytes: u64,
 }
 
 impl GroupCoverage {
+    /// Whether the group saw any IO, counted by the kernel or traced.
+    pub fn any(&self) -> bool {
+        self.kernel_ios > 0 || self.aggregate_ios > 0 || self.not_accounted_ios > 0
+    }
+
     /// IOs the kernel counted that the probe did not, beyond what it reported missing.
     pub fn unaccounted(&self, reported_misses: u64) -> u64 {
         self.kernel_ios
@@ -41,13 +50,35 @@ pub struct DeviceCoverage {
     pub aggregate_mean_queue: f64,
 }
 
+impl DeviceCoverage {
+    /// Every IO traced on the device was one the kernel did not account (its `queue/iostats`
+    /// was 0 for the whole run): there is nothing in /proc/diskstats to compare with.
+    pub fn accounting_off(&self) -> bool {
+        self.groups
+            .iter()
+            .all(|g| g.kernel_ios == 0 && g.aggregate_ios == 0)
+            && self.groups.iter().any(|g| g.not_accounted_ios > 0)
+    }
+}
+
 fn find(v: &[DiskStats], major: u32, minor: u32) -> Option<&DiskStats> {
     v.iter().find(|d| d.major == major && d.minor == minor)
 }
 
-fn agg_sum(v: &[AggregateSnapshot], major: u32, minor: u32, g: StatGroup) -> (u64, u64, u64) {
+fn agg_sum(
+    v: &[AggregateSnapshot],
+    major: u32,
+    minor: u32,
+    g: StatGroup,
+    not_accounted: bool,
+) -> (u64, u64, u64) {
     v.iter()
-        .filter(|a| a.major == major && a.minor == minor && a.group() == g)
+        .filter(|a| {
+            a.major == major
+                && a.minor == minor
+                && a.group() == g
+                && a.not_accounted == not_accounted
+        })
         .fold((0, 0, 0), |acc, a| {
             // Saturating: the counts come from a file, which may be damaged.
             (
@@ -71,8 +102,10 @@ pub fn coverage(header: &TraceHeader, trailer: &TraceTrailer) -> Vec<DeviceCover
         for g in StatGroup::ALL {
             let (ki0, kb0) = start.group(g);
             let (ki1, kb1) = end.group(g);
-            let (ai1, ab1, an1) = agg_sum(&trailer.aggregates_end, end.major, end.minor, g);
-            let (ai0, ab0, an0) = agg_sum(&header.aggregates_start, end.major, end.minor, g);
+            let (ai1, ab1, an1) = agg_sum(&trailer.aggregates_end, end.major, end.minor, g, false);
+            let (ai0, ab0, an0) = agg_sum(&header.aggregates_start, end.major, end.minor, g, false);
+            let (ni1, nb1, _) = agg_sum(&trailer.aggregates_end, end.major, end.minor, g, true);
+            let (ni0, nb0, _) = agg_sum(&header.aggregates_start, end.major, end.minor, g, true);
             agg_total_ns = agg_total_ns.saturating_add(an1.saturating_sub(an0));
             groups.push(GroupCoverage {
                 group: Some(g),
@@ -80,6 +113,8 @@ pub fn coverage(header: &TraceHeader, trailer: &TraceTrailer) -> Vec<DeviceCover
                 kernel_bytes: kb1.saturating_sub(kb0),
                 aggregate_ios: ai1.saturating_sub(ai0),
                 aggregate_bytes: ab1.saturating_sub(ab0),
+                not_accounted_ios: ni1.saturating_sub(ni0),
+                not_accounted_bytes: nb1.saturating_sub(nb0),
             });
         }
         out.push(DeviceCoverage {
@@ -95,16 +130,30 @@ pub fn coverage(header: &TraceHeader, trailer: &TraceTrailer) -> Vec<DeviceCover
     out
 }
 
-/// "read 183,647 of 183,647 IOs, 100.000%"
+/// "read 183,647 of 183,647 IOs, 100.000%"; IOs the kernel did not account are said apart.
 pub fn describe(g: &GroupCoverage) -> String {
     let name = g.group.map_or("?", StatGroup::name);
+    let off = if g.not_accounted_ios == 0 {
+        String::new()
+    } else {
+        format!(
+            "; {} more {name} IOs traced that the kernel did not account (queue/iostats = 0 or passthrough): nothing in /proc/diskstats to compare them with",
+            thousands(g.not_accounted_ios)
+        )
+    };
+    if g.kernel_ios == 0 && g.aggregate_ios == 0 && g.not_accounted_ios > 0 {
+        return format!(
+            "{name}: kernel accounting is off (queue/iostats = 0): {} IOs traced, /proc/diskstats counted none, so the trace cannot be checked against it",
+            thousands(g.not_accounted_ios)
+        );
+    }
     let pct = if g.kernel_ios == 0 {
         100.0
     } else {
         g.aggregate_ios as f64 * 100.0 / g.kernel_ios as f64
     };
     format!(
-        "{name} {} of {} IOs, {pct:.3}%",
+        "{name} {} of {} IOs, {pct:.3}%{off}",
         thousands(g.aggregate_ios),
         thousands(g.kernel_ios)
     )

@@ -114,6 +114,10 @@ pub struct AggregateSnapshot {
     pub op: Option<Op>,
     /// The block layer's own flush request.
     pub flush_rq: bool,
+    /// Requests the kernel did not account in /proc/diskstats (queue/iostats off, or
+    /// passthrough); absent in files of tracers before it.
+    #[serde(default)]
+    pub not_accounted: bool,
     pub ios: u64,
     pub bytes: u64,
     pub total_ns_sum: u64,

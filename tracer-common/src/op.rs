@@ -109,6 +109,9 @@ pub mod flags {
     pub const HAS_ERROR: u16 = 1 << 12;
     /// Stored only in the file: record carries a requeue count.
     pub const REQUEUED: u16 = 1 << 13;
+    /// The kernel did not account this IO in /proc/diskstats (the device's `queue/iostats`
+    /// was 0, or a driver passthrough command).
+    pub const NOT_ACCOUNTED: u16 = 1 << 14;
 
     /// (bit, letter) for the blktrace-style rwbs modifiers.
     pub const LETTERS: [(u16, char); 5] = [
@@ -118,7 +121,7 @@ pub mod flags {
         (META, 'M'),
         (PREFLUSH, 'P'),
     ];
-    pub const NAMES: [(u16, &str); 13] = [
+    pub const NAMES: [(u16, &str); 14] = [
         (SYNC, "sync"),
         (META, "meta"),
         (FUA, "fua"),
@@ -131,6 +134,7 @@ pub mod flags {
         (FLUSH_RQ, "flush-rq"),
         (NEVER_ISSUED, "never-issued"),
         (STARTED_BEFORE, "started-before-trace"),
+        (NOT_ACCOUNTED, "not-accounted"),
         (HAS_ERROR, "error"),
     ];
 }

@@ -32,10 +32,10 @@ use aya_ebpf::{
     programs::BtfTracePointContext,
 };
 use tracer_common::{
-    AGG_FLUSH_RQ, AGGREGATE_SLOT_COUNT, AggKey, Aggregate, AggregateSlot, COUNTER_SLOTS, Counter,
-    DEVICE_SLOT_COUNT, DeviceSlot, DeviceState, EV_NEVER_ISSUED, EV_STARTED_BEFORE_ATTACH,
-    FILTER_LIST, FILTER_LIST_MAX, HIST_BUCKETS, IoEvent, KIND_FLUSH_RQ, KIND_IO, ProbeConfig,
-    RequestState, dev_join, log2_bucket,
+    AGG_FLUSH_RQ, AGG_NOT_ACCOUNTED, AGGREGATE_SLOT_COUNT, AggKey, Aggregate, AggregateSlot,
+    COUNTER_SLOTS, Counter, DEVICE_SLOT_COUNT, DeviceSlot, DeviceState, EV_NEVER_ISSUED,
+    EV_NOT_ACCOUNTED, EV_STARTED_BEFORE_ATTACH, FILTER_LIST, FILTER_LIST_MAX, HIST_BUCKETS,
+    IoEvent, KIND_FLUSH_RQ, KIND_IO, ProbeConfig, RequestState, dev_join, log2_bucket,
 };
 
 /// Offsets and flag values, set by user space from the running kernel's BTF.
@@ -434,8 +434,15 @@ fn try_io_start(ctx: &BtfTracePointContext) -> Option<()> {
         release(st);
         untrack(key);
     }
-    // The kernel's own start stamp when it keeps one (iostat on): no clock read.
-    let kernel_start: u64 = load(rq, cfg_u32(&cfg.rq_start_time_ns));
+    // The kernel's own start stamp when it keeps one: no clock read. It stamps a request at
+    // allocation when it accounts it (RQF_IO_STAT); on others (iostats off) the field holds
+    // whatever an earlier request of the same tag left there (seen minutes old).
+    let rq_flags: u32 = load(rq, cfg_u32(&cfg.rq_rq_flags));
+    let kernel_start: u64 = if rq_flags & cfg_u32(&cfg.rqf_io_stat) != 0 {
+        load(rq, cfg_u32(&cfg.rq_start_time_ns))
+    } else {
+        0
+    };
     let enter_ns = if kernel_start != 0 {
         kernel_start
     } else {
@@ -572,11 +579,10 @@ fn try_rq_complete(ctx: &BtfTracePointContext) -> Option<()> {
         }
         return Some(());
     }
+    // Without RQF_IO_STAT the kernel does not account the request (the device's iostats is
+    // off, or a passthrough command): record it all the same, marked, and aggregate it apart.
     if rq_flags & cfg_u32(&cfg.rqf_io_stat) == 0 {
-        // Not accounted by the kernel (passthrough): forget it.
-        release(st);
-        untrack(key);
-        return Some(());
+        st.flags |= EV_NOT_ACCOUNTED;
     }
     finish(cfg, rq, st, KIND_IO, cmd_flags);
     untrack(key);
@@ -612,8 +618,14 @@ fn aggregate(key: &AggKey) -> Option<*mut Aggregate> {
 #[inline(always)]
 fn finish(cfg: &ProbeConfig, rq: *const u8, st: &mut RequestState, kind: u16, cmd_flags: u32) {
     let complete_ns = st.complete_ns;
-    // The kernel's own start stamp is what /proc/diskstats measures from.
-    let kernel_start: u64 = load(rq, cfg_u32(&cfg.rq_start_time_ns));
+    // The kernel's own start stamp is what /proc/diskstats measures from. It stamps only
+    // requests it accounts (or schedules): on an unaccounted one it is a stale value left by an
+    // earlier request of the same tag (seen 20 s old with iostats off), so use our own.
+    let kernel_start: u64 = if st.flags & EV_NOT_ACCOUNTED == 0 {
+        load(rq, cfg_u32(&cfg.rq_start_time_ns))
+    } else {
+        0
+    };
     let enter_ns = if kernel_start != 0 && kernel_start <= complete_ns {
         kernel_start
     } else {
@@ -631,11 +643,17 @@ fn finish(cfg: &ProbeConfig, rq: *const u8, st: &mut RequestState, kind: u16, cm
     let op = cmd_flags & cfg_u32(&cfg.req_op_mask);
     let agg_key = AggKey {
         dev: st.dev,
-        op: if kind == KIND_FLUSH_RQ {
-            op | AGG_FLUSH_RQ
-        } else {
-            op
-        },
+        op: op
+            | if kind == KIND_FLUSH_RQ {
+                AGG_FLUSH_RQ
+            } else {
+                0
+            }
+            | if flags & EV_NOT_ACCOUNTED != 0 {
+                AGG_NOT_ACCOUNTED
+            } else {
+                0
+            },
     };
     let total_ns = complete_ns.saturating_sub(enter_ns);
     let device_ns = if st.issue_ns != 0 {

@@ -10,13 +10,15 @@ use anyhow::{Context as _, Result, bail};
 use aya::maps::{MapData, RingBuf};
 use tokio::io::unix::AsyncFd;
 use tokio::signal::unix::{SignalKind, signal};
-use tracer_common::coverage::{coverage, describe, thousands};
+use tracer_common::coverage::{GroupCoverage, coverage, describe, thousands};
 use tracer_common::format::{
     AggregateSnapshot, DeviceInfo, DiskStats, Filters, FormatError, IoRecord, ProbeCounters,
     StatsFrame, TraceHeader, TraceTrailer, TraceWriter,
 };
 use tracer_common::op::{StatGroup, flags};
-use tracer_common::{EV_NEVER_ISSUED, EV_STARTED_BEFORE_ATTACH, IoEvent, KIND_FLUSH_RQ, dev_split};
+use tracer_common::{
+    EV_NEVER_ISSUED, EV_NOT_ACCOUNTED, EV_STARTED_BEFORE_ATTACH, IoEvent, KIND_FLUSH_RQ, dev_split,
+};
 
 use crate::cli::Config;
 use crate::clock;
@@ -259,6 +261,9 @@ impl Run {
         }
         if ev.flags & EV_STARTED_BEFORE_ATTACH != 0 {
             fl |= flags::STARTED_BEFORE;
+        }
+        if ev.flags & EV_NOT_ACCOUNTED != 0 {
+            fl |= flags::NOT_ACCOUNTED;
         }
         let r = IoRecord {
             complete_ns: ev.complete_ns,
@@ -587,10 +592,7 @@ fn summary(
     let misses = counters.reported_misses();
     let _ = writeln!(out, "\nblkprof-trace: stopped ({reason})");
     for d in &cov {
-        let any = d
-            .groups
-            .iter()
-            .any(|g| g.kernel_ios > 0 || g.aggregate_ios > 0);
+        let any = d.groups.iter().any(GroupCoverage::any);
         if !any && run.cfg.devices.is_empty() {
             continue;
         }
@@ -613,15 +615,15 @@ fn summary(
                 out,
                 "  {:<8} {:>12} {:>14} {:>12} {:>14} {:>12}",
                 grp.name(),
-                thousands(g.aggregate_ios),
-                thousands(g.aggregate_bytes),
+                thousands(g.aggregate_ios + g.not_accounted_ios),
+                thousands(g.aggregate_bytes + g.not_accounted_bytes),
                 thousands(g.kernel_ios),
                 thousands(g.kernel_bytes),
                 thousands(rec.0)
             );
         }
         for g in &d.groups {
-            if g.kernel_ios > 0 || g.aggregate_ios > 0 {
+            if g.any() {
                 let gap = g.unaccounted(misses);
                 let extra = g.aggregate_ios.saturating_sub(g.kernel_ios);
                 let missed = g.kernel_ios.saturating_sub(g.aggregate_ios);
@@ -639,11 +641,13 @@ fn summary(
                 let _ = writeln!(out, "  coverage: {}{note}", describe(g));
             }
         }
-        let _ = writeln!(
-            out,
-            "  mean queue size (requests in OS): {:.3} traced, {:.3} by /proc/diskstats",
-            d.aggregate_mean_queue, d.kernel_mean_queue
-        );
+        if !d.accounting_off() {
+            let _ = writeln!(
+                out,
+                "  mean queue size (requests in OS): {:.3} traced, {:.3} by /proc/diskstats",
+                d.aggregate_mean_queue, d.kernel_mean_queue
+            );
+        }
     }
     let _ = writeln!(
         out,

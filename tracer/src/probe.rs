@@ -8,9 +8,10 @@ use aya::{
     programs::BtfTracePoint,
 };
 use tracer_common::{
-    AGG_FLUSH_RQ, AGGREGATE_SLOT_COUNT, AggKey, Aggregate, AggregateSlot, COUNTER_SLOTS, Counter,
-    DeviceSlot, DeviceState, GLOBAL_CONFIG, MAP_AGGREGATE_SLOTS, MAP_AGGREGATES, MAP_COUNTERS,
-    MAP_DEVICE_FILTER, MAP_DEVICE_SLOTS, MAP_DEVICES, MAP_EVENTS, PROGRAMS, ProbeConfig, dev_split,
+    AGG_FLUSH_RQ, AGG_NOT_ACCOUNTED, AGGREGATE_SLOT_COUNT, AggKey, Aggregate, AggregateSlot,
+    COUNTER_SLOTS, Counter, DeviceSlot, DeviceState, GLOBAL_CONFIG, MAP_AGGREGATE_SLOTS,
+    MAP_AGGREGATES, MAP_COUNTERS, MAP_DEVICE_FILTER, MAP_DEVICE_SLOTS, MAP_DEVICES, MAP_EVENTS,
+    PROGRAMS, ProbeConfig, dev_split,
     format::{AggregateSnapshot, ProbeCounters, ProgramStats},
 };
 
@@ -270,12 +271,15 @@ impl Probe {
         for ((dev, kop), v) in sums {
             let k = AggKey { dev, op: kop };
             let (major, minor) = dev_split(k.dev);
-            let (op, _) = self.decoder.decode(k.op & !AGG_FLUSH_RQ);
+            let (op, _) = self
+                .decoder
+                .decode(k.op & !(AGG_FLUSH_RQ | AGG_NOT_ACCOUNTED));
             out.push(AggregateSnapshot {
                 major,
                 minor,
                 op: Some(op),
                 flush_rq: k.op & AGG_FLUSH_RQ != 0,
+                not_accounted: k.op & AGG_NOT_ACCOUNTED != 0,
                 ios: v.ios,
                 bytes: v.bytes,
                 total_ns_sum: v.total_ns_sum,
@@ -284,7 +288,7 @@ impl Probe {
                 total_latency_log2: v.total_latency_log2.to_vec(),
             });
         }
-        out.sort_by_key(|a| (a.major, a.minor, a.op, a.flush_rq));
+        out.sort_by_key(|a| (a.major, a.minor, a.op, a.flush_rq, a.not_accounted));
         Ok(out)
     }
 
