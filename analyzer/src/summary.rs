@@ -555,6 +555,20 @@ pub struct JsonReport {
     #[serde(default)]
     pub compaction_discards: Vec<(String, CompactionDiscards)>,
     pub lost: Lost,
+    /// The zones local times were read in.
+    #[serde(default)]
+    pub time_zones: JsonTimeZones,
+}
+
+/// The zones local times were read in ("UTC", "+02:00", "Europe/Berlin").
+#[derive(Serialize, serde::Deserialize, Default, Clone, Debug)]
+pub struct JsonTimeZones {
+    /// The tracing host's, as the tracer recorded it ("UTC" for traces that predate it).
+    pub trace: String,
+    /// The application logs' (`--app-log-tz`, default the trace's); null without a log.
+    pub app_log: Option<String>,
+    /// The stress output's (`--stress-tz`, default the trace's); null without stress output.
+    pub stress: Option<String>,
 }
 
 /// Discards completing after each compaction's end ("Compacted" in the log), up to
@@ -675,6 +689,15 @@ impl Summary {
             flush_match: self.flush_matches(),
             compaction_discards: self.compaction_discards(),
             lost: self.lost(),
+            time_zones: JsonTimeZones {
+                trace: crate::zone::Zone::of_trace(&self.header).label,
+                app_log: self.context.logs.first().map(|l| l.time_zone.label.clone()),
+                stress: self
+                    .context
+                    .stress
+                    .first()
+                    .map(|r| r.time_zone.label.clone()),
+            },
         }
     }
 }
