@@ -390,6 +390,9 @@ fn main() -> ExitCode {
                     }
                 };
                 s.context = context;
+                for w in s.time_warnings() {
+                    eprintln!("blkprof: warning: {}", w.message);
+                }
                 if let Some(dir) = &out_dir
                     && let Err(e) = write_files(dir, t, &s)
                 {

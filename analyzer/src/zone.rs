@@ -142,6 +142,33 @@ pub fn format_offset(offset_s: i32) -> String {
     format!("{sign}{:02}:{:02}", a / 3600, a % 3600 / 60)
 }
 
+/// The whole- and half-hour UTC offsets, -12:00 to +14:00, in seconds: the offsets to try on
+/// a log that does not line up with the trace.
+pub fn candidate_offsets() -> impl Iterator<Item = i32> {
+    (-24..=28).map(|half_hours| half_hours * 1800)
+}
+
+/// Of scored offsets, the best (a zero score never is) and the others that score as well.
+/// Ties go to whole hours, then to the offset nearest `near_s`, then to the lower.
+pub fn pick_offset<S: Ord + Copy + Default>(
+    scored: &[(i32, S)],
+    near_s: i32,
+) -> Option<(i32, S, Vec<i32>)> {
+    let best = scored
+        .iter()
+        .filter(|(_, s)| *s > S::default())
+        .max_by_key(|(o, s)| {
+            let far = (o - near_s).abs();
+            (*s, o % 3600 == 0, std::cmp::Reverse((far, *o)))
+        })?;
+    let also = scored
+        .iter()
+        .filter(|(o, s)| *s == best.1 && *o != best.0)
+        .map(|(o, _)| *o)
+        .collect();
+    Some((best.0, best.1, also))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,6 +267,27 @@ mod tests {
             Zone::of_trace(&h).label,
             "+02:00",
             "name and offset disagree: the offset"
+        );
+    }
+
+    #[test]
+    fn the_best_offset_scores_highest_then_is_a_whole_hour_then_nearest() {
+        assert_eq!(candidate_offsets().count(), 53);
+        assert_eq!(candidate_offsets().next(), Some(-43_200));
+        assert_eq!(candidate_offsets().last(), Some(50_400));
+        assert_eq!(pick_offset::<usize>(&[(0, 0), (3600, 0)], 0), None);
+        assert_eq!(
+            pick_offset(&[(0, 0), (5400, 3), (7200, 5), (9000, 4)], 0),
+            Some((7200, 5, vec![]))
+        );
+        // A log longer than the trace fits at several offsets: all are named.
+        assert_eq!(
+            pick_offset(&[(5400, 5), (7200, 5), (10_800, 5), (-3600, 5)], 0),
+            Some((-3600, 5, vec![5400, 7200, 10_800]))
+        );
+        assert_eq!(
+            pick_offset(&[(5400, 5), (7200, 5), (10_800, 5)], 9000),
+            Some((7200, 5, vec![5400, 10_800]))
         );
     }
 }

@@ -1,5 +1,6 @@
 //! Logs in local time: Cassandra's system.log and YCSB's status lines carry the host's wall
-//! clock. Read in the right zone they match the trace exactly as UTC logs do.
+//! clock. Read in the right zone they match the trace exactly as UTC logs do; read in the
+//! wrong one, the report says so and names the offset that fits.
 //!
 //! The shifted copies are made here from the golden run (tests/data/cassandra-ycsb-a.*),
 //! whose node and client ran in UTC.
@@ -134,18 +135,46 @@ fn a_log_in_utc_plus_2_matches_with_app_log_tz_exactly_as_the_utc_log() {
     };
     assert_eq!(same(&f), same(&u));
     assert_eq!(f.flush_match[0].1.flushes_matched, 11);
+    assert!(f.time_warnings.is_empty() && u.time_warnings.is_empty());
     assert_eq!(f.time_zones.app_log.as_deref(), Some("+02:00"));
     assert_eq!(u.time_zones.app_log.as_deref(), Some("UTC"));
 
-    // Read as UTC (the default for a trace without a zone), nothing falls inside the trace.
+    // Read as UTC (the default for a trace without a zone), nothing falls inside the trace:
+    // the report says so where the flush table would be, on stderr and in JSON.
+    let o = run(&plus2, &[]);
+    let t = text(&o);
+    assert!(!t.contains("flushes matched"), "{t}");
+    let hint = "11 of its flushes would match write bursts: try --app-log-tz +02:00";
+    assert!(t.contains("\nwarning: ") && t.contains(hint), "{t}");
+    assert!(String::from_utf8_lossy(&o.stderr).contains(hint));
     let j = json(&run(&plus2, &["--json"]));
     assert!(j.flush_match.is_empty());
+    let w = &j.time_warnings[0];
+    assert_eq!((w.kind.as_str(), w.time_zone.as_str()), ("app-log", "UTC"));
+    assert_eq!(w.suggested_offset.as_deref(), Some("+02:00"));
+    assert!(w.also_fitting.is_empty(), "{w:?}");
+    assert!(
+        w.message.contains("no event falls inside the trace"),
+        "{w:?}"
+    );
 
     // An IANA name: Berlin is UTC+01:00 in November. A log written there matches with the
-    // name.
+    // name; the UTC+02:00 log read as Berlin time is an hour off, and +02:00 is named.
     let berlin = shifted(&utc_log, dir.path(), 1, log_stamp);
     let o = run(&berlin, &["--app-log-tz", "Europe/Berlin"]);
     assert_eq!(text(&o), text(&utc));
+    let j = json(&run(&plus2, &["--app-log-tz", "Europe/Berlin", "--json"]));
+    let w = &j.time_warnings[0];
+    assert_eq!(w.time_zone, "Europe/Berlin");
+    assert_eq!(w.suggested_offset.as_deref(), Some("+02:00"));
+
+    // A log of another day: no offset brings it onto the trace, and the report says that.
+    let other_day = shifted(&utc_log, dir.path(), 48, log_stamp);
+    let t = text(&run(&other_day, &[]));
+    assert!(
+        t.contains("no whole- or half-hour UTC offset brings any of them inside"),
+        "{t}"
+    );
 }
 
 #[test]
@@ -178,10 +207,20 @@ fn ycsb_status_lines_in_utc_plus_2_sit_beside_the_disk_with_stress_tz() {
         serde_json::to_string(&f.stress[0].status).unwrap(),
         serde_json::to_string(&u.stress[0].status).unwrap()
     );
+    assert!(f.time_warnings.is_empty());
     assert_eq!(f.time_zones.stress.as_deref(), Some("+02:00"));
 
-    // Read as UTC: no side-by-side view.
-    assert!(!text(&run(&plus2, &[])).contains("client vs"));
+    // Read as UTC: no side-by-side view, and the offset that fits is named.
+    let o = run(&plus2, &[]);
+    let t = text(&o);
+    assert!(!t.contains("client vs"), "{t}");
+    let hint = "64 of them would fall inside it: try --stress-tz +02:00";
+    assert!(t.contains("  warning: ") && t.contains(hint), "{t}");
+    assert!(String::from_utf8_lossy(&o.stderr).contains(hint));
+    let j = json(&run(&plus2, &["--json"]));
+    let w = &j.time_warnings[0];
+    assert_eq!((w.kind.as_str(), w.events), ("stress", 64));
+    assert_eq!(w.suggested_offset.as_deref(), Some("+02:00"));
 }
 
 #[test]
@@ -214,13 +253,14 @@ fn the_zone_recorded_in_the_trace_is_the_default() {
     ]));
     assert_eq!(j.time_zones.trace, "+02:00");
     assert_eq!(j.time_zones.app_log.as_deref(), Some("+02:00"));
+    assert!(j.time_warnings.is_empty(), "{:?}", j.time_warnings);
     assert_eq!(j.flush_match[0].1.flushes_matched, 11);
     let t = text(&blkprof(&[t2, "--app-log", log2]));
     let after_header = |t: &str| t.lines().skip(1).collect::<Vec<_>>().join("\n");
     assert_eq!(after_header(&t), after_header(&reference));
     // ...and a log written in UTC on that host (as the project's own runs do) needs the option.
     let t = text(&blkprof(&[t2, "--app-log", utc_log.to_str().unwrap()]));
-    assert!(!t.contains("flushes matched"), "{t}");
+    assert!(t.contains("try --app-log-tz +00:00"), "{t}");
     let t = text(&blkprof(&[
         t2,
         "--app-log",
@@ -280,9 +320,13 @@ fn stress_start_with_an_offset_or_in_the_stress_zone() {
         let t = run(start);
         assert!(t.contains(want), "{start:?}: {t}");
     }
-    // Placed two hours off: no side-by-side.
+    // Placed two hours off: no side-by-side, and what to check.
     let t = run(&["--stress-start", "2026-11-22 08:10:15"]);
     assert!(!t.contains(want));
+    assert!(
+        t.contains("they are placed by --stress-start: check it"),
+        "{t}"
+    );
 }
 
 #[test]
