@@ -182,6 +182,10 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}} th{{background:#
     if !tasks.is_empty() {
         let _ = write!(h, "<h3>Submitting tasks</h3><p>{}</p>", tasks.join(", "));
     }
+    // Logs and stress output off the trace's clock: why their sections are missing.
+    for w in &j.time_warnings {
+        let _ = write!(h, "<p class='warn'>warning: {}</p>", escape(&w.message));
+    }
     for (dev, m) in &j.flush_match {
         let _ = write!(
             h,

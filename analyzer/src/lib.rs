@@ -15,3 +15,4 @@ pub mod stress;
 pub mod summary;
 pub mod synth;
 pub mod text;
+pub mod zone;

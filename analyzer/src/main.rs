@@ -74,9 +74,16 @@ impl Detect {
     }
 }
 
-fn parse_start(s: &str) -> Result<i64, String> {
-    analyzer::stress::parse_start(s)
-        .ok_or_else(|| format!("'{s}': expected a UTC time such as 2026-11-22T06:45:03Z"))
+fn parse_start(s: &str) -> Result<analyzer::stress::StartTime, String> {
+    analyzer::stress::StartTime::parse(s).ok_or_else(|| {
+        format!(
+            "'{s}': expected a UTC time such as 2026-11-22T06:45:03Z, a time with its offset such as 2026-11-22T08:45:03+02:00, or a local time such as \"2026-11-22 08:45:03\" (read in --stress-tz)"
+        )
+    })
+}
+
+fn parse_zone(s: &str) -> Result<analyzer::zone::Zone, String> {
+    analyzer::zone::Zone::parse(s)
 }
 
 /// A duration (tracer_common::units) in nanoseconds.
@@ -100,15 +107,25 @@ enum Cmd {
         /// next to the disk on the same wall-clock axis. Repeatable.
         #[arg(long = "stress", value_name = "FILE")]
         stress: Vec<PathBuf>,
-        /// When the stress run started (UTC, e.g. 2026-11-22T06:45:03Z), for output whose
-        /// status lines carry elapsed seconds only (cassandra-stress): places them on the
-        /// trace's clock. Lines with their own timestamps keep them.
+        /// When the stress run started, for output whose status lines carry elapsed seconds
+        /// only (cassandra-stress): places them on the trace's clock. With Z or an offset
+        /// (2026-11-22T06:45:03Z, 2026-11-22T08:45:03+02:00) it is that instant; without, a
+        /// local time in --stress-tz. Lines with their own timestamps keep them.
         #[arg(long = "stress-start", value_name = "TIME", value_parser = parse_start)]
-        stress_start: Option<i64>,
+        stress_start: Option<analyzer::stress::StartTime>,
+        /// The time zone of the stress output's timestamps (YCSB writes local time): UTC, an
+        /// offset such as +02:00 or -05:30, or an IANA name such as Europe/Berlin. Default:
+        /// the zone the tracer recorded in the trace (UTC for traces that predate it).
+        #[arg(long = "stress-tz", value_name = "TZ", value_parser = parse_zone)]
+        stress_tz: Option<analyzer::zone::Zone>,
         /// The application's log (Cassandra system.log): flushes, compactions and SSTable
         /// deletions become markers, and flushes are matched with write bursts. Repeatable.
         #[arg(long = "app-log", value_name = "FILE")]
         app_logs: Vec<PathBuf>,
+        /// The time zone of the application log's timestamps (Cassandra logs local time),
+        /// written as for --stress-tz. Default: the zone the tracer recorded in the trace.
+        #[arg(long = "app-log-tz", value_name = "TZ", value_parser = parse_zone)]
+        app_log_tz: Option<analyzer::zone::Zone>,
         /// Also write TRACE.html (self-contained: inline SVG charts, no network), TRACE.json
         /// and each chart as SVG and PNG into this directory (created if missing).
         #[arg(short = 'o', long = "output-dir", value_name = "DIR")]
@@ -332,7 +349,9 @@ fn main() -> ExitCode {
             json,
             stress,
             stress_start,
+            stress_tz,
             app_logs,
+            app_log_tz,
             out_dir,
             detect,
         } => {
@@ -343,41 +362,32 @@ fn main() -> ExitCode {
                 eprintln!("blkprof: cannot create {}: {e}", dir.display());
                 return ExitCode::from(2);
             }
-            let mut context = analyzer::summary::Context::default();
-            for p in &stress {
-                match analyzer::stress::read_stress(p) {
-                    Ok(mut r) => {
-                        if let Some(t) = stress_start {
-                            analyzer::stress::anchor(&mut r, t);
-                        }
-                        context.stress.push(r)
-                    }
-                    Err(e) => {
-                        eprintln!("blkprof: {e}");
-                        return ExitCode::from(2);
-                    }
-                }
-            }
-            for p in &app_logs {
-                match analyzer::stress::read_app_log(p) {
-                    Ok(l) => {
-                        if l.flushes.is_empty() {
-                            eprintln!(
-                                "blkprof: warning: {} has no flush lines (\"Enqueuing flush\" / \"Completed flushing\"): no flush markers to match",
-                                p.display()
-                            );
-                        }
-                        context.logs.push(l);
-                    }
-                    Err(e) => {
-                        eprintln!("blkprof: {e}");
-                        return ExitCode::from(2);
-                    }
-                }
-            }
             let stdout = std::io::stdout();
             let mut out = stdout.lock();
-            for t in &traces {
+            for (i, t) in traces.iter().enumerate() {
+                // Local times are read in the zones given, else in the one the trace recorded:
+                // each trace may come from another host.
+                let trace_zone = match tracer_common::format::TraceReader::open(t) {
+                    Ok(r) => analyzer::zone::Zone::of_trace(r.header()),
+                    Err(e) => {
+                        eprintln!("blkprof: {e}");
+                        return ExitCode::from(2);
+                    }
+                };
+                let inputs = Inputs {
+                    stress: &stress,
+                    stress_start,
+                    stress_zone: stress_tz.as_ref().unwrap_or(&trace_zone),
+                    app_logs: &app_logs,
+                    app_log_zone: app_log_tz.as_ref().unwrap_or(&trace_zone),
+                };
+                let context = match inputs.read(i == 0) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        eprintln!("blkprof: {e}");
+                        return ExitCode::from(2);
+                    }
+                };
                 let mut s = match analyzer::summary::summarize(t, &opts) {
                     Ok(s) => s,
                     Err(e) => {
@@ -385,7 +395,10 @@ fn main() -> ExitCode {
                         return ExitCode::from(2);
                     }
                 };
-                s.context = context.clone();
+                s.context = context;
+                for w in s.time_warnings() {
+                    eprintln!("blkprof: warning: {}", w.message);
+                }
                 if let Some(dir) = &out_dir
                     && let Err(e) = write_files(dir, t, &s)
                 {
@@ -409,6 +422,45 @@ fn main() -> ExitCode {
             }
             ExitCode::SUCCESS
         }
+    }
+}
+
+/// The stress output and application logs given to `report`, and the zones to read them in.
+struct Inputs<'a> {
+    stress: &'a [PathBuf],
+    stress_start: Option<analyzer::stress::StartTime>,
+    stress_zone: &'a analyzer::zone::Zone,
+    app_logs: &'a [PathBuf],
+    app_log_zone: &'a analyzer::zone::Zone,
+}
+
+impl Inputs<'_> {
+    /// Read them all; `notes`: also say on stderr what a file lacks (once, not per trace).
+    fn read(&self, notes: bool) -> Result<analyzer::summary::Context, String> {
+        let mut context = analyzer::summary::Context::default();
+        for p in self.stress {
+            let mut r =
+                analyzer::stress::read_stress_in(p, self.stress_zone).map_err(|e| e.to_string())?;
+            if let Some(start) = self.stress_start {
+                let t = start
+                    .unix_ns(self.stress_zone)
+                    .ok_or("--stress-start: the time is out of range")?;
+                analyzer::stress::anchor(&mut r, t);
+            }
+            context.stress.push(r);
+        }
+        for p in self.app_logs {
+            let l = analyzer::stress::read_app_log_in(p, self.app_log_zone)
+                .map_err(|e| e.to_string())?;
+            if notes && l.flushes.is_empty() {
+                eprintln!(
+                    "blkprof: warning: {} has no flush lines (\"Enqueuing flush\" / \"Completed flushing\"): no flush markers to match",
+                    p.display()
+                );
+            }
+            context.logs.push(l);
+        }
+        Ok(context)
     }
 }
 

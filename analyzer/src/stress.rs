@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::zone::Zone;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ParseError {
     #[error("cannot read {path}: {source}")]
@@ -24,51 +26,53 @@ pub enum ParseError {
     NotAppLog { path: PathBuf },
 }
 
-/// Civil date-time (taken as UTC) to Unix epoch nanoseconds.
-pub fn civil_to_unix_ns(y: i64, mo: u32, d: u32, h: u32, mi: u32, s: u32, ms: u32) -> Option<i64> {
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || s > 60 || ms > 999
-    {
-        return None;
-    }
-    // Days from civil, after H. Hinnant.
-    let y = if mo <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (i64::from(mo) + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some(
-        ((days * 86400 + i64::from(h) * 3600 + i64::from(mi) * 60 + i64::from(s)) * 1000
-            + i64::from(ms))
-            * 1_000_000,
-    )
+/// When a stress run started, as given with `--stress-start`: an instant (with "Z" or an
+/// offset) or a local wall-clock time, read in the stress zone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StartTime {
+    Instant(i64),
+    Local(jiff::civil::DateTime),
 }
 
-/// "2026-11-22T06:45:03Z", "2026-11-22T06:45:03.123Z" or "2026-11-22 06:45:03" (UTC) to
-/// Unix ns: the start of a stress run whose output has no wall-clock times.
-pub fn parse_start(s: &str) -> Option<i64> {
-    let t = s.trim().trim_end_matches('Z');
-    let (date_time, ms) = match t.split_once('.') {
-        Some((dt, frac)) => {
-            let digits: String = frac.chars().take(3).collect();
-            if digits.is_empty() || !frac.chars().all(|c| c.is_ascii_digit()) {
-                return None;
-            }
-            let ms: u32 = format!("{digits:0<3}").parse().ok()?;
-            (dt, ms)
+impl StartTime {
+    /// "2026-11-22T06:45:03Z", "2026-11-22T08:45:03.5+02:00", or without zone
+    /// "2026-11-22 08:45:03" (local). Seconds are required.
+    pub fn parse(s: &str) -> Option<StartTime> {
+        let t = s.trim();
+        let b = t.as_bytes();
+        // Date and time to the second; jiff alone would also take a date or minutes only.
+        let shape = b"dddd-dd-ddTdd:dd:dd";
+        if b.len() < shape.len()
+            || !shape.iter().zip(b).all(|(&want, &c)| match want {
+                b'd' => c.is_ascii_digit(),
+                b'T' => c == b'T' || c == b' ',
+                w => c == w,
+            })
+        {
+            return None;
         }
-        None => (t, 0),
-    };
-    let b = date_time.as_bytes();
-    if b.len() != 19 || !(b[10] == b'T' || b[10] == b' ') {
-        return None;
+        if t.ends_with(['Z', 'z']) || t[shape.len()..].contains(['+', '-']) {
+            let ts: jiff::Timestamp = t.parse().ok()?;
+            i64::try_from(ts.as_nanosecond())
+                .ok()
+                .map(StartTime::Instant)
+        } else {
+            t.parse().ok().map(StartTime::Local)
+        }
     }
-    parse_stamp(&format!(
-        "{} {}.{ms:03}",
-        &date_time[..10],
-        &date_time[11..]
-    ))
+
+    /// Unix ns; a local time in `zone`.
+    pub fn unix_ns(self, zone: &Zone) -> Option<i64> {
+        match self {
+            StartTime::Instant(t) => Some(t),
+            StartTime::Local(dt) => zone.unix_ns(dt),
+        }
+    }
+}
+
+/// `--stress-start` read as UTC when it has no zone: Unix ns.
+pub fn parse_start(s: &str) -> Option<i64> {
+    StartTime::parse(s)?.unix_ns(&Zone::utc())
 }
 
 /// Give a run's status points without wall-clock times the time `start` + their elapsed
@@ -79,11 +83,13 @@ pub fn anchor(run: &mut StressRun, start_ns: i64) -> usize {
         p.time_ns = Some(start_ns + p.elapsed_s as i64 * 1_000_000_000);
         n += 1;
     }
+    run.anchored += n;
     n
 }
 
-/// "2026-11-22 02:45:18:771" (YCSB) or "2026-11-22 02:45:25,863" (log4j/logback).
-fn parse_stamp(s: &str) -> Option<i64> {
+/// "2026-11-22 02:45:18:771" (YCSB) or "2026-11-22 02:45:25,863" (log4j/logback), local
+/// time in `zone`, to Unix ns.
+fn parse_stamp(s: &str, zone: &Zone) -> Option<i64> {
     let b = s.as_bytes();
     if b.len() < 23
         || b[4] != b'-'
@@ -95,19 +101,26 @@ fn parse_stamp(s: &str) -> Option<i64> {
     {
         return None;
     }
-    let n = |r: std::ops::Range<usize>| s.get(r).and_then(|v| v.parse::<u32>().ok());
-    civil_to_unix_ns(
-        i64::from(n(0..4)?),
-        n(5..7)?,
-        n(8..10)?,
-        n(11..13)?,
-        n(14..16)?,
-        n(17..19)?,
-        n(20..23)?,
+    let n = |r: std::ops::Range<usize>| {
+        s.get(r)
+            .filter(|v| v.bytes().all(|c| c.is_ascii_digit()))
+            .and_then(|v| v.parse::<i16>().ok())
+    };
+    let dt = jiff::civil::DateTime::new(
+        n(0..4)?,
+        i8::try_from(n(5..7)?).ok()?,
+        i8::try_from(n(8..10)?).ok()?,
+        i8::try_from(n(11..13)?).ok()?,
+        i8::try_from(n(14..16)?).ok()?,
+        i8::try_from(n(17..19)?).ok()?,
+        i32::from(n(20..23)?) * 1_000_000,
     )
+    .ok()?;
+    zone.unix_ns(dt)
 }
 
 #[derive(Clone, Debug, Serialize, serde::Deserialize, Default)]
+#[serde(default)]
 pub struct OpLatency {
     pub op: String,
     pub count: Option<u64>,
@@ -119,7 +132,8 @@ pub struct OpLatency {
 }
 
 /// One YCSB status line.
-#[derive(Clone, Debug, Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize, Default)]
+#[serde(default)]
 pub struct StatusPoint {
     /// Wall-clock time (Unix ns) when the line has a timestamp.
     pub time_ns: Option<i64>,
@@ -130,6 +144,7 @@ pub struct StatusPoint {
 }
 
 #[derive(Clone, Debug, Serialize, serde::Deserialize, Default)]
+#[serde(default)]
 pub struct StressRun {
     pub path: String,
     pub tool: String,
@@ -140,6 +155,12 @@ pub struct StressRun {
     pub time_series: BTreeMap<String, Vec<(u64, f64)>>,
     /// Lines that are neither (driver logs, banners), counted.
     pub other_lines: u64,
+    /// The zone the status lines' timestamps were read in.
+    #[serde(skip)]
+    pub time_zone: Zone,
+    /// Status points placed by [`anchor`] (`--stress-start`) rather than by their own stamps.
+    #[serde(skip)]
+    pub anchored: usize,
 }
 
 fn parse_latency_block(op: &str, body: &str) -> OpLatency {
@@ -184,8 +205,8 @@ fn parse_status_blocks(s: &str) -> Vec<OpLatency> {
     out
 }
 
-fn parse_status(line: &str) -> Option<StatusPoint> {
-    let (time_ns, rest) = match parse_stamp(line) {
+fn parse_status(line: &str, zone: &Zone) -> Option<StatusPoint> {
+    let (time_ns, rest) = match parse_stamp(line, zone) {
         Some(t) => (Some(t), line.get(24..)?.trim_start()),
         None => (None, line.trim_start()),
     };
@@ -205,15 +226,17 @@ fn parse_status(line: &str) -> Option<StatusPoint> {
     })
 }
 
-pub fn parse_ycsb(path: &Path, text: &str) -> Result<StressRun, ParseError> {
+/// YCSB output; status lines' timestamps are local time in `zone`.
+pub fn parse_ycsb(path: &Path, text: &str, zone: &Zone) -> Result<StressRun, ParseError> {
     let mut run = StressRun {
         path: path.display().to_string(),
         tool: "ycsb".into(),
+        time_zone: zone.clone(),
         ..Default::default()
     };
     for line in text.lines() {
         let l = line.trim_end();
-        if let Some(p) = parse_status(l) {
+        if let Some(p) = parse_status(l, zone) {
             run.status.push(p);
             continue;
         }
@@ -389,8 +412,13 @@ fn is_padded_type_header(l: &str) -> bool {
         .is_some_and(|r| r.starts_with(' ') && r.trim_start().starts_with("total ops,"))
 }
 
-/// YCSB or cassandra-stress output, told apart by their own header lines.
+/// YCSB or cassandra-stress output, told apart by their own header lines; timestamps read as UTC.
 pub fn read_stress(path: &Path) -> Result<StressRun, ParseError> {
+    read_stress_in(path, &Zone::utc())
+}
+
+/// [`read_stress`] with timestamps read as local time in `zone`.
+pub fn read_stress_in(path: &Path, zone: &Zone) -> Result<StressRun, ParseError> {
     let text = std::fs::read_to_string(path).map_err(|source| ParseError::Read {
         path: path.to_owned(),
         source,
@@ -405,11 +433,12 @@ pub fn read_stress(path: &Path) -> Result<StressRun, ParseError> {
     if is_cs {
         return parse_cassandra_stress(path, &text);
     }
-    parse_ycsb(path, &text)
+    parse_ycsb(path, &text, zone)
 }
 
 /// A point or span from the application's log, on the wall-clock axis.
-#[derive(Clone, Debug, Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize, Default)]
+#[serde(default)]
 pub struct Marker {
     /// RFC 3339.
     pub time: String,
@@ -423,7 +452,8 @@ pub struct Marker {
 }
 
 /// A memtable flush from "Enqueuing flush" to "Completed flushing".
-#[derive(Clone, Debug, Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize, Default)]
+#[serde(default)]
 pub struct Flush {
     pub table: String,
     pub start: String,
@@ -436,7 +466,8 @@ pub struct Flush {
 }
 
 /// A compaction from "Compacting (id)" to "Compacted (id)".
-#[derive(Clone, Debug, Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize, Default)]
+#[serde(default)]
 pub struct Compaction {
     pub id: String,
     pub start: String,
@@ -448,6 +479,7 @@ pub struct Compaction {
 }
 
 #[derive(Clone, Debug, Serialize, serde::Deserialize, Default)]
+#[serde(default)]
 pub struct AppLog {
     pub path: String,
     pub markers: Vec<Marker>,
@@ -456,6 +488,9 @@ pub struct AppLog {
     pub compactions: Vec<Compaction>,
     pub log_lines: u64,
     pub other_lines: u64,
+    /// The zone the timestamps were read in.
+    #[serde(skip)]
+    pub time_zone: Zone,
 }
 
 /// "2.475MiB", "183B", "1.953KiB" -> bytes.
@@ -487,9 +522,11 @@ fn table_of_path(p: &str) -> Option<String> {
     Some(format!("{}.{}", parts[n - 3], table))
 }
 
-pub fn parse_cassandra_log(path: &Path, text: &str) -> Result<AppLog, ParseError> {
+/// Cassandra's system.log; its timestamps are local time in `zone`.
+pub fn parse_cassandra_log(path: &Path, text: &str, zone: &Zone) -> Result<AppLog, ParseError> {
     let mut log = AppLog {
         path: path.display().to_string(),
+        time_zone: zone.clone(),
         ..Default::default()
     };
     let mut pending: HashMap<String, VecDeque<i64>> = HashMap::new();
@@ -502,7 +539,7 @@ pub fn parse_cassandra_log(path: &Path, text: &str) -> Result<AppLog, ParseError
             continue;
         };
         let rest = &line[close + 2..];
-        let Some(t) = parse_stamp(rest) else {
+        let Some(t) = parse_stamp(rest, zone) else {
             log.other_lines += 1;
             continue;
         };
@@ -571,18 +608,25 @@ pub fn parse_cassandra_log(path: &Path, text: &str) -> Result<AppLog, ParseError
     Ok(log)
 }
 
+/// Cassandra's system.log, its timestamps read as UTC.
 pub fn read_app_log(path: &Path) -> Result<AppLog, ParseError> {
+    read_app_log_in(path, &Zone::utc())
+}
+
+/// [`read_app_log`] with timestamps read as local time in `zone`.
+pub fn read_app_log_in(path: &Path, zone: &Zone) -> Result<AppLog, ParseError> {
     let text = std::fs::read_to_string(path).map_err(|source| ParseError::Read {
         path: path.to_owned(),
         source,
     })?;
-    parse_cassandra_log(path, &text)
+    parse_cassandra_log(path, &text, zone)
 }
 
 /// Flushes smaller than this cannot show as a burst and are left out of the match.
 pub const MIN_MATCH_FLUSH_BYTES: u64 = 1 << 20;
 
 #[derive(Clone, Debug, Serialize, serde::Deserialize, Default)]
+#[serde(default)]
 pub struct FlushMatch {
     pub flushes: usize,
     pub flushes_matched: usize,
@@ -602,7 +646,8 @@ pub struct FlushMatch {
     pub burst_rows: Vec<BurstMatch>,
 }
 
-#[derive(Clone, Debug, Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize, Default)]
+#[serde(default)]
 pub struct BurstMatch {
     pub start: String,
     pub matched: String,
@@ -705,21 +750,29 @@ mod tests {
 
     #[test]
     fn stamps() {
+        let utc = Zone::utc();
         assert_eq!(
-            parse_stamp("2026-11-22 02:45:25,863 x"),
+            parse_stamp("2026-11-22 02:45:25,863 x", &utc),
             Some(1_795_315_525_863_000_000)
         );
         assert_eq!(
-            parse_stamp("2026-11-22 02:45:18:771 5 sec"),
+            parse_stamp("2026-11-22 02:45:18:771 5 sec", &utc),
             Some(1_795_315_518_771_000_000)
         );
-        assert_eq!(parse_stamp("2026-13-22 02:45:18:771"), None);
-        assert_eq!(parse_stamp("10 sec: 5 operations"), None);
+        assert_eq!(parse_stamp("2026-13-22 02:45:18:771", &utc), None);
+        assert_eq!(parse_stamp("2026-02-30 02:45:18:771", &utc), None);
+        assert_eq!(parse_stamp("10 sec: 5 operations", &utc), None);
+        // Local time two hours east of UTC is two hours earlier on the Unix clock.
+        let plus2 = Zone::parse("+02:00").unwrap();
+        assert_eq!(
+            parse_stamp("2026-11-22 04:45:25,863 x", &plus2),
+            Some(1_795_315_525_863_000_000)
+        );
     }
 
     #[test]
     fn status_lines_with_and_without_timestamps() {
-        let p = parse_status("2026-11-22 02:45:18:771 5 sec: 2825 operations; 564.77 current ops/sec; est completion in 2 days 1 hour [READ: Count=1400, Max=121535, Min=1691, Avg=19070.52, 90=32591, 99=49023, 99.9=117183, 99.99=121535] [UPDATE: Count=1506, Max=96831, Min=1587, Avg=15271.74, 90=25359, 99=53183, 99.9=92095, 99.99=96831] ").unwrap();
+        let p = parse_status("2026-11-22 02:45:18:771 5 sec: 2825 operations; 564.77 current ops/sec; est completion in 2 days 1 hour [READ: Count=1400, Max=121535, Min=1691, Avg=19070.52, 90=32591, 99=49023, 99.9=117183, 99.99=121535] [UPDATE: Count=1506, Max=96831, Min=1587, Avg=15271.74, 90=25359, 99=53183, 99.9=92095, 99.99=96831] ", &Zone::utc()).unwrap();
         assert_eq!(
             (p.elapsed_s, p.operations, p.ops_per_s),
             (5, 2825, Some(564.77))
@@ -727,13 +780,14 @@ mod tests {
         assert_eq!(p.latencies.len(), 2);
         assert_eq!(p.latencies[0].p99_us, Some(49023.0));
         assert_eq!(p.latencies[1].count, Some(1506));
-        let q = parse_status("10 sec: 21029 operations; 2102.9 current ops/sec; est completion in 5 days 12 hours [READ AverageLatency(us)=22779.72]").unwrap();
+        let q = parse_status("10 sec: 21029 operations; 2102.9 current ops/sec; est completion in 5 days 12 hours [READ AverageLatency(us)=22779.72]", &Zone::utc()).unwrap();
         assert_eq!(
             (q.time_ns, q.elapsed_s, q.latencies[0].avg_us),
             (None, 10, Some(22779.72))
         );
         let z = parse_status(
             "2026-11-22 02:45:13:865 0 sec: 0 operations; est completion in 0 second ",
+            &Zone::utc(),
         )
         .unwrap();
         assert_eq!((z.operations, z.ops_per_s), (0, None));
@@ -798,13 +852,13 @@ total, 4000, 4000, 4000, 4000, 1.2, 0.9, 3.0, 8.0, 18.0, 30.0, 1.0, 0.0, 0, 0, 0
 
     #[test]
     fn garbage_is_refused_plainly() {
-        let e = parse_ycsb(Path::new("x.txt"), "hello\nworld\n").unwrap_err();
+        let e = parse_ycsb(Path::new("x.txt"), "hello\nworld\n", &Zone::utc()).unwrap_err();
         assert!(
             e.to_string()
                 .contains("not YCSB or cassandra-stress output"),
             "{e}"
         );
-        let e = parse_cassandra_log(Path::new("x.log"), "hello\n").unwrap_err();
+        let e = parse_cassandra_log(Path::new("x.log"), "hello\n", &Zone::utc()).unwrap_err();
         assert!(e.to_string().contains("no Cassandra log lines"), "{e}");
     }
 
@@ -862,6 +916,22 @@ total, 4000, 4000, 4000, 4000, 1.2, 0.9, 3.0, 8.0, 18.0, 30.0, 1.0, 0.0, 0, 0, 0
             parse_start("2026-11-22T06:45:03.123Z"),
             Some(t + 123_000_000)
         );
+        // With an offset: that instant, whatever the stress zone; without: local time in it.
+        let plus2 = Zone::parse("+02:00").unwrap();
+        for with_offset in ["2026-11-22T08:45:03+02:00", "2026-11-22 08:45:03+02:00"] {
+            let s = StartTime::parse(with_offset).unwrap();
+            assert_eq!(s.unix_ns(&Zone::utc()), Some(t), "{with_offset}");
+            assert_eq!(s.unix_ns(&plus2), Some(t), "{with_offset}");
+        }
+        assert_eq!(
+            StartTime::parse("2026-11-22T01:15:03-05:30")
+                .unwrap()
+                .unix_ns(&plus2),
+            Some(t)
+        );
+        let local = StartTime::parse("2026-11-22 08:45:03").unwrap();
+        assert_eq!(local.unix_ns(&plus2), Some(t));
+        assert_eq!(local.unix_ns(&Zone::utc()), Some(t + 7_200_000_000_000));
         for bad in [
             "",
             "yesterday",
@@ -869,6 +939,7 @@ total, 4000, 4000, 4000, 4000, 1.2, 0.9, 3.0, 8.0, 18.0, 30.0, 1.0, 0.0, 0, 0, 0
             "2026-11-22T06:45Z",
             "2026-13-01T00:00:00Z",
             "2026-11-22T06:45:03.x",
+            "2026-11-22T06:45:03 Europe/Berlin",
         ] {
             assert_eq!(parse_start(bad), None, "{bad}");
         }
@@ -901,7 +972,7 @@ total, 4000, 4000, 4000, 4000, 1.2, 0.9, 3.0, 8.0, 18.0, 30.0, 1.0, 0.0, 0, 0, 0
         let log = "INFO  [CompactionExecutor:1] 2026-11-22 05:57:47,531 CompactionTask.java:167 - Compacting (a4a8-1) [/d/ks/t-1/nb-7-big-Data.db:level=0, ]\n\
 INFO  [CompactionExecutor:2] 2026-11-22 05:57:48,000 CompactionTask.java:167 - Compacting (b5b9-2) [/d/ks/t-1/nb-9-big-Data.db:level=0, ]\n\
 INFO  [CompactionExecutor:1] 2026-11-22 05:57:47,656 CompactionTask.java:258 - Compacted (a4a8-1) 7 sstables to [/d/ks/t-1/nb-8-big,] to level=0.\n";
-        let l = parse_cassandra_log(Path::new("s.log"), log).unwrap();
+        let l = parse_cassandra_log(Path::new("s.log"), log, &Zone::utc()).unwrap();
         assert_eq!(l.compactions.len(), 1, "b5b9-2 never completed");
         let c = &l.compactions[0];
         assert_eq!(c.id, "a4a8-1");

@@ -781,7 +781,54 @@ pub struct JsonReport {
     /// How the file ended and what was left out (absent from reports of older versions).
     #[serde(default)]
     pub integrity: Integrity,
+    /// The zones local times were read in.
+    #[serde(default)]
+    pub time_zones: JsonTimeZones,
+    /// Application logs and stress output with no event on the trace's clock, and the UTC
+    /// offset that would put them there.
+    #[serde(default)]
+    pub time_warnings: Vec<TimeWarning>,
 }
+
+/// The zones local times were read in ("UTC", "+02:00", "Europe/Berlin").
+#[derive(Serialize, serde::Deserialize, Default, Clone, Debug)]
+#[serde(default)]
+pub struct JsonTimeZones {
+    /// The tracing host's, as the tracer recorded it ("UTC" for traces that predate it).
+    pub trace: String,
+    /// The application logs' (`--app-log-tz`, default the trace's); null without a log.
+    pub app_log: Option<String>,
+    /// The stress output's (`--stress-tz`, default the trace's); null without stress output.
+    pub stress: Option<String>,
+}
+
+/// An application log or stress file none of whose events falls inside the trace.
+#[derive(Serialize, serde::Deserialize, Clone, Debug, Default)]
+#[serde(default)]
+pub struct TimeWarning {
+    /// "app-log" or "stress".
+    pub kind: String,
+    pub path: String,
+    /// The zone its local times were read in.
+    pub time_zone: String,
+    /// Its events (log markers, timed status lines): how many, the first and the last.
+    pub events: usize,
+    pub first: String,
+    pub last: String,
+    pub trace_start: String,
+    pub trace_end: String,
+    /// The whole- or half-hour UTC offset ("+02:00") that would bring the most events inside
+    /// (for a log: the most flushes onto write bursts, then the most events), if any does.
+    pub suggested_offset: Option<String>,
+    /// Other offsets that would do as well (a file much longer than the trace).
+    pub also_fitting: Vec<String>,
+    /// What the report prints.
+    pub message: String,
+}
+
+/// An event within this long of the trace's span is on it: YCSB prints its last status line
+/// after the run, and a log's event may be stamped just before the trace starts.
+pub const NEAR_TRACE_NS: i64 = 5_000_000_000;
 
 /// Discards completing after each compaction's end ("Compacted" in the log), up to
 /// [`COMPACTION_DISCARD_WINDOW_NS`] later or the next compaction's end.
@@ -904,6 +951,16 @@ impl Summary {
             compaction_discards: self.compaction_discards(),
             lost: self.lost(),
             integrity: self.integrity.clone(),
+            time_zones: JsonTimeZones {
+                trace: crate::zone::Zone::of_trace(&self.header).label,
+                app_log: self.context.logs.first().map(|l| l.time_zone.label.clone()),
+                stress: self
+                    .context
+                    .stress
+                    .first()
+                    .map(|r| r.time_zone.label.clone()),
+            },
+            time_warnings: self.time_warnings(),
         }
     }
 }
@@ -1027,11 +1084,11 @@ impl Summary {
             .collect()
     }
 
-    /// Match each device's write bursts with the logs' flushes (1 s tolerance).
-    pub fn flush_matches(&self) -> Vec<(String, crate::stress::FlushMatch)> {
+    /// The trace's wall-clock span (Unix ns): its start, and its end from the trailer or, in a
+    /// trace cut short, its last completion.
+    pub fn wall_span(&self) -> (i64, i64) {
         let wall0 = self.header.wall_clock_start_ns as i128 - self.header.monotonic_base_ns as i128;
-        // Only flushes within the traced time can be matched.
-        let (t_start, t_end) = match &self.trailer {
+        match &self.trailer {
             Some(t) => (self.header.wall_clock_start_ns, t.wall_clock_end_ns),
             None => {
                 let last = self.devices.values().map(|d| d.last_ns).max().unwrap_or(0);
@@ -1040,7 +1097,38 @@ impl Summary {
                     (wall0 + last as i128) as i64,
                 )
             }
-        };
+        }
+    }
+
+    /// Whether a wall-clock instant (Unix ns) is on the trace: within [`NEAR_TRACE_NS`] of
+    /// its span.
+    pub fn near_trace(&self, unix_ns: i64) -> bool {
+        let (a, b) = self.wall_span();
+        unix_ns >= a - NEAR_TRACE_NS && unix_ns <= b + NEAR_TRACE_NS
+    }
+
+    /// A device's write bursts on the wall clock, for matching with the log's flushes.
+    fn burst_spans(&self, d: &DeviceStats) -> Vec<crate::stress::BurstSpan> {
+        let wall0 = self.header.wall_clock_start_ns as i128 - self.header.monotonic_base_ns as i128;
+        d.bursts
+            .iter()
+            .map(|b| crate::stress::BurstSpan {
+                start_ns: (wall0 + b.start_ns as i128) as i64,
+                end_ns: (wall0 + b.end_ns as i128) as i64,
+                start: b.start.clone(),
+                writers: crate::bursts::writers_text(&b.writers),
+                main_writer: b
+                    .writers
+                    .first()
+                    .map_or_else(|| "-".to_string(), |w| w.comm.clone()),
+            })
+            .collect()
+    }
+
+    /// Match each device's write bursts with the logs' flushes (1 s tolerance).
+    pub fn flush_matches(&self) -> Vec<(String, crate::stress::FlushMatch)> {
+        // Only flushes within the traced time can be matched.
+        let (t_start, t_end) = self.wall_span();
         let flushes: Vec<crate::stress::Flush> = self
             .context
             .logs
@@ -1060,25 +1148,166 @@ impl Summary {
         self.devices
             .values()
             .map(|d| {
-                let bursts: Vec<crate::stress::BurstSpan> = d
-                    .bursts
-                    .iter()
-                    .map(|b| crate::stress::BurstSpan {
-                        start_ns: (wall0 + b.start_ns as i128) as i64,
-                        end_ns: (wall0 + b.end_ns as i128) as i64,
-                        start: b.start.clone(),
-                        writers: crate::bursts::writers_text(&b.writers),
-                        main_writer: b
-                            .writers
-                            .first()
-                            .map_or_else(|| "-".to_string(), |w| w.comm.clone()),
-                    })
-                    .collect();
                 (
                     d.name.clone(),
-                    crate::stress::match_flushes(&flushes, &compactions, &bursts, 1_000_000_000),
+                    crate::stress::match_flushes(
+                        &flushes,
+                        &compactions,
+                        &self.burst_spans(d),
+                        FLUSH_MATCH_TOLERANCE_NS,
+                    ),
                 )
             })
             .collect()
     }
+
+    /// The application logs and stress files none of whose events falls on the trace, each
+    /// with the whole- or half-hour UTC offset that would bring them onto it: a local-time
+    /// file read in the wrong zone would otherwise just lose its sections.
+    pub fn time_warnings(&self) -> Vec<TimeWarning> {
+        use crate::zone::{Zone, candidate_offsets, format_offset, pick_offset};
+        const S: i64 = 1_000_000_000;
+        let (t_start, t_end) = self.wall_span();
+        let span = |times: &[i64]| {
+            (
+                rfc3339(times.iter().copied().min().unwrap_or(0)),
+                rfc3339(times.iter().copied().max().unwrap_or(0)),
+            )
+        };
+        // Local wall-clock time as written (read as if UTC): read at offset o it is at local - o.
+        let local = |zone: &Zone, t: i64| t + i64::from(zone.offset_s_at(t)) * S;
+        let warning = |kind: &str, path: &str, zone: &Zone, times: &[i64], what: &str| {
+            let (first, last) = span(times);
+            TimeWarning {
+                kind: kind.into(),
+                path: path.into(),
+                time_zone: zone.label.clone(),
+                events: times.len(),
+                message: format!(
+                    "{path}: no {what} falls inside the trace (its {} {what}s {first} .. {last} read as {}; the trace {} .. {})",
+                    times.len(),
+                    zone.label,
+                    rfc3339(t_start),
+                    rfc3339(t_end)
+                ),
+                first,
+                last,
+                trace_start: rfc3339(t_start),
+                trace_end: rfc3339(t_end),
+                suggested_offset: None,
+                also_fitting: Vec::new(),
+            }
+        };
+        let bursts: Vec<crate::stress::BurstSpan> = self
+            .devices
+            .values()
+            .flat_map(|d| self.burst_spans(d))
+            .collect();
+        let mut out = Vec::new();
+        for log in &self.context.logs {
+            let times: Vec<i64> = log.markers.iter().map(|m| m.time_ns).collect();
+            if times.is_empty() || times.iter().any(|&t| self.near_trace(t)) {
+                continue;
+            }
+            let zone = &log.time_zone;
+            let mut w = warning("app-log", &log.path, zone, &times, "event");
+            // Scored by the flushes that would match write bursts, then by the events inside.
+            let scored: Vec<(i32, (usize, usize))> = candidate_offsets()
+                .map(|o| {
+                    let shift = |t: i64| local(zone, t) - i64::from(o) * S;
+                    let inside = times.iter().filter(|&&t| self.near_trace(shift(t))).count();
+                    let flushes: Vec<crate::stress::Flush> = log
+                        .flushes
+                        .iter()
+                        .map(|f| crate::stress::Flush {
+                            start_ns: shift(f.start_ns),
+                            end_ns: shift(f.end_ns),
+                            ..f.clone()
+                        })
+                        .collect();
+                    let m = crate::stress::match_flushes(
+                        &flushes,
+                        &[],
+                        &bursts,
+                        FLUSH_MATCH_TOLERANCE_NS,
+                    );
+                    (o, (m.flushes_matched, inside))
+                })
+                .collect();
+            let near = zone.offset_s_at(times[0]);
+            match pick_offset(&scored, near) {
+                Some((o, (flushes, inside), also)) => {
+                    let off = format_offset(o);
+                    let gain = if flushes > 0 {
+                        format!("{flushes} of its flushes would match write bursts")
+                    } else {
+                        format!("{inside} of its events would fall inside it")
+                    };
+                    w.message += &format!("; read as {off}, {gain}: try --app-log-tz {off}");
+                    w.suggested_offset = Some(off);
+                    w.also_fitting = also.into_iter().map(format_offset).collect();
+                }
+                None => {
+                    w.message += "; no whole- or half-hour UTC offset brings any of them inside: is it the log of this run?"
+                }
+            }
+            if !w.also_fitting.is_empty() {
+                w.message += &format!(
+                    " (so would {}: the log is longer than the trace; choose the zone of the host that wrote it)",
+                    w.also_fitting.join(", ")
+                );
+            }
+            out.push(w);
+        }
+        for run in &self.context.stress {
+            let times: Vec<i64> = run.status.iter().filter_map(|p| p.time_ns).collect();
+            if times.is_empty() || times.iter().any(|&t| self.near_trace(t)) {
+                continue;
+            }
+            let zone = &run.time_zone;
+            let mut w = warning("stress", &run.path, zone, &times, "status line");
+            if run.anchored > 0 {
+                // Placed by --stress-start, not by their own stamps: that is what to check.
+                w.message += &format!(
+                    "; they are placed by --stress-start: check it (a time without Z or an offset is read in --stress-tz, here {})",
+                    zone.label
+                );
+                out.push(w);
+                continue;
+            }
+            let scored: Vec<(i32, usize)> = candidate_offsets()
+                .map(|o| {
+                    let inside = times
+                        .iter()
+                        .filter(|&&t| self.near_trace(local(zone, t) - i64::from(o) * S))
+                        .count();
+                    (o, inside)
+                })
+                .collect();
+            match pick_offset(&scored, zone.offset_s_at(times[0])) {
+                Some((o, inside, also)) => {
+                    let off = format_offset(o);
+                    w.message += &format!(
+                        "; read as {off}, {inside} of them would fall inside it: try --stress-tz {off}"
+                    );
+                    w.suggested_offset = Some(off);
+                    w.also_fitting = also.into_iter().map(format_offset).collect();
+                }
+                None => {
+                    w.message += "; no whole- or half-hour UTC offset brings any of them inside: is it the output of this run?"
+                }
+            }
+            if !w.also_fitting.is_empty() {
+                w.message += &format!(
+                    " (so would {}: the output is longer than the trace; choose the zone of the host that wrote it)",
+                    w.also_fitting.join(", ")
+                );
+            }
+            out.push(w);
+        }
+        out
+    }
 }
+
+/// A write burst matches a flush it overlaps within this tolerance.
+pub const FLUSH_MATCH_TOLERANCE_NS: i64 = 1_000_000_000;

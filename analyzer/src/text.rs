@@ -275,6 +275,10 @@ pub fn write(out: &mut dyn Write, s: &Summary) -> std::io::Result<()> {
             )?,
         }
     }
+    // A log off the trace's clock has no flush table: say why, where it would have been.
+    for w in j.time_warnings.iter().filter(|w| w.kind == "app-log") {
+        writeln!(out, "\nwarning: {}", w.message)?;
+    }
     for (dev, m) in &j.flush_match {
         writeln!(
             out,
@@ -413,27 +417,24 @@ pub fn write(out: &mut dyn Write, s: &Summary) -> std::io::Result<()> {
                 )?;
             }
         }
-        // Client and disk on one wall-clock axis.
+        // Client and disk on one wall-clock axis; when the status lines are off the trace's
+        // clock, why, where the table would have been.
+        for w in j
+            .time_warnings
+            .iter()
+            .filter(|w| w.kind == "stress" && w.path == run.path)
+        {
+            writeln!(out, "  warning: {}", w.message)?;
+        }
         if let Some(d) = s.devices.values().next() {
             let timed: Vec<_> = run
                 .status
                 .iter()
                 .filter(|p| p.time_ns.is_some() && p.ops_per_s.is_some())
                 .collect();
-            let wall_end = s.trailer.as_ref().map_or(i64::MAX, |t| t.wall_clock_end_ns);
-            let overlaps = timed.iter().any(|p| {
-                p.time_ns.is_some_and(|t| {
-                    t >= s.header.wall_clock_start_ns && t <= wall_end + 5_000_000_000
-                })
-            });
-            if !timed.is_empty() && !overlaps {
-                writeln!(
-                    out,
-                    "  its status lines ({} .. {}) do not overlap the trace: no side-by-side view",
-                    tracer_common::format::rfc3339(timed[0].time_ns.unwrap_or(0)),
-                    tracer_common::format::rfc3339(timed[timed.len() - 1].time_ns.unwrap_or(0))
-                )?;
-            }
+            let overlaps = timed
+                .iter()
+                .any(|p| p.time_ns.is_some_and(|t| s.near_trace(t)));
             if !timed.is_empty() && overlaps {
                 writeln!(
                     out,

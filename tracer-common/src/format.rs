@@ -205,6 +205,13 @@ pub struct TraceHeader {
     pub diskstats_start: Vec<DiskStats>,
     pub aggregates_start: Vec<AggregateSnapshot>,
     pub counters_start: ProbeCounters,
+    /// The host's offset from UTC at `wall_clock_start_ns`, in seconds east of UTC: the
+    /// analyzer reads the host's local-time logs with it. 0 (UTC) in older traces.
+    #[serde(default)]
+    pub utc_offset_s: i32,
+    /// The host's IANA time zone name ("Europe/Berlin") when known, else "".
+    #[serde(default)]
+    pub time_zone: String,
 }
 
 /// Periodic counters, so a file cut short still knows its losses up to its last frame.

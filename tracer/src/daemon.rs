@@ -146,6 +146,9 @@ impl Run {
             diskstats_start: self.snapshot_diskstats()?,
             aggregates_start: self.probe.aggregates()?,
             counters_start: self.probe.counters()?,
+            // Set below, once this file's start time is known.
+            utc_offset_s: 0,
+            time_zone: String::new(),
         };
         if self.seq > 0 {
             // A rotated file starts now, on the same clocks.
@@ -153,6 +156,9 @@ impl Run {
             self.header.wall_clock_start_ns = w;
             self.header.monotonic_base_ns = m;
         }
+        // Each file its own: a rotated file may start after a daylight-saving change.
+        (self.header.utc_offset_s, self.header.time_zone) =
+            clock::local_zone(self.header.wall_clock_start_ns);
         let writer = TraceWriter::create(&path, &self.header).map_err(|e| match e {
             FormatError::Io { path, source } => anyhow::anyhow!(
                 "cannot write the trace file {}: {source} (choose a writable --output path)",
@@ -456,11 +462,14 @@ pub async fn run(cfg: Config) -> Result<i32> {
     if run.cfg.output.is_some() {
         run.open_output()?;
     } else {
+        let (utc_offset_s, time_zone) = clock::local_zone(w);
         run.header = TraceHeader {
             wall_clock_start_ns: w,
             monotonic_base_ns: m,
             diskstats_start: run.snapshot_diskstats()?,
             aggregates_start: run.probe.aggregates()?,
+            utc_offset_s,
+            time_zone,
             ..Default::default()
         };
     }

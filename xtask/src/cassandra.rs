@@ -830,6 +830,9 @@ pub fn cassandra(o: Options) -> Result<()> {
         .arg(out.join("ycsb-run.err"))
         .arg("--app-log")
         .arg(logs.join("system.log"))
+        // Node and client run with -Duser.timezone=UTC, whatever the host's zone (which
+        // the trace records and the report would otherwise read their logs in).
+        .args(["--app-log-tz", "UTC", "--stress-tz", "UTC"])
         .arg("-o")
         .arg(&report_dir);
     let text = output(&mut rep)?;
