@@ -167,7 +167,9 @@ enum Cmd {
     },
     /// Two or more runs side by side (A/B experiments), with the differences that matter
     /// flagged: counts and volumes moving more than 10%, latencies more than 25%, shares more
-    /// than 5 points. Compares the busiest device of each trace, or --device.
+    /// than 5 points. Compares the busiest device of each trace, or --device. Size classes
+    /// are compared class by class; a figure a run does not have (no IOs of that op) is n/a,
+    /// never 0, and never flagged.
     Compare {
         /// Trace files: the first is the baseline.
         #[arg(required = true, num_args = 2..)]
