@@ -204,6 +204,19 @@ fn main() -> ExitCode {
                     st.records,
                     output.display()
                 );
+                let b = &st.blk;
+                if b.merges + b.splits + b.requeues > 0 {
+                    eprintln!(
+                        "blkprof: followed {} merges, {} splits, {} requeues",
+                        b.merges, b.splits, b.requeues
+                    );
+                }
+                if b.unmatched_queued + b.unmatched_issued > 0 {
+                    eprintln!(
+                        "blkprof: {} queued and {} issued events had no completion (the input ended first, or the request completed under a sector that could not be followed)",
+                        b.unmatched_queued, b.unmatched_issued
+                    );
+                }
                 if st.skipped > 0 {
                     eprintln!(
                         "blkprof: skipped {} malformed lines (first: {})",
