@@ -4,6 +4,7 @@
 //! ResponseTime in 100 ns ticks. Field mapping and what the format cannot know:
 //! docs/importers.md.
 
+use std::collections::{HashMap, VecDeque};
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
@@ -17,9 +18,7 @@ pub enum ImportError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error(
-        "{path}:{line}: {what} (expected Timestamp,Hostname,DiskNumber,Type,Offset,Size,ResponseTime with Type Read or Write and numbers elsewhere); use --skip-bad to skip such lines"
-    )]
+    #[error("{path}:{line}: {what}; use --skip-bad to skip such lines")]
     Malformed {
         path: PathBuf,
         line: u64,
@@ -36,6 +35,8 @@ pub struct ImportStats {
     pub records: u64,
     pub skipped: u64,
     pub first_skipped: Option<String>,
+    /// blk imports only.
+    pub blk: BlkStats,
 }
 
 /// Windows FILETIME epoch (1601) to Unix epoch, in 100 ns ticks.
@@ -68,7 +69,9 @@ pub fn import_msr(input: &Path, output: &Path, skip_bad: bool) -> Result<ImportS
                     return Err(ImportError::Malformed {
                         path: input.to_owned(),
                         line: n,
-                        what,
+                        what: format!(
+                            "{what} (expected Timestamp,Hostname,DiskNumber,Type,Offset,Size,ResponseTime with Type Read or Write and numbers elsewhere)"
+                        ),
                     });
                 }
                 stats.skipped += 1;
@@ -181,21 +184,17 @@ fn parse_msr_line(line: &str) -> Result<MsrLine<'_>, String> {
 /// prints them:
 ///   blkparse: `  7,1    1       12     0.000123456  1234  C  WS 123 + 8 [0]`
 ///   ftrace:   `dd-19596 [001] d..1. 1554.878835:   7,1    C  WS 0 + 8 [0]`
-/// Each completion (C) becomes one IO; its issue (D) and queue (Q) events, matched by device
-/// and sector, give the device and OS-queue times and the submitter. docs/importers.md.
+/// Each completion (C) becomes one IO; its issue (D), get-request (G) and queue (Q) events,
+/// matched by device and sector, give the device and OS-queue times and the submitter. Merges
+/// (M, F), splits (X) and requeues (R) keep the pending events straight (`BlkPairing`).
+/// docs/importers.md.
 pub fn import_blk(input: &Path, output: &Path, skip_bad: bool) -> Result<ImportStats, ImportError> {
-    use std::collections::{HashMap, VecDeque};
     let f = std::fs::File::open(input).map_err(|source| ImportError::Read {
         path: input.to_owned(),
         source,
     })?;
     let mut stats = ImportStats::default();
-    // (dev, sector) -> queue events in order: (time, pid, comm)
-    type Queued = HashMap<(u32, u64), VecDeque<(u64, u32, String)>>;
-    let mut queued: Queued = HashMap::new();
-    let mut issued: HashMap<(u32, u64), VecDeque<u64>> = HashMap::new();
-    let mut recs: Vec<(IoRecord, [u8; 16])> = Vec::new();
-    let mut devs: Vec<u32> = Vec::new();
+    let mut pairing = BlkPairing::default();
     for (i, line) in std::io::BufReader::new(f).lines().enumerate() {
         let line = line.map_err(|source| ImportError::Read {
             path: input.to_owned(),
@@ -203,83 +202,27 @@ pub fn import_blk(input: &Path, output: &Path, skip_bad: bool) -> Result<ImportS
         })?;
         let n = i as u64 + 1;
         let t = line.trim();
-        // Not event lines: blkparse's per-CPU summaries, ftrace's "# tracer: blk" header.
-        if t.is_empty()
-            || t.starts_with('#')
-            || t.starts_with("CPU")
-            || t.starts_with("Total")
-            || !t.contains(',')
-        {
+        if !is_blk_event_line(t) {
             continue;
         }
-        let ev = match parse_blk_line(t) {
-            Ok(Some(ev)) => ev,
-            Ok(None) => continue,
-            Err(what) => {
-                if !skip_bad {
-                    return Err(ImportError::Malformed {
-                        path: input.to_owned(),
-                        line: n,
-                        what: format!("{what} (expected a blkparse or ftrace blk event line)"),
-                    });
-                }
-                stats.skipped += 1;
-                stats
-                    .first_skipped
-                    .get_or_insert(format!("line {n}: {what}"));
-                continue;
+        if let Err(what) =
+            parse_blk_line(t).and_then(|ev| ev.map_or(Ok(()), |ev| pairing.event(ev)))
+        {
+            if !skip_bad {
+                return Err(ImportError::Malformed {
+                    path: input.to_owned(),
+                    line: n,
+                    what: format!("{what} (expected a blkparse or ftrace blk event line)"),
+                });
             }
-        };
-        if !devs.contains(&ev.dev) {
-            devs.push(ev.dev);
-        }
-        let key = (ev.dev, ev.sector);
-        match ev.action {
-            'Q' => queued
-                .entry(key)
-                .or_default()
-                .push_back((ev.time_ns, ev.pid, ev.comm.clone())),
-            'D' => issued.entry(key).or_default().push_back(ev.time_ns),
-            'C' => {
-                let issue = issued.get_mut(&key).and_then(VecDeque::pop_front);
-                let q = queued.get_mut(&key).and_then(VecDeque::pop_front);
-                let (op, fl) = rwbs_op(&ev.rwbs);
-                let enter = q.as_ref().map(|q| q.0).or(issue).unwrap_or(ev.time_ns);
-                let mut comm = [0u8; 16];
-                if let Some((_, _, c)) = &q {
-                    let b = c.as_bytes();
-                    comm[..b.len().min(15)].copy_from_slice(&b[..b.len().min(15)]);
-                }
-                recs.push((
-                    IoRecord {
-                        complete_ns: ev.time_ns,
-                        enter_ns: enter.min(ev.time_ns),
-                        issue_ns: issue.unwrap_or(0).min(ev.time_ns),
-                        sector: ev.sector,
-                        bytes: ev.sectors.saturating_mul(512),
-                        pid: q.as_ref().map_or(0, |q| q.1),
-                        dev: ev.dev,
-                        op,
-                        flags: fl
-                            | if q.is_none() {
-                                flags::STARTED_BEFORE
-                            } else {
-                                0
-                            }
-                            | if issue.is_none() {
-                                flags::NEVER_ISSUED
-                            } else {
-                                0
-                            },
-                        error: ev.error,
-                        ..Default::default()
-                    },
-                    comm,
-                ));
-            }
-            _ => {}
+            stats.skipped += 1;
+            stats
+                .first_skipped
+                .get_or_insert(format!("line {n}: {what}"));
         }
     }
+    let (mut recs, blk) = pairing.finish();
+    stats.blk = blk;
     if recs.is_empty() {
         return Err(ImportError::Empty {
             path: input.to_owned(),
@@ -287,13 +230,16 @@ pub fn import_blk(input: &Path, output: &Path, skip_bad: bool) -> Result<ImportS
     }
     recs.sort_by_key(|r| r.0.complete_ns);
     let base = recs.iter().map(|r| r.0.enter_ns).min().unwrap_or(0);
+    let mut devs: Vec<u32> = recs.iter().map(|r| r.0.dev).collect();
+    devs.sort_unstable();
+    devs.dedup();
     let header = TraceHeader {
         tracer_version: format!("blkprof import blk {}", env!("CARGO_PKG_VERSION")),
         host: "unknown (imported)".into(),
         kernel: "unknown (imported)".into(),
         // Event times are seconds since tracing began (blkparse) or since boot (ftrace): there is
         // no wall clock in the format; the trace starts at the Unix epoch plus that offset.
-        wall_clock_start_ns: base as i64,
+        wall_clock_start_ns: i64::try_from(base).unwrap_or(i64::MAX),
         monotonic_base_ns: base,
         devices: devs
             .iter()
@@ -316,7 +262,7 @@ pub fn import_blk(input: &Path, output: &Path, skip_bad: bool) -> Result<ImportS
         stats.records += 1;
     }
     w.finish(&TraceTrailer {
-        wall_clock_end_ns: last as i64,
+        wall_clock_end_ns: i64::try_from(last).unwrap_or(i64::MAX),
         monotonic_end_ns: last,
         reason: "import".into(),
         records_in_file: stats.records,
@@ -325,6 +271,226 @@ pub fn import_blk(input: &Path, output: &Path, skip_bad: bool) -> Result<ImportS
     Ok(stats)
 }
 
+/// Not event lines: blkparse's per-CPU summaries, ftrace's "# tracer: blk" header.
+fn is_blk_event_line(t: &str) -> bool {
+    !(t.is_empty()
+        || t.starts_with('#')
+        || t.starts_with("CPU")
+        || t.starts_with("Total")
+        || !t.contains(','))
+}
+
+/// What the blk importer saw besides the IOs themselves.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct BlkStats {
+    /// M and F events: bios (or whole requests) merged into a request already queued.
+    pub merges: u64,
+    /// X events: bios split in two, each half completing on its own.
+    pub splits: u64,
+    /// R events: requests sent back to the queue and issued again later.
+    pub requeues: u64,
+    /// Q events never matched by a completion (the trace ended first, or their request
+    /// completed under a sector the importer could not follow).
+    pub unmatched_queued: u64,
+    /// D events never matched by a completion.
+    pub unmatched_issued: u64,
+}
+
+/// A request waiting in the OS queue (or a bio that will become one): when its first bio was
+/// queued (Q) and got its request (G), and by whom.
+#[derive(Debug, Clone)]
+struct Queued {
+    time_ns: u64,
+    request_ns: Option<u64>,
+    pid: u32,
+    comm: String,
+}
+
+impl Queued {
+    /// When the IO entered the OS queue as blkprof-trace counts it: when its request was
+    /// allocated (the kernel's `rq->start_time_ns`, the G event), or else the first bio's Q.
+    /// The two differ by the bio's wait for a request (merge attempts, a free tag).
+    fn enter_ns(&self) -> u64 {
+        self.request_ns.unwrap_or(self.time_ns)
+    }
+}
+
+/// A request issued to the device.
+#[derive(Debug, Clone, Copy)]
+struct Issued {
+    time_ns: u64,
+    requeues: u16,
+}
+
+/// Pairs queue, issue and completion events by (device, sector), in order. The kernel's
+/// merges and requeues change which sector a pending event belongs to:
+/// - G (get request): the latest pending bio at that sector became a request; its time is the
+///   request's start (a G without a Q starts the request there).
+/// - M (back merge): a bio appended to a request that starts at a lower sector, or (since
+///   Linux 5.11) a whole request merged into the one before it. Either way the merged part
+///   never completes under its own sector: its Q is consumed, and the request keeps the
+///   time and submitter of its own first bio.
+/// - F (front merge): a bio prepended to the request that starts right after it; the request
+///   now starts at the bio's sector, so its pending Q moves there (and the bio's own Q is
+///   consumed).
+/// - X (split, `sector / new_sector`): the bio's tail is resubmitted at `new_sector` without a
+///   Q of its own; it inherits the bio's Q.
+/// - R (requeue): the request goes back to the queue and is issued again later: its pending
+///   D is dropped, and the completion counts the requeue.
+#[derive(Default)]
+struct BlkPairing {
+    queued: HashMap<(u32, u64), VecDeque<Queued>>,
+    issued: HashMap<(u32, u64), VecDeque<Issued>>,
+    /// Requeue counts of requests sent back to the queue, waiting for their next D.
+    requeued: HashMap<(u32, u64), VecDeque<u16>>,
+    records: Vec<(IoRecord, [u8; 16])>,
+    stats: BlkStats,
+}
+
+impl BlkPairing {
+    fn event(&mut self, ev: BlkEvent) -> Result<(), String> {
+        let key = (ev.dev, ev.sector);
+        match ev.action {
+            'Q' => self.queued.entry(key).or_default().push_back(Queued {
+                time_ns: ev.time_ns,
+                request_ns: None,
+                pid: ev.pid,
+                comm: ev.comm,
+            }),
+            'G' => {
+                let pending = self.queued.entry(key).or_default();
+                match pending.back_mut().filter(|q| q.request_ns.is_none()) {
+                    Some(q) => q.request_ns = Some(ev.time_ns),
+                    None => pending.push_back(Queued {
+                        time_ns: ev.time_ns,
+                        request_ns: Some(ev.time_ns),
+                        pid: ev.pid,
+                        comm: ev.comm,
+                    }),
+                }
+            }
+            'M' => {
+                self.stats.merges += 1;
+                // The merged bio's Q is the latest at its sector (the same task queued it just
+                // before); a missing one was queued before the trace began.
+                take_latest(&mut self.queued, key);
+            }
+            'F' => {
+                self.stats.merges += 1;
+                let next = ev
+                    .sector
+                    .checked_add(u64::from(ev.sectors))
+                    .ok_or_else(|| {
+                        format!(
+                            "front merge at sector {} + {} is beyond the largest sector",
+                            ev.sector, ev.sectors
+                        )
+                    })?;
+                take_latest(&mut self.queued, key);
+                if let Some(rq) = take_latest(&mut self.queued, (ev.dev, next)) {
+                    self.queued.entry(key).or_default().push_back(rq);
+                }
+            }
+            'X' => {
+                self.stats.splits += 1;
+                if let Some(q) = self.queued.get(&key).and_then(VecDeque::back).cloned() {
+                    self.queued
+                        .entry((ev.dev, ev.new_sector))
+                        .or_default()
+                        .push_back(q);
+                }
+            }
+            'R' => {
+                self.stats.requeues += 1;
+                let n = take_latest(&mut self.issued, key).map_or(0, |d| d.requeues);
+                self.requeued
+                    .entry(key)
+                    .or_default()
+                    .push_back(n.saturating_add(1));
+            }
+            'D' => {
+                let requeues = take_first(&mut self.requeued, key).unwrap_or(0);
+                self.issued.entry(key).or_default().push_back(Issued {
+                    time_ns: ev.time_ns,
+                    requeues,
+                });
+            }
+            'C' => self.complete(&ev),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn complete(&mut self, ev: &BlkEvent) {
+        let key = (ev.dev, ev.sector);
+        let issue = take_first(&mut self.issued, key);
+        let q = take_first(&mut self.queued, key);
+        let (op, fl) = rwbs_op(&ev.rwbs);
+        let issue_ns = issue.map(|d| d.time_ns);
+        let enter = q
+            .as_ref()
+            .map(Queued::enter_ns)
+            .or(issue_ns)
+            .unwrap_or(ev.time_ns);
+        let mut comm = [0u8; 16];
+        if let Some(q) = &q {
+            let b = q.comm.as_bytes();
+            let n = b.len().min(15);
+            comm[..n].copy_from_slice(&b[..n]);
+        }
+        let mut flags = fl;
+        if q.is_none() {
+            flags |= flags::STARTED_BEFORE;
+        }
+        if issue.is_none() {
+            flags |= flags::NEVER_ISSUED;
+        }
+        self.records.push((
+            IoRecord {
+                complete_ns: ev.time_ns,
+                enter_ns: enter.min(ev.time_ns),
+                issue_ns: issue_ns.unwrap_or(0).min(ev.time_ns),
+                sector: ev.sector,
+                bytes: ev.bytes,
+                pid: q.as_ref().map_or(0, |q| q.pid),
+                dev: ev.dev,
+                op,
+                flags,
+                error: ev.error,
+                requeues: issue.map_or(0, |d| d.requeues),
+                ..Default::default()
+            },
+            comm,
+        ));
+    }
+
+    /// The IOs in input order, and what was left pending.
+    fn finish(mut self) -> (Vec<(IoRecord, [u8; 16])>, BlkStats) {
+        self.stats.unmatched_queued = self.queued.values().map(|q| q.len() as u64).sum();
+        self.stats.unmatched_issued = self.issued.values().map(|q| q.len() as u64).sum();
+        (self.records, self.stats)
+    }
+}
+
+fn take_first<T>(m: &mut HashMap<(u32, u64), VecDeque<T>>, key: (u32, u64)) -> Option<T> {
+    let q = m.get_mut(&key)?;
+    let v = q.pop_front();
+    if q.is_empty() {
+        m.remove(&key);
+    }
+    v
+}
+
+fn take_latest<T>(m: &mut HashMap<(u32, u64), VecDeque<T>>, key: (u32, u64)) -> Option<T> {
+    let q = m.get_mut(&key)?;
+    let v = q.pop_back();
+    if q.is_empty() {
+        m.remove(&key);
+    }
+    v
+}
+
+/// One event line: `sector + sectors` (or, for a split X, `sector / new_sector`).
 struct BlkEvent {
     dev: u32,
     time_ns: u64,
@@ -333,6 +499,10 @@ struct BlkEvent {
     rwbs: String,
     sector: u64,
     sectors: u32,
+    /// `sectors` x 512.
+    bytes: u32,
+    /// X only: where the split-off tail starts.
+    new_sector: u64,
     comm: String,
     error: i32,
 }
@@ -369,6 +539,33 @@ fn rwbs_op(rwbs: &str) -> (Op, u16) {
     (op, fl)
 }
 
+/// Seconds with up to 9 decimals ("1554.878835", "0.000123456", with ftrace's trailing ':')
+/// to nanoseconds.
+fn parse_secs(s: &str) -> Result<u64, String> {
+    let s = s.trim_end_matches(':');
+    let bad = || format!("time {s:?} is not a number of seconds");
+    let (whole, frac) = s.split_once('.').unwrap_or((s, ""));
+    let digits = |x: &str| x.bytes().all(|c| c.is_ascii_digit());
+    if whole.is_empty() || !digits(whole) || !digits(frac) {
+        return Err(bad());
+    }
+    let frac = &frac[..frac.len().min(9)];
+    let mut frac_ns: u64 = if frac.is_empty() {
+        0
+    } else {
+        frac.parse().map_err(|_| bad())?
+    };
+    for _ in frac.len()..9 {
+        frac_ns *= 10;
+    }
+    whole
+        .parse::<u64>()
+        .ok()
+        .and_then(|w| w.checked_mul(1_000_000_000))
+        .and_then(|w| w.checked_add(frac_ns))
+        .ok_or_else(|| format!("time {s:?} is out of range"))
+}
+
 fn parse_blk_line(t: &str) -> Result<Option<BlkEvent>, String> {
     let tok: Vec<&str> = t.split_whitespace().collect();
     let is_dev = |s: &str| {
@@ -382,47 +579,38 @@ fn parse_blk_line(t: &str) -> Result<Option<BlkEvent>, String> {
     let Some(di) = tok.iter().position(|s| is_dev(s)) else {
         return Err("no MAJ,MIN device field".into());
     };
-    let (maj, min) = tok[di].split_once(',').expect("checked");
-    let dev = tracer_common::dev_join(
-        maj.parse().map_err(|_| "bad major")?,
-        min.parse().map_err(|_| "bad minor")?,
-    );
-    let secs = |s: &str| -> Result<u64, String> {
-        let s = s.trim_end_matches(':');
-        let (a, b) = s.split_once('.').unwrap_or((s, "0"));
-        let whole: u64 = a
-            .parse()
-            .map_err(|_| format!("time {s:?} is not a number"))?;
-        let mut frac = b.to_string();
-        frac.truncate(9);
-        while frac.len() < 9 {
-            frac.push('0');
-        }
-        Ok(whole * 1_000_000_000
-            + frac
-                .parse::<u64>()
-                .map_err(|_| format!("time {s:?} is not a number"))?)
+    let Some((maj, min)) = tok[di].split_once(',') else {
+        return Err("no MAJ,MIN device field".into());
     };
+    let major: u32 = maj
+        .parse()
+        .map_err(|_| format!("major {maj:?} is too large"))?;
+    let minor: u32 = min
+        .parse()
+        .map_err(|_| format!("minor {min:?} is too large"))?;
+    if major >= 1 << 12 || minor >= 1 << 20 {
+        return Err(format!("device {maj},{min} is out of range"));
+    }
+    let dev = tracer_common::dev_join(major, minor);
     let (time_ns, pid, ai, comm_pre) = if di > 0 && tok[di - 1].ends_with(':') {
         // ftrace: "comm-pid [cpu] flags time: dev action ..."
         let task = tok[0];
         let (comm, pid) = task.rsplit_once('-').unwrap_or((task, "0"));
         (
-            secs(tok[di - 1])?,
+            parse_secs(tok[di - 1])?,
             pid.parse().unwrap_or(0),
             di + 1,
             comm.to_string(),
         )
     } else {
         // blkparse: "dev cpu seq time pid action ..."
-        if tok.len() < di + 6 {
+        let Some(f) = tok.get(di + 3..di + 5) else {
             return Err("too few fields".into());
-        }
+        };
         (
-            secs(tok[di + 3])?,
-            tok[di + 4]
-                .parse()
-                .map_err(|_| format!("pid {:?} is not a number", tok[di + 4]))?,
+            parse_secs(f[0])?,
+            f[1].parse()
+                .map_err(|_| format!("pid {:?} is not a number", f[1]))?,
             di + 5,
             String::new(),
         )
@@ -431,13 +619,14 @@ fn parse_blk_line(t: &str) -> Result<Option<BlkEvent>, String> {
     let Some(a) = action.chars().next().filter(|_| action.len() <= 2) else {
         return Err(format!("action {action:?}"));
     };
-    // Only request-level events with "sector + count" matter here; others (plug, unplug,
-    // messages) are skipped.
-    if !matches!(a, 'Q' | 'D' | 'C') {
+    // Only events on a "sector + count" (or a split's "sector / new sector") matter here;
+    // the others (insert, plug, unplug, remap, messages) are skipped.
+    if !matches!(a, 'Q' | 'G' | 'D' | 'C' | 'M' | 'F' | 'R' | 'X') {
         return Ok(None);
     }
     let rwbs = tok.get(ai + 1).ok_or("no rwbs")?.to_string();
-    if tok.get(ai + 3) != Some(&"+") {
+    let sep = tok.get(ai + 3).copied();
+    if sep != Some("+") && !(a == 'X' && sep == Some("/")) {
         // "C N () ..." passthrough commands, or a flush without a sector: treat a bare flush.
         if rwbs.starts_with('F') && a == 'C' {
             return Ok(Some(BlkEvent {
@@ -448,6 +637,8 @@ fn parse_blk_line(t: &str) -> Result<Option<BlkEvent>, String> {
                 rwbs,
                 sector: 0,
                 sectors: 0,
+                bytes: 0,
+                new_sector: 0,
                 comm: comm_pre,
                 error: 0,
             }));
@@ -457,17 +648,27 @@ fn parse_blk_line(t: &str) -> Result<Option<BlkEvent>, String> {
     let sector: u64 = tok[ai + 2]
         .parse()
         .map_err(|_| format!("sector {:?} is not a number", tok[ai + 2]))?;
-    let sectors: u32 = tok
-        .get(ai + 4)
-        .ok_or("no sector count")?
-        .parse()
-        .map_err(|_| "sector count is not a number")?;
+    let count = tok.get(ai + 4).ok_or("no sector count")?;
+    let (sectors, new_sector) = if a == 'X' {
+        let to: u64 = count
+            .parse()
+            .map_err(|_| format!("split sector {count:?} is not a number"))?;
+        (0u32, to)
+    } else {
+        let n: u32 = count
+            .parse()
+            .map_err(|_| format!("sector count {count:?} is not a number"))?;
+        (n, 0)
+    };
+    let bytes = sectors
+        .checked_mul(512)
+        .ok_or_else(|| format!("sector count {sectors} is too large (over 4 GiB)"))?;
     let bracket = tok.get(ai + 5..).map(|r| r.join(" ")).unwrap_or_default();
     let inner = bracket
         .trim_start_matches('[')
         .trim_end_matches(']')
         .to_string();
-    let (comm, error) = if a == 'C' {
+    let (comm, error) = if matches!(a, 'C' | 'R') {
         (comm_pre, inner.parse().unwrap_or(0))
     } else {
         (if inner.is_empty() { comm_pre } else { inner }, 0)
@@ -480,6 +681,8 @@ fn parse_blk_line(t: &str) -> Result<Option<BlkEvent>, String> {
         rwbs,
         sector,
         sectors,
+        bytes,
+        new_sector,
         comm,
         error,
     }))
@@ -519,6 +722,36 @@ mod tests {
             .unwrap();
         assert_eq!((e.action, e.sectors, e.error), ('C', 1024, 0));
         assert!(parse_blk_line("garbage line, with comma").is_err());
+        // Merge, requeue and split lines as the ftrace blk tracer prints them.
+        let e = parse_blk_line("fio-27594 [000] d..1. 562.533957:   7,0    M  WS 131080 + 8 [fio]")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (e.action, e.sector, e.bytes, e.comm.as_str()),
+            ('M', 131080, 4096, "fio")
+        );
+        let e =
+            parse_blk_line("kworker/0:1H-60 [000] d..1. 9.000001:   7,0    R   W 2048 + 256 [-5]")
+                .unwrap()
+                .unwrap();
+        assert_eq!((e.action, e.sector, e.error), ('R', 2048, -5));
+        let e = parse_blk_line("fio-1 [001] d..1. 9.000002:   7,0    X   W 0 / 2560 [fio]")
+            .unwrap()
+            .unwrap();
+        assert_eq!((e.action, e.sector, e.new_sector), ('X', 0, 2560));
+        // Events not tied to a sector range are skipped, not errors.
+        for l in [
+            "fio-1 [000] d..1. 1.0:   7,0    P   N [fio]",
+            "fio-1 [000] d..1. 1.0:   7,0    U   N [fio] 1",
+            "fio-1 [000] d..1. 1.0:   7,0    I  WS 8 + 8 [fio]",
+            "fio-1 [000] d..1. 1.0:   7,0    Q FWS [fio]",
+        ] {
+            assert!(parse_blk_line(l).unwrap().is_none(), "{l}");
+        }
+        assert_eq!(parse_secs("1.5"), Ok(1_500_000_000));
+        assert_eq!(parse_secs("0.000123456789"), Ok(123_456));
+        assert!(parse_secs("18446744074.0").is_err());
+        assert!(parse_secs("1.+5").is_err());
         assert_eq!(
             rwbs_op("FWFS"),
             (Op::Write, flags::PREFLUSH | flags::FUA | flags::SYNC)

@@ -188,7 +188,9 @@ enum Cmd {
     },
     /// Two or more runs side by side (A/B experiments), with the differences that matter
     /// flagged: counts and volumes moving more than 10%, latencies more than 25%, shares more
-    /// than 5 points. Compares the busiest device of each trace, or --device.
+    /// than 5 points. Compares the busiest device of each trace, or --device. Size classes
+    /// are compared class by class; a figure a run does not have (no IOs of that op) is n/a,
+    /// never 0, and never flagged.
     Compare {
         /// Trace files: the first is the baseline.
         #[arg(required = true, num_args = 2..)]
@@ -223,6 +225,19 @@ fn main() -> ExitCode {
                     st.records,
                     output.display()
                 );
+                let b = &st.blk;
+                if b.merges + b.splits + b.requeues > 0 {
+                    eprintln!(
+                        "blkprof: followed {} merges, {} splits, {} requeues",
+                        b.merges, b.splits, b.requeues
+                    );
+                }
+                if b.unmatched_queued + b.unmatched_issued > 0 {
+                    eprintln!(
+                        "blkprof: {} queued and {} issued events had no completion (the input ended first, or the request completed under a sector that could not be followed)",
+                        b.unmatched_queued, b.unmatched_issued
+                    );
+                }
                 if st.skipped > 0 {
                     eprintln!(
                         "blkprof: skipped {} malformed lines (first: {})",

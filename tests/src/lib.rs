@@ -86,6 +86,8 @@ impl Scratch {
 
 impl Drop for Scratch {
     fn drop(&mut self) {
+        // Loop devices keep queue settings across detach: leave the default for the next user.
+        let _ = std::fs::write(format!("/sys/block/{}/queue/nomerges", self.name), "0");
         let _ = Command::new("losetup").args(["-d", &self.path]).status();
         let _ = std::fs::remove_file(&self.img);
     }
@@ -313,4 +315,92 @@ pub fn fio_iolog(path: &Path) -> Vec<(String, u64, u64)> {
         }
     }
     out
+}
+
+/// The kernel's ftrace `blk` tracer recording one device: an independent witness of every
+/// request (blkparse-style lines). Restores the tracer, the device's trace switch and the
+/// buffer size when dropped, also when a test panics.
+pub struct FtraceBlk {
+    tracing: PathBuf,
+    device_switch: PathBuf,
+    buffer_size_kb: String,
+}
+
+impl FtraceBlk {
+    /// Start recording `dev` (a name such as `loop3`) into a 64 MiB buffer.
+    pub fn start(dev: &str) -> FtraceBlk {
+        let tracing = PathBuf::from("/sys/kernel/tracing");
+        if !tracing.join("current_tracer").exists() {
+            sh("mount -t tracefs tracefs /sys/kernel/tracing");
+        }
+        let current = std::fs::read_to_string(tracing.join("current_tracer")).expect("tracer");
+        assert_eq!(
+            current.trim(),
+            "nop",
+            "ftrace is in use (current_tracer is {current:?}): wait for it to finish"
+        );
+        // "7 (expanded: 1408)" until first used, then "1408".
+        let size = std::fs::read_to_string(tracing.join("buffer_size_kb")).expect("buffer size");
+        let buffer_size_kb = size
+            .split_once("expanded: ")
+            .map_or(size.trim(), |(_, e)| e.trim_end_matches([')', '\n']))
+            .to_string();
+        let g = FtraceBlk {
+            device_switch: PathBuf::from(format!("/sys/block/{dev}/trace/enable")),
+            tracing,
+            buffer_size_kb,
+        };
+        g.write("trace", "");
+        g.write("buffer_size_kb", "65536");
+        std::fs::write(&g.device_switch, "1").expect("blk trace enable");
+        g.write("current_tracer", "blk");
+        g
+    }
+
+    fn write(&self, file: &str, value: &str) {
+        std::fs::write(self.tracing.join(file), value)
+            .unwrap_or_else(|e| panic!("{}: {e}", self.tracing.join(file).display()));
+    }
+
+    /// Everything recorded so far (the `trace` file: all CPUs, in time order).
+    pub fn text(&self) -> String {
+        std::fs::read_to_string(self.tracing.join("trace")).expect("trace")
+    }
+}
+
+impl Drop for FtraceBlk {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.tracing.join("current_tracer"), "nop");
+        let _ = std::fs::write(&self.device_switch, "0");
+        let _ = std::fs::write(self.tracing.join("trace"), "");
+        let _ = std::fs::write(self.tracing.join("buffer_size_kb"), &self.buffer_size_kb);
+    }
+}
+
+/// The blk action letter of an ftrace or blkparse line (`Q`, `M`, `C`, ...), if it is one.
+pub fn blk_action(line: &str) -> Option<&str> {
+    let tok: Vec<&str> = line.split_whitespace().collect();
+    let di = tok.iter().position(|t| {
+        t.split_once(',').is_some_and(|(a, b)| {
+            !a.is_empty()
+                && !b.is_empty()
+                && a.bytes().all(|c| c.is_ascii_digit())
+                && b.bytes().all(|c| c.is_ascii_digit())
+        })
+    })?;
+    // ftrace: "task [cpu] flags time: dev ACTION"; blkparse: "dev cpu seq time pid ACTION".
+    let ai = if di > 0 && tok[di - 1].ends_with(':') {
+        di + 1
+    } else {
+        di + 5
+    };
+    tok.get(ai).copied()
+}
+
+/// The `q`-quantile (0..=1) of `v` by nearest rank; `v` need not be sorted.
+pub fn quantile(v: &mut [u64], q: f64) -> u64 {
+    assert!(!v.is_empty(), "quantile of nothing");
+    v.sort_unstable();
+    let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
+    v[rank - 1]
 }

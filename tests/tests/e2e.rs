@@ -5,8 +5,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use blkprof_e2e::{Scratch, Trace, Tracer, delta, fio, fio_iolog, scratch_dir, sh};
-use tracer_common::format::Ending;
+use blkprof_e2e::{
+    FtraceBlk, Scratch, Trace, Tracer, blk_action, delta, fio, fio_iolog, quantile, scratch_dir, sh,
+};
+use tracer_common::format::{Ending, IoRecord};
 use tracer_common::op::{Op, StatGroup, flags};
 
 fn out_path(tag: &str) -> String {
@@ -980,16 +982,7 @@ fn fio_replays_an_exported_trace_with_the_same_io_and_timing() {
 fn ftrace_blk_lines_import_to_the_same_summary_as_our_trace() {
     let dev = Scratch::new("blk", 512, true, false);
     dev.set_nomerges(2);
-    let tr = std::path::Path::new("/sys/kernel/tracing");
-    if !tr.join("current_tracer").exists() {
-        sh("mount -t tracefs tracefs /sys/kernel/tracing");
-    }
-    let w = |p: &str, v: &str| std::fs::write(tr.join(p), v).unwrap_or_else(|e| panic!("{p}: {e}"));
-    w("current_tracer", "nop");
-    w("trace", "");
-    w("buffer_size_kb", "65536");
-    std::fs::write(format!("/sys/block/{}/trace/enable", dev.name), "1").unwrap();
-    w("current_tracer", "blk");
+    let ftrace = FtraceBlk::start(&dev.name);
     let (trace, _, _) = traced("blk", &dev, &[], || {
         fio(&[
             "--name=mix",
@@ -1014,10 +1007,8 @@ fn ftrace_blk_lines_import_to_the_same_summary_as_our_trace() {
             "--size=256m",
         ]);
     });
-    let text = std::fs::read_to_string(tr.join("trace")).unwrap();
-    w("current_tracer", "nop");
-    std::fs::write(format!("/sys/block/{}/trace/enable", dev.name), "0").unwrap();
-    w("buffer_size_kb", "1408");
+    let text = ftrace.text();
+    drop(ftrace);
     let lines = scratch_dir().join("blk.txt");
     std::fs::write(&lines, &text).unwrap();
     let imported = scratch_dir().join("blk-imported.blkp");
@@ -1070,4 +1061,125 @@ fn ftrace_blk_lines_import_to_the_same_summary_as_our_trace() {
         err.contains(&format!("blk-broken.txt:{}:", bad_at + 1)) && err.contains("sector"),
         "{err}"
     );
+}
+
+/// Merging on (the default): the same run recorded by the kernel's ftrace `blk` tracer and by
+/// blkprof-trace. The imported lines must give the same IOs per op and the same total-latency
+/// distribution (p50 and p99 within 5%; ftrace stamps events to the microsecond, so the
+/// requests are made large enough to take tens of microseconds): a merged bio's queue event
+/// left pending would pair with a later IO at its sector (the workload rewrites the same
+/// 16 MiB 16 times) and show as milliseconds to seconds of queue time.
+#[test]
+fn ftrace_blk_lines_with_merges_import_to_the_same_latencies_as_our_trace() {
+    let dev = Scratch::new("blkm", 256, true, false);
+    // The default; a loop device keeps the setting of its previous user.
+    dev.set_nomerges(0);
+    let ftrace = FtraceBlk::start(&dev.name);
+    // fio submits 32 sequential 4 KB IOs per io_submit and waits for all of them: they meet in
+    // the block layer's plug and are back-merged there into 128 KB requests, on reads and
+    // writes alike.
+    let job = |name: &str, rw: &str, offset: &str| {
+        vec![
+            format!("--name={name}"),
+            format!("--filename={}", dev.path),
+            format!("--rw={rw}"),
+            "--bs=4k".into(),
+            "--direct=1".into(),
+            "--ioengine=libaio".into(),
+            "--iodepth=32".into(),
+            "--iodepth_batch_submit=32".into(),
+            "--iodepth_batch_complete_min=32".into(),
+            format!("--offset={offset}"),
+            "--size=16m".into(),
+            "--loops=16".into(),
+        ]
+    };
+    let before = dev.diskstats();
+    let (trace, _, _) = traced("blkm", &dev, &[], || {
+        let w = job("seqwrite", "write", "0");
+        let r = job("seqread", "read", "64m");
+        let mut args: Vec<&str> = w.iter().map(String::as_str).collect();
+        args.extend(r.iter().map(String::as_str));
+        fio(&args);
+    });
+    let after = dev.diskstats();
+    let text = ftrace.text();
+    drop(ftrace);
+    // The block layer really merged: the kernel counted merges, and the lines show them.
+    let kernel_merges =
+        (after.read_merges + after.write_merges) - (before.read_merges + before.write_merges);
+    let merge_lines = text
+        .lines()
+        .filter(|l| matches!(blk_action(l), Some("M" | "F")))
+        .count() as u64;
+    assert!(
+        kernel_merges >= 1000 && merge_lines >= 1000,
+        "few merges: diskstats {kernel_merges}, M/F lines {merge_lines}"
+    );
+    let lines = scratch_dir().join("blkm.txt");
+    std::fs::write(&lines, &text).unwrap();
+    let imported = scratch_dir().join("blkm-imported.blkp");
+    let o = std::process::Command::new(blkprof_e2e::bin("blkprof"))
+        .args(["import", "--from", "blk"])
+        .arg(&lines)
+        .arg("-o")
+        .arg(&imported)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("followed {merge_lines} merges")),
+        "the importer follows every merge line: {stderr}"
+    );
+    let theirs = Trace::read(&imported);
+    let misses = trace
+        .trailer
+        .as_ref()
+        .unwrap()
+        .counters_end
+        .reported_misses();
+    eprintln!(
+        "merges: {kernel_merges} in diskstats, {merge_lines} M/F lines; {misses} reported misses; {stderr}"
+    );
+    for op in [Op::Read, Op::Write] {
+        let of_op = |t: &Trace| -> Vec<IoRecord> {
+            t.records
+                .iter()
+                .filter(|r| r.op == op && r.flags & flags::FLUSH_RQ == 0)
+                .copied()
+                .collect()
+        };
+        let (ours, theirs) = (of_op(&trace), of_op(&theirs));
+        // Every imported IO found its own request's queue and issue events.
+        let unpaired = theirs
+            .iter()
+            .filter(|r| r.flags & (flags::STARTED_BEFORE | flags::NEVER_ISSUED) != 0)
+            .count();
+        assert_eq!(unpaired, 0, "{op:?}: IOs without their Q/G or D");
+        let (a, b) = (ours.len() as u64, theirs.len() as u64);
+        assert!(a > 1000, "{op:?}: {a} IOs traced");
+        assert!(
+            b >= a && b - a <= misses,
+            "{op:?}: imported {b} IOs, traced {a} ({misses} reported misses)"
+        );
+        if misses == 0 {
+            assert_eq!(a, b, "{op:?}: IOs");
+        }
+        let total = |v: &[IoRecord]| v.iter().map(IoRecord::total_ns).collect::<Vec<u64>>();
+        let (mut ta, mut tb) = (total(&ours), total(&theirs));
+        for (name, q) in [("p50", 0.5), ("p99", 0.99)] {
+            let (x, y) = (quantile(&mut ta, q), quantile(&mut tb, q));
+            eprintln!(
+                "{op:?}: {a} IOs traced, {b} imported; total latency {name} {x} ns traced, {y} ns imported"
+            );
+            assert!(
+                x.abs_diff(y) as f64 <= 0.05 * x as f64,
+                "{op:?} total latency {name}: traced {x} ns, imported {y} ns"
+            );
+        }
+    }
+    // The lines are tens of MB; kept only when the test fails.
+    let _ = std::fs::remove_file(&lines);
+    let _ = std::fs::remove_file(&imported);
 }
