@@ -128,7 +128,7 @@ pub fn write_trace(path: &Path, ios: &mut [Io]) -> Result<(), FormatError> {
         aggregates_end: aggs,
         counters_end: ProbeCounters::default(),
         records_in_file: ios.len() as u64,
-        filtered_out: 0,
+        ..TraceTrailer::default()
     })?;
     Ok(())
 }

@@ -16,6 +16,12 @@ pub const MAP_AGGREGATES: &str = "AGGREGATES";
 pub const MAP_COUNTERS: &str = "COUNTERS";
 /// Devices to trace (key `dev_t`), used when [`ProbeConfig::filter_devices`] is 1.
 pub const MAP_DEVICE_FILTER: &str = "DEVICE_FILTER";
+/// Direct-mapped request states ([`RequestSlot`]); requests whose slot is taken are in
+/// [`MAP_REQUESTS`].
+pub const MAP_SLOTS: &str = "SLOTS";
+pub const SLOT_COUNT: u32 = 1 << 16;
+/// The run's cut ([`Cuts`], one entry), written by user space while the probe runs.
+pub const MAP_CUTS: &str = "CUTS";
 /// Name of the global holding the [`ProbeConfig`].
 pub const GLOBAL_CONFIG: &str = "CONFIG";
 
@@ -106,6 +112,30 @@ pub const EV_NEVER_ISSUED: u16 = 1 << 1;
 /// The kernel did not account the request in /proc/diskstats (no `RQF_IO_STAT`: the device's
 /// `queue/iostats` is 0, or a driver passthrough command).
 pub const EV_NOT_ACCOUNTED: u16 = 1 << 2;
+/// Completed outside the run's cut ([`Cuts`]): not aggregated; user space tallies it against
+/// the kernel's counters read at the cut and does not store it.
+pub const EV_OUTSIDE_CUT: u16 = 1 << 3;
+
+/// The instants that delimit a run: an IO belongs to it (is aggregated) when it completes in
+/// `(start_after_ns, end_at_ns]` (CLOCK_MONOTONIC). User space writes each instant ahead of
+/// time, then reads /proc/diskstats just after it, so that the kernel's counters and the exact
+/// aggregates describe the same IOs. All zero (the map's initial value): nothing belongs yet.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Cuts {
+    pub start_after_ns: u64,
+    pub end_at_ns: u64,
+}
+const _: () = assert!(core::mem::size_of::<Cuts>() == 16);
+
+/// A slot of [`MAP_SLOTS`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RequestSlot {
+    /// The `struct request *` owning the slot; 0 when free.
+    pub key: u64,
+    pub st: RequestState,
+}
 
 /// One completed IO, as the probe writes it to the ring buffer.
 #[repr(C)]
@@ -307,4 +337,6 @@ mod pod {
     unsafe impl aya::Pod for super::DeviceState {}
     unsafe impl aya::Pod for super::DeviceSlot {}
     unsafe impl aya::Pod for super::RequestState {}
+    unsafe impl aya::Pod for super::RequestSlot {}
+    unsafe impl aya::Pod for super::Cuts {}
 }

@@ -20,9 +20,29 @@ pub struct GroupCoverage {
     /// or passthrough commands): traced, but with nothing in /proc/diskstats to compare.
     pub not_accounted_ios: u64,
     pub not_accounted_bytes: u64,
+    /// The run's cut ([`crate::format::Cut`]): IOs (and bytes) the kernel counted between the
+    /// cut instants and its counters' reads, end minus start, which are not part of the run...
+    pub cut_before_read_ios: i64,
+    pub cut_before_read_bytes: i64,
+    /// ...and IOs that completed while the counters were read at the end and at the start
+    /// (the kernel may or may not have counted them).
+    pub cut_during_read_end_ios: u64,
+    pub cut_during_read_start_ios: u64,
 }
 
 impl GroupCoverage {
+    /// The kernel's count of the IOs that completed inside the run's cut.
+    pub fn kernel_at_cut_ios(&self) -> u64 {
+        (self.kernel_ios as i64)
+            .saturating_sub(self.cut_before_read_ios)
+            .max(0) as u64
+    }
+    pub fn kernel_at_cut_bytes(&self) -> u64 {
+        (self.kernel_bytes as i64)
+            .saturating_sub(self.cut_before_read_bytes)
+            .max(0) as u64
+    }
+
     /// Whether the group saw any IO, counted by the kernel or traced.
     pub fn any(&self) -> bool {
         self.kernel_ios > 0 || self.aggregate_ios > 0 || self.not_accounted_ios > 0
@@ -30,9 +50,19 @@ impl GroupCoverage {
 
     /// IOs the kernel counted that the probe did not, beyond what it reported missing.
     pub fn unaccounted(&self, reported_misses: u64) -> u64 {
-        self.kernel_ios
+        self.kernel_at_cut_ios()
+            .saturating_sub(self.cut_during_read_end_ios)
             .saturating_sub(self.aggregate_ios)
             .saturating_sub(reported_misses)
+    }
+
+    /// IOs the probe counted beyond what the kernel counted (allowing for those that completed
+    /// while the counters were read): IOs in flight at the ends of a run without a cut, or
+    /// counted twice.
+    pub fn excess(&self) -> u64 {
+        self.aggregate_ios
+            .saturating_sub(self.kernel_at_cut_ios())
+            .saturating_sub(self.cut_during_read_start_ios)
     }
 }
 
@@ -107,8 +137,18 @@ pub fn coverage(header: &TraceHeader, trailer: &TraceTrailer) -> Vec<DeviceCover
             let (ni1, nb1, _) = agg_sum(&trailer.aggregates_end, end.major, end.minor, g, true);
             let (ni0, nb0, _) = agg_sum(&header.aggregates_start, end.major, end.minor, g, true);
             agg_total_ns = agg_total_ns.saturating_add(an1.saturating_sub(an0));
+            let cut = |c: &Option<crate::format::Cut>| {
+                c.as_ref()
+                    .map_or(((0, 0), (0, 0)), |c| c.of(end.major, end.minor, g as usize))
+            };
+            let (sb, sd) = cut(&trailer.start_cut);
+            let (eb, ed) = cut(&trailer.end_cut);
             groups.push(GroupCoverage {
                 group: Some(g),
+                cut_before_read_ios: eb.0 as i64 - sb.0 as i64,
+                cut_before_read_bytes: eb.1 as i64 - sb.1 as i64,
+                cut_during_read_end_ios: ed.0,
+                cut_during_read_start_ios: sd.0,
                 kernel_ios: ki1.saturating_sub(ki0),
                 kernel_bytes: kb1.saturating_sub(kb0),
                 aggregate_ios: ai1.saturating_sub(ai0),
@@ -147,15 +187,25 @@ pub fn describe(g: &GroupCoverage) -> String {
             thousands(g.not_accounted_ios)
         );
     }
-    let pct = if g.kernel_ios == 0 {
+    let kernel = g.kernel_at_cut_ios();
+    let pct = if kernel == 0 {
         100.0
     } else {
-        g.aggregate_ios as f64 * 100.0 / g.kernel_ios as f64
+        g.aggregate_ios as f64 * 100.0 / kernel as f64
+    };
+    let during = g.cut_during_read_end_ios + g.cut_during_read_start_ios;
+    let during = if during == 0 {
+        String::new()
+    } else {
+        format!(
+            " (+-{} that completed while /proc/diskstats was read)",
+            thousands(during)
+        )
     };
     format!(
-        "{name} {} of {} IOs, {pct:.3}%{off}",
+        "{name} {} of {} IOs, {pct:.3}%{during}{off}",
         thousands(g.aggregate_ios),
-        thousands(g.kernel_ios)
+        thousands(kernel)
     )
 }
 

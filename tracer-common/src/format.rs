@@ -237,6 +237,89 @@ pub struct TraceTrailer {
     pub records_in_file: u64,
     /// Records received but not stored because of --pid/--comm/--op filters.
     pub filtered_out: u64,
+    /// How the run was cut at its start and end (the first and the last file of a run; absent
+    /// in files of older tracers, and at rotation boundaries).
+    #[serde(default)]
+    pub start_cut: Option<Cut>,
+    #[serde(default)]
+    pub end_cut: Option<Cut>,
+}
+
+/// One end of a run, cut at a CLOCK_MONOTONIC instant `at_ns` that the tracer wrote to its
+/// probe ahead of time: the run holds exactly the IOs completing after the start's instant and
+/// by the end's, in its records and in its exact aggregates. /proc/diskstats is read just
+/// after each instant, so the kernel's counters also include the IOs that completed between
+/// the instant and the read; those are tallied here from the records, per device and group.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Cut {
+    pub at_ns: u64,
+    /// When /proc/diskstats was read (its read began and ended; the kernel sums its per-CPU
+    /// counters somewhere in between).
+    pub read_from_ns: u64,
+    pub read_to_ns: u64,
+    pub devices: Vec<CutDevice>,
+    /// End only: IOs in flight at the instant that completed after it (within a grace period):
+    /// not part of the run.
+    pub in_flight: u64,
+    /// End only: IOs in flight at the instant that had not completed a grace period later:
+    /// missed completions (or IOs slower than the grace period), counted by stage in
+    /// `counters_end.missed_completions` and `missed_stage`.
+    pub never_completed: u64,
+}
+
+/// IOs of one device that completed between a cut's instant and the diskstats read, and during
+/// the read, as (ios, bytes) per diskstats group (read, write, discard, flush).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CutDevice {
+    pub major: u32,
+    pub minor: u32,
+    pub before_read: [(u64, u64); 4],
+    pub during_read: [(u64, u64); 4],
+}
+
+impl Cut {
+    /// Tally an IO that completed after the instant, if it did so before the read ended.
+    pub fn tally(&mut self, dev: u32, group: usize, bytes: u64, complete_ns: u64) {
+        if complete_ns <= self.at_ns || complete_ns > self.read_to_ns {
+            return;
+        }
+        let (major, minor) = crate::dev_split(dev);
+        let i = match self
+            .devices
+            .iter()
+            .position(|d| d.major == major && d.minor == minor)
+        {
+            Some(i) => i,
+            None => {
+                self.devices.push(CutDevice {
+                    major,
+                    minor,
+                    ..CutDevice::default()
+                });
+                self.devices.len() - 1
+            }
+        };
+        let d = &mut self.devices[i];
+        let slot = if complete_ns < self.read_from_ns {
+            &mut d.before_read[group]
+        } else {
+            &mut d.during_read[group]
+        };
+        slot.0 += 1;
+        slot.1 += bytes;
+    }
+
+    /// (before_read, during_read) of one device and group.
+    pub fn of(&self, major: u32, minor: u32, group: usize) -> ((u64, u64), (u64, u64)) {
+        self.devices
+            .iter()
+            .find(|d| d.major == major && d.minor == minor)
+            .map_or(((0, 0), (0, 0)), |d| {
+                (d.before_read[group], d.during_read[group])
+            })
+    }
 }
 
 /// One IO as stored in (and decoded from) a trace file.

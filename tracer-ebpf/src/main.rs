@@ -37,6 +37,7 @@ use tracer_common::{
     EV_NOT_ACCOUNTED, EV_STARTED_BEFORE_ATTACH, FILTER_LIST, FILTER_LIST_MAX, HIST_BUCKETS,
     IoEvent, KIND_FLUSH_RQ, KIND_IO, ProbeConfig, RequestState, dev_join, log2_bucket,
 };
+use tracer_common::{Cuts, EV_OUTSIDE_CUT, RequestSlot, SLOT_COUNT};
 
 /// Offsets and flag values, set by user space from the running kernel's BTF.
 #[unsafe(no_mangle)]
@@ -77,6 +78,9 @@ static EVENTS: RingBuf = RingBuf::with_byte_size(16 << 20, 0);
 /// Requests in flight, direct-mapped by a hash of their `struct request *`: claiming a slot is
 /// one compare-and-swap, much cheaper than a hash-map insert. A request whose slot is taken
 /// by another goes to REQUESTS instead.
+/// The run's cut: which completions belong to it (see [`Cuts`]).
+#[map(name = "CUTS")]
+static CUTS: Array<Cuts> = Array::with_max_entries(1, 0);
 #[map(name = "SLOTS")]
 static SLOTS: Array<RequestSlot> = Array::with_max_entries(SLOT_COUNT, 0);
 #[map(name = "REQUESTS")]
@@ -106,7 +110,6 @@ static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_SLOTS,
 static DEVICE_FILTER: HashMap<u32, u8> = HashMap::with_max_entries(256, 0);
 
 const BPF_NOEXIST: u64 = 1;
-const SLOT_COUNT: u32 = 1 << 16;
 
 /// Scratch words of [`SCRATCH`], one per program: programs of different tracepoints can nest
 /// on a CPU (a completion interrupting an issue), the same program cannot.
@@ -115,13 +118,6 @@ const SCRATCH_ISSUE: u32 = 1;
 const SCRATCH_REQUEUE: u32 = 2;
 const SCRATCH_MERGE: u32 = 3;
 const SCRATCH_COMPLETE: u32 = 4;
-
-#[repr(C)]
-pub struct RequestSlot {
-    /// The `struct request *` owning the slot; 0 when free.
-    key: u64,
-    st: RequestState,
-}
 
 /// The request's address as a plain number, to hash and store (the verifier forbids
 /// arithmetic on the typed pointer): stored into this program's per-CPU scratch word and
@@ -278,8 +274,9 @@ fn now_ns() -> u64 {
 #[inline(always)]
 fn bump(counter: Counter) {
     if let Some(p) = COUNTERS.get_ptr_mut(counter as u32) {
-        // SAFETY: per-CPU slot.
-        unsafe { *p += 1 };
+        // Atomic although per-CPU: programs of different tracepoints nest on a CPU (a
+        // completion interrupting a submission), and both may count. Counters are rare events.
+        atomic_add(p, 1);
     }
 }
 
@@ -635,7 +632,14 @@ fn finish(cfg: &ProbeConfig, rq: *const u8, st: &mut RequestState, kind: u16, cm
     if st.issue_ns == 0 {
         flags |= EV_NEVER_ISSUED;
     }
-    if flags & EV_STARTED_BEFORE_ATTACH != 0 {
+    // Only IOs completing inside the run's cut are aggregated; the others still go to the
+    // ring, marked, so user space can tally them against the kernel's counters.
+    let inside = CUTS
+        .get(0)
+        .is_some_and(|c| complete_ns > c.start_after_ns && complete_ns <= c.end_at_ns);
+    if !inside {
+        flags |= EV_OUTSIDE_CUT;
+    } else if flags & EV_STARTED_BEFORE_ATTACH != 0 {
         bump(Counter::StartedBeforeAttach);
     }
     release(st);
@@ -661,7 +665,7 @@ fn finish(cfg: &ProbeConfig, rq: *const u8, st: &mut RequestState, kind: u16, cm
     } else {
         0
     };
-    let agg = aggregate(&agg_key);
+    let agg = if inside { aggregate(&agg_key) } else { None };
     match agg {
         // Per-CPU slot: plain adds. Programs do not nest on one (dev, op) slot: a nested run of
         // this program is skipped by the kernel, and the flush request has its own key.
@@ -674,7 +678,8 @@ fn finish(cfg: &ProbeConfig, rq: *const u8, st: &mut RequestState, kind: u16, cm
             (*a).device_latency_log2[bucket(device_ns)] += 1;
             (*a).total_latency_log2[bucket(total_ns)] += 1;
         },
-        None => bump(Counter::AggregateMapFull),
+        None if inside => bump(Counter::AggregateMapFull),
+        None => {}
     }
 
     let Some(mut entry) = EVENTS.reserve::<IoEvent>(0) else {

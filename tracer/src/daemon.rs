@@ -11,13 +11,15 @@ use aya::maps::{MapData, RingBuf};
 use tokio::io::unix::AsyncFd;
 use tokio::signal::unix::{SignalKind, signal};
 use tracer_common::coverage::{GroupCoverage, coverage, describe, thousands};
+use tracer_common::format::Cut;
 use tracer_common::format::{
     AggregateSnapshot, DeviceInfo, DiskStats, Filters, FormatError, IoRecord, ProbeCounters,
     StatsFrame, TraceHeader, TraceTrailer, TraceWriter,
 };
 use tracer_common::op::{StatGroup, flags};
 use tracer_common::{
-    EV_NEVER_ISSUED, EV_NOT_ACCOUNTED, EV_STARTED_BEFORE_ATTACH, IoEvent, KIND_FLUSH_RQ, dev_split,
+    Cuts, EV_NEVER_ISSUED, EV_NOT_ACCOUNTED, EV_OUTSIDE_CUT, EV_STARTED_BEFORE_ATTACH, IoEvent,
+    KIND_FLUSH_RQ, dev_split,
 };
 
 use crate::cli::Config;
@@ -80,7 +82,21 @@ struct Run {
     malformed: u64,
     write_error: Option<String>,
     stdout: std::io::Stdout,
+    /// The run's cuts (see [`Cut`]) and the diskstats read at the start's.
+    start_cut: Option<Cut>,
+    end_cut: Option<Cut>,
+    start_diskstats: Option<Vec<DiskStats>>,
+    start_counters: Option<ProbeCounters>,
+    /// Records of IOs that completed before the start's instant (not part of the run).
+    before_start: u64,
 }
+
+/// How far ahead of now a cut's instant is set: long enough for the write to reach every
+/// CPU's program before the instant comes.
+const CUT_LEAD_NS: u64 = 2_000_000;
+/// How long the end waits for the IOs in flight at the cut to complete before counting the
+/// rest as missed completions.
+const CUT_GRACE: Duration = Duration::from_secs(2);
 
 fn read_file(p: &str) -> String {
     std::fs::read_to_string(p)
@@ -143,9 +159,21 @@ impl Run {
             interval_ms: self.cfg.interval.as_millis() as u64,
             ring_bytes: u64::from(self.cfg.ring_bytes),
             sequence: self.seq,
-            diskstats_start: self.snapshot_diskstats()?,
-            aggregates_start: self.probe.aggregates()?,
-            counters_start: self.probe.counters()?,
+            diskstats_start: match self.start_diskstats.take() {
+                Some(ds) => ds,
+                None => self.snapshot_diskstats()?,
+            },
+            // The run's first file starts at the start's cut, where nothing is aggregated yet
+            // and the loss counters are those read as it was set.
+            aggregates_start: if self.seq == 0 && self.start_cut.is_some() {
+                Vec::new()
+            } else {
+                self.probe.aggregates()?
+            },
+            counters_start: match self.start_counters.take() {
+                Some(c) => c,
+                None => self.probe.counters()?,
+            },
             // Set below, once this file's start time is known.
             utc_offset_s: 0,
             time_zone: String::new(),
@@ -200,6 +228,17 @@ impl Run {
             counters_end,
             records_in_file: records,
             filtered_out: self.filtered_out_file,
+            // The start's cut belongs to the run's first file, the end's to its last.
+            start_cut: if self.seq == 0 {
+                self.start_cut.clone()
+            } else {
+                None
+            },
+            end_cut: if reason == "rotation" {
+                None
+            } else {
+                self.end_cut.clone()
+            },
         };
         if let Some(mut h) = out.hlog
             && let Err(e) = h.flush()
@@ -215,24 +254,77 @@ impl Run {
         }
     }
 
-    /// Requests the probe still counts as issued beyond what the kernel has in flight: their
-    /// completion was missed (the kernel's /sys/block/DEV/inflight counts issued requests).
-    fn stuck_requests(&self) -> u64 {
-        let mut stuck = 0;
-        for (dev, st) in self.probe.device_states() {
-            let Some(name) = self.names.get(&dev) else {
-                continue;
-            };
-            let kernel: u64 = std::fs::read_to_string(format!("/sys/block/{name}/inflight"))
-                .map(|s| {
-                    s.split_whitespace()
-                        .filter_map(|v| v.parse::<u64>().ok())
-                        .sum()
-                })
-                .unwrap_or(0);
-            stuck += st.dev_inflight.saturating_sub(kernel);
+    /// Cut the run at an instant shortly ahead: write it to the probe, wait for it, then read
+    /// /proc/diskstats at once. `start`: the run's start (IOs completing after it belong to the
+    /// run), else its end (IOs completing by it do).
+    fn cut(&mut self, start: bool) -> Result<(Cut, Vec<DiskStats>)> {
+        let at = clock::monotonic_ns() + CUT_LEAD_NS;
+        let cuts = if start {
+            Cuts {
+                start_after_ns: at,
+                end_at_ns: u64::MAX,
+            }
+        } else {
+            Cuts {
+                start_after_ns: self.start_cut.as_ref().map_or(0, |c| c.at_ns),
+                end_at_ns: at,
+            }
+        };
+        self.probe.set_cuts(cuts)?;
+        if start {
+            self.start_counters = Some(self.probe.counters()?);
         }
-        stuck
+        loop {
+            let now = clock::monotonic_ns();
+            if now >= at {
+                break;
+            }
+            std::thread::sleep(Duration::from_nanos(at - now));
+        }
+        let read_from_ns = clock::monotonic_ns();
+        let ds = self.snapshot_diskstats()?;
+        let read_to_ns = clock::monotonic_ns();
+        Ok((
+            Cut {
+                at_ns: at,
+                read_from_ns,
+                read_to_ns,
+                ..Cut::default()
+            },
+            ds,
+        ))
+    }
+
+    /// After the end's cut: wait (draining the ring) until the requests in flight at the
+    /// instant have completed, or for [`CUT_GRACE`]; the ones still tracked then were missed.
+    /// Returns them, counted by stage (seen completing, issued, never issued).
+    fn wait_in_flight(&mut self, ring: &mut RingBuf<MapData>) -> Result<[u64; 3]> {
+        let Some(at) = self.end_cut.as_ref().map(|c| c.at_ns) else {
+            return Ok([0; 3]);
+        };
+        let mut pending: Vec<_> = self
+            .probe
+            .tracked()?
+            .into_iter()
+            .filter(|(_, st)| st.enter_ns <= at)
+            .collect();
+        let until = Instant::now() + CUT_GRACE;
+        while !pending.is_empty() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+            drain_ring(ring, self);
+            pending.retain(|(w, st)| self.probe.still_tracked(*w, st));
+        }
+        let mut stages = [0u64; 3];
+        for (_, st) in &pending {
+            stages[if st.complete_ns != 0 {
+                0
+            } else if st.issued != 0 || st.issue_ns != 0 {
+                1
+            } else {
+                2
+            }] += 1;
+        }
+        Ok(stages)
     }
 
     fn rotate(&mut self) -> Result<()> {
@@ -270,6 +362,25 @@ impl Run {
         }
         if ev.flags & EV_NOT_ACCOUNTED != 0 {
             fl |= flags::NOT_ACCOUNTED;
+        }
+        if ev.flags & EV_OUTSIDE_CUT != 0 {
+            // Not part of the run: tally what completed after the end's instant against the
+            // kernel's counters read then.
+            match &mut self.end_cut {
+                Some(c) if ev.complete_ns > c.at_ns => {
+                    let g = StatGroup::of(op, fl) as usize;
+                    c.tally(ev.dev, g, u64::from(ev.bytes), ev.complete_ns);
+                    if ev.enter_ns <= c.at_ns {
+                        c.in_flight += 1;
+                    }
+                }
+                _ => self.before_start += 1,
+            }
+            return;
+        }
+        if let Some(c) = &mut self.start_cut {
+            let g = StatGroup::of(op, fl) as usize;
+            c.tally(ev.dev, g, u64::from(ev.bytes), ev.complete_ns);
         }
         let r = IoRecord {
             complete_ns: ev.complete_ns,
@@ -454,8 +565,18 @@ pub async fn run(cfg: Config) -> Result<i32> {
         malformed: 0,
         write_error: None,
         stdout: std::io::stdout(),
+        start_cut: None,
+        end_cut: None,
+        start_diskstats: None,
+        start_counters: None,
+        before_start: 0,
     };
     run.probe.attach()?;
+    // The start: IOs completing after this instant belong to the run, in the records, the
+    // aggregates and the kernel's counters alike.
+    let (cut, ds) = run.cut(true)?;
+    run.start_cut = Some(cut);
+    run.start_diskstats = Some(ds);
     let (w, m) = clock::clock_pair();
     run.wall_start_ns = w;
     run.mono_base_ns = m;
@@ -466,8 +587,8 @@ pub async fn run(cfg: Config) -> Result<i32> {
         run.header = TraceHeader {
             wall_clock_start_ns: w,
             monotonic_base_ns: m,
-            diskstats_start: run.snapshot_diskstats()?,
-            aggregates_start: run.probe.aggregates()?,
+            diskstats_start: run.start_diskstats.take().unwrap_or_default(),
+            counters_start: run.start_counters.take().unwrap_or_default(),
             utc_offset_s,
             time_zone,
             ..Default::default()
@@ -548,9 +669,18 @@ pub async fn run(cfg: Config) -> Result<i32> {
         }
     };
 
-    // End: kernel counters first (the IO window), then detach and drain what is in flight.
-    let diskstats_end = run.snapshot_diskstats()?;
-    let stuck = run.stuck_requests();
+    // The end: IOs completing by this instant belong to the run. The programs stay attached
+    // while the IOs in flight at the cut complete (tallied, not stored), so nothing submitted
+    // later is mistaken for an IO of before the start, and the ones that never complete are
+    // known by stage.
+    drain_ring(ring.get_mut(), &mut run);
+    let (cut, diskstats_end) = run.cut(false)?;
+    run.end_cut = Some(cut);
+    let stuck = run.wait_in_flight(ring.get_mut())?;
+    drain_ring(ring.get_mut(), &mut run);
+    if let Some(c) = &mut run.end_cut {
+        c.never_completed = stuck.iter().sum();
+    }
     run.probe.detach();
     drain_ring(ring.get_mut(), &mut run);
     let len = interval_start.elapsed().as_nanos() as u64;
@@ -560,7 +690,10 @@ pub async fn run(cfg: Config) -> Result<i32> {
         len.max(1),
     );
     let mut counters = run.probe.counters()?;
-    counters.missed_completions += stuck;
+    counters.missed_completions += stuck.iter().sum::<u64>();
+    for (m, s) in counters.missed_stage.iter_mut().zip(stuck) {
+        *m += s;
+    }
     let aggregates = run.probe.aggregates()?;
     let closed = run.close_output(
         reason,
@@ -595,6 +728,12 @@ fn summary(
     let trailer = TraceTrailer {
         diskstats_end: diskstats_end.to_vec(),
         aggregates_end: aggregates.to_vec(),
+        start_cut: if run.seq == 0 {
+            run.start_cut.clone()
+        } else {
+            None
+        },
+        end_cut: run.end_cut.clone(),
         ..Default::default()
     };
     let cov = coverage(&run.header, &trailer);
@@ -626,24 +765,25 @@ fn summary(
                 grp.name(),
                 thousands(g.aggregate_ios + g.not_accounted_ios),
                 thousands(g.aggregate_bytes + g.not_accounted_bytes),
-                thousands(g.kernel_ios),
-                thousands(g.kernel_bytes),
+                thousands(g.kernel_at_cut_ios()),
+                thousands(g.kernel_at_cut_bytes()),
                 thousands(rec.0)
             );
         }
         for g in &d.groups {
             if g.any() {
                 let gap = g.unaccounted(misses);
-                let extra = g.aggregate_ios.saturating_sub(g.kernel_ios);
-                let missed = g.kernel_ios.saturating_sub(g.aggregate_ios);
+                let extra = g.excess();
+                let missed = g
+                    .kernel_at_cut_ios()
+                    .saturating_sub(g.cut_during_read_end_ios)
+                    .saturating_sub(g.aggregate_ios);
                 let note = if gap > 0 {
                     format!("  <- {gap} IOs unaccounted")
                 } else if missed > 0 {
                     format!("  <- {missed} missed, reported below")
                 } else if extra > 0 {
-                    format!(
-                        "  <- {extra} more than the kernel counted (IOs in flight at the ends of the run)"
-                    )
+                    format!("  <- {extra} more than the kernel counted")
                 } else {
                     String::new()
                 };
@@ -673,6 +813,24 @@ fn summary(
         let _ = writeln!(
             out,
             "missed completions by what the probe had seen of the request: {partial} completing (partially or inside a flush sequence), {issued} issued, {queued} never issued"
+        );
+    }
+    if let Some(c) = &run.end_cut
+        && c.in_flight > 0
+    {
+        let _ = writeln!(
+            out,
+            "stop: the run was cut at one instant; {} IOs in flight then completed after it and are not part of it{}",
+            thousands(c.in_flight),
+            if c.never_completed > 0 {
+                format!(
+                    "; {} more had not completed {} s later: counted as missed completions",
+                    c.never_completed,
+                    CUT_GRACE.as_secs()
+                )
+            } else {
+                String::new()
+            }
         );
     }
     if counters.started_before_attach > 0 {

@@ -4,7 +4,7 @@ use std::os::fd::{AsFd, AsRawFd};
 
 use aya::{
     Btf, Ebpf, EbpfLoader,
-    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
     programs::BtfTracePoint,
 };
 use tracer_common::{
@@ -13,6 +13,7 @@ use tracer_common::{
     MAP_AGGREGATES, MAP_COUNTERS, MAP_DEVICE_FILTER, MAP_DEVICE_SLOTS, MAP_DEVICES, MAP_EVENTS,
     PROGRAMS, ProbeConfig, dev_split,
     format::{AggregateSnapshot, ProbeCounters, ProgramStats},
+    {Cuts, MAP_CUTS, MAP_REQUESTS, MAP_SLOTS, RequestSlot, RequestState, SLOT_COUNT},
 };
 
 use crate::kernel::{KERNEL_REQUIREMENT, OpDecoder, probe_config};
@@ -50,6 +51,15 @@ pub fn privileged() -> bool {
     const CAP_BPF: u64 = 39;
     cap_eff & (1 << CAP_SYS_ADMIN) != 0
         || (cap_eff & (1 << CAP_BPF) != 0 && cap_eff & (1 << CAP_PERFMON) != 0)
+}
+
+/// Where a tracked request is kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tracked {
+    /// Slot index and the request's address.
+    Slot(u32, u64),
+    /// Overflow map key (the request's address).
+    Overflow(u64),
 }
 
 pub struct ProbeOptions {
@@ -155,6 +165,75 @@ impl Probe {
                     let _ = p.detach(link);
                 }
             }
+        }
+    }
+
+    /// Write the run's cut (see [`Cuts`]).
+    pub fn set_cuts(&mut self, cuts: Cuts) -> Result<(), ProbeError> {
+        let err = |e: aya::maps::MapError| ProbeError::Map {
+            map: MAP_CUTS.into(),
+            reason: e.to_string(),
+        };
+        let mut arr: Array<_, Cuts> =
+            Array::try_from(self.ebpf.map_mut(MAP_CUTS).ok_or_else(|| ProbeError::Map {
+                map: MAP_CUTS.into(),
+                reason: "missing".into(),
+            })?)
+            .map_err(err)?;
+        arr.set(0, cuts, 0).map_err(err)
+    }
+
+    /// Every request the probe tracks now, with where it is kept: (slot index or overflow key,
+    /// state). Reads the whole slot table (one syscall per slot: tens of ms), so it is for the
+    /// end of a run.
+    pub fn tracked(&self) -> Result<Vec<(Tracked, RequestState)>, ProbeError> {
+        let err = |map: &str| {
+            let map = map.to_string();
+            move |e: aya::maps::MapError| ProbeError::Map {
+                map: map.clone(),
+                reason: e.to_string(),
+            }
+        };
+        let mut out = Vec::new();
+        let slots: Array<_, RequestSlot> =
+            Array::try_from(self.ebpf.map(MAP_SLOTS).ok_or_else(|| ProbeError::Map {
+                map: MAP_SLOTS.into(),
+                reason: "missing".into(),
+            })?)
+            .map_err(err(MAP_SLOTS))?;
+        for i in 0..SLOT_COUNT {
+            let s = slots.get(&i, 0).map_err(err(MAP_SLOTS))?;
+            if s.key != 0 {
+                out.push((Tracked::Slot(i, s.key), s.st));
+            }
+        }
+        if let Some(m) = self.ebpf.map(MAP_REQUESTS) {
+            let map: BpfHashMap<_, u64, RequestState> =
+                BpfHashMap::try_from(m).map_err(err(MAP_REQUESTS))?;
+            for item in map.iter() {
+                let (k, st) = item.map_err(err(MAP_REQUESTS))?;
+                out.push((Tracked::Overflow(k), st));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether a request found by [`Probe::tracked`] is still tracked with the same state
+    /// (not completed, nor replaced by a new request in the same place).
+    pub fn still_tracked(&self, at: Tracked, st: &RequestState) -> bool {
+        match at {
+            Tracked::Slot(i, key) => self
+                .ebpf
+                .map(MAP_SLOTS)
+                .and_then(|m| Array::<_, RequestSlot>::try_from(m).ok())
+                .and_then(|a| a.get(&i, 0).ok())
+                .is_some_and(|s| s.key == key && s.st.enter_ns == st.enter_ns),
+            Tracked::Overflow(key) => self
+                .ebpf
+                .map(MAP_REQUESTS)
+                .and_then(|m| BpfHashMap::<_, u64, RequestState>::try_from(m).ok())
+                .and_then(|h| h.get(&key, 0).ok())
+                .is_some_and(|s| s.enter_ns == st.enter_ns),
         }
     }
 
