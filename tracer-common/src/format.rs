@@ -177,11 +177,13 @@ impl ProbeCounters {
     }
 
     /// Every IO the probe knows it may have missed in its exact aggregates: program runs the
-    /// kernel skipped, completions never seen, and requests it could not track.
+    /// kernel skipped, completions never seen, requests it could not track, and completions
+    /// whose aggregate it could not create (their records exist).
     pub fn reported_misses(&self) -> u64 {
         self.recursion_misses()
             .saturating_add(self.missed_completions)
             .saturating_add(self.request_map_full)
+            .saturating_add(self.aggregate_map_full)
     }
 }
 

@@ -808,6 +808,13 @@ fn summary(
         thousands(counters.recursion_misses()),
         thousands(counters.request_map_full)
     );
+    if counters.aggregate_map_full > 0 {
+        let _ = writeln!(
+            out,
+            "warning: {} IOs were recorded but left out of the exact aggregates (aggregate map full): the coverage check counts them as missed",
+            thousands(counters.aggregate_map_full)
+        );
+    }
     if counters.missed_completions > 0 {
         let [partial, issued, queued] = counters.missed_stage;
         let _ = writeln!(
