@@ -99,8 +99,8 @@ fn diskstats_reads(name: &str) -> Result<u64> {
 }
 
 /// Spawn and wait until `needle` appears on stderr (or a program shows up).
-fn spawn_tracer(args: &[&str]) -> Result<Child> {
-    let mut child = Command::new(root().join("target/release/blkprof-trace"))
+fn spawn_tracer(bin: &Path, args: &[&str]) -> Result<Child> {
+    let mut child = Command::new(bin)
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -232,15 +232,18 @@ fn per_program_medians(runs: &[Traced]) -> String {
 
 /// fio on `lp` while blkprof-trace traces `traced` (`lp` itself, or another device for the
 /// cost of programs that only filter).
-fn traced_round(lp: &Loop, traced: &Loop, seconds: u64, out: &Path) -> Result<Traced> {
+fn traced_round(bin: &Path, lp: &Loop, traced: &Loop, seconds: u64, out: &Path) -> Result<Traced> {
     let _ = std::fs::remove_file(out);
-    let child = spawn_tracer(&[
-        "--device",
-        traced.name(),
-        "--output",
-        &out.display().to_string(),
-        "--quiet",
-    ])?;
+    let child = spawn_tracer(
+        bin,
+        &[
+            "--device",
+            traced.name(),
+            "--output",
+            &out.display().to_string(),
+            "--quiet",
+        ],
+    )?;
     let pid = child.id();
     let before = diskstats_reads(lp.name())?;
     // The daemon's CPU while fio runs (its start-up, reading the kernel's BTF and loading the
@@ -372,6 +375,17 @@ fn bench_inner(seconds: u64, rounds: usize) -> Result<()> {
         "bench: {} over /dev/shm, fio 4k randread iodepth 32, {seconds} s per run, {rounds} rounds, {ncpu} CPUs",
         lp.dev
     );
+    let ours = root().join("target/release/blkprof-trace");
+    // Another build of the tracer (say, of the commit before a probe change), run in every round
+    // beside ours: before/after figures from one run instead of two noisy ones.
+    let baseline = std::env::var_os("BLKPROF_BENCH_BASELINE")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from);
+    if let Some(b) = &baseline {
+        eprintln!("bench: baseline tracer {} in every round", b.display());
+    }
+    let mut base_runs: Vec<Traced> = Vec::new();
+    let mut base_ratios = Vec::new();
     let (mut untraced, mut traced, mut bio) = (Vec::new(), Vec::new(), Vec::new());
     let (mut ratios, mut floor_ratios, mut bio_ratios) = (Vec::new(), Vec::new(), Vec::new());
     let (mut busy, mut shares, mut floor_costs) = (Vec::new(), Vec::new(), Vec::new());
@@ -382,20 +396,38 @@ fn bench_inner(seconds: u64, rounds: usize) -> Result<()> {
         // always runs first or right after another (the ratios compare runs of one round).
         bpf_stats(false)?;
         let (mut u, mut u_busy, mut floor, mut t, mut b_iops) = (0.0, 0.0, 0.0, None, 0.0);
-        for k in 0..4 {
-            match (k + round) % 4 {
+        let mut base_iops = 0.0;
+        let arms = if baseline.is_some() { 5 } else { 4 };
+        for k in 0..arms {
+            match (k + round) % arms {
                 0 => (u, u_busy) = fio_iops_busy(&lp.dev, seconds)?,
-                1 => floor = traced_round(&lp, &other, seconds, &out)?.iops,
-                2 => t = Some(traced_round(&lp, &lp, seconds, &out)?),
-                _ => b_iops = biolatency_round(&lp, seconds)?.0,
+                1 => floor = traced_round(&ours, &lp, &other, seconds, &out)?.iops,
+                2 => t = Some(traced_round(&ours, &lp, &lp, seconds, &out)?),
+                3 => b_iops = biolatency_round(&lp, seconds)?.0,
+                _ => {
+                    let b = baseline.as_deref().context("baseline")?;
+                    base_iops = traced_round(b, &lp, &lp, seconds, &out)?.iops;
+                }
             }
+        }
+        if let Some(b) = &baseline {
+            let mut st = traced_round(b, &lp, &lp, seconds.min(5), &out)?;
+            eprintln!(
+                "round {}: baseline tracer {base_iops:.0} IOPS ({:.3}), {:.0} ns/IO",
+                round + 1,
+                base_iops / u,
+                st.ns_per_io
+            );
+            base_ratios.push(base_iops / u);
+            st.iops = base_iops;
+            base_runs.push(st);
         }
         let mut t = t.context("no traced run")?;
         bpf_stats(true)?;
-        let stats = traced_round(&lp, &lp, seconds.min(5), &out)?;
+        let stats = traced_round(&ours, &lp, &lp, seconds.min(5), &out)?;
         (t.ns_per_io, t.per_program) = (stats.ns_per_io, stats.per_program);
         // The same programs when they only filter (tracing the idle device).
-        let floor_ns = traced_round(&lp, &other, seconds.min(5), &out)?.ns_per_io;
+        let floor_ns = traced_round(&ours, &lp, &other, seconds.min(5), &out)?.ns_per_io;
         let b = (b_iops, biolatency_round(&lp, seconds.min(5))?.1);
         // The tracer's CPU time (programs at their bpf_stats cost, which includes the stats'
         // own clock reads, plus the daemon) as a share of all CPUs: when fio keeps every CPU
@@ -468,6 +500,10 @@ fn bench_inner(seconds: u64, rounds: usize) -> Result<()> {
         "| same, blkprof-trace attached but tracing another device | {floor:.3} ({fq1:.3}-{fq3:.3}) | |"
     );
     println!("| same, traced by biolatency -Q -D | {b_ratio:.3} ({bq1:.3}-{bq3:.3}) | |");
+    if !base_runs.is_empty() {
+        let (a, m, b) = quartiles(&base_ratios);
+        println!("| same, traced by the baseline tracer | {m:.3} ({a:.3}-{b:.3}) | |");
+    }
     println!(
         "| tracer's CPU (programs at bpf_stats cost + daemon), share of all {ncpu} CPUs | {:.1}% | |",
         share * 100.0
@@ -485,6 +521,13 @@ fn bench_inner(seconds: u64, rounds: usize) -> Result<()> {
         check(ours_ns < bio_ns)
     );
     println!("| in-kernel cost per IO, biolatency -Q -D | {bio_ns:.0} ns | |");
+    if !base_runs.is_empty() {
+        println!(
+            "| in-kernel cost per IO, the baseline tracer (same rounds) | {:.0} ns ({}) | |",
+            median(&mut base_runs.iter().map(|t| t.ns_per_io).collect::<Vec<_>>()),
+            per_program_medians(&base_runs)
+        );
+    }
     println!(
         "| blkprof's cost per IO by program (medians) | {} | |",
         per_program_medians(&traced)
