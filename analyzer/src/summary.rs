@@ -224,10 +224,11 @@ impl Window {
         let t0 = header.monotonic_base_ns;
         let ndev = scan.devices.len().max(1) as u64;
         let interval_ns = header.interval_ms.clamp(1, 3_600_000) * 1_000_000;
+        // An end before the start says nothing (a writer that left it 0): as if unknown.
         let end = match (&scan.trailer, &scan.last_stats) {
-            (Some(t), _) => Some(t.monotonic_end_ns),
-            (None, Some(st)) => Some(st.at_ns.saturating_add(2 * interval_ns)),
-            (None, None) => None,
+            (Some(t), _) if t.monotonic_end_ns >= t0 => Some(t.monotonic_end_ns),
+            (_, Some(st)) if st.at_ns >= t0 => Some(st.at_ns.saturating_add(2 * interval_ns)),
+            _ => None,
         };
         let lo_ns = t0.saturating_sub(WINDOW_SLACK_NS);
         let mut opts = opts.clone();

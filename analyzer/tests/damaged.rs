@@ -648,3 +648,36 @@ fn unknown_frame_kinds_are_skipped() {
         );
     }
 }
+
+/// A trailer whose end time is 0 (a writer that left it unset) bounds nothing: no record of a
+/// long run is left out for it.
+#[test]
+fn a_trailer_without_an_end_time_leaves_nothing_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("noend.blkp");
+    let header = TraceHeader {
+        monotonic_base_ns: BASE_NS,
+        ..Default::default()
+    };
+    let mut w = TraceWriter::create(&p, &header).unwrap();
+    // 20 minutes of IO, one per second.
+    for i in 1..=1200u64 {
+        let t = BASE_NS + i * 1_000_000_000;
+        let r = IoRecord {
+            complete_ns: t,
+            enter_ns: t - 1000,
+            issue_ns: t - 500,
+            bytes: 4096,
+            dev: 254 << 20,
+            op: Op::Read,
+            ..Default::default()
+        };
+        w.push(&r, &comm_bytes("x")).unwrap();
+    }
+    w.finish(&TraceTrailer::default()).unwrap();
+    let j = analyzer::summary::summarize(&p, &analyzer::series::Options::default())
+        .unwrap()
+        .to_json();
+    assert_eq!(j.integrity.records_outside_window, 0);
+    assert_eq!(j.devices[0].ops["read"].ios, 1200);
+}

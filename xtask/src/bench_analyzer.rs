@@ -74,6 +74,7 @@ fn write_big(path: &Path, n: u64) -> Result<()> {
     }
     w.finish(&TraceTrailer {
         reason: "bench".into(),
+        monotonic_end_ns: t,
         records_in_file: n,
         ..Default::default()
     })?;
