@@ -61,8 +61,20 @@ pub fn import_msr(input: &Path, output: &Path, skip_bad: bool) -> Result<ImportS
         if line.trim().is_empty() {
             continue;
         }
-        let parsed = parse_msr_line(&line);
-        let (ts, host, disk, op, off, size, resp) = match parsed {
+        // Times in 100 ns units since 1601 (FILETIME), to ns since 1970: checked, since a
+        // timestamp after the year 2554 does not fit.
+        let parsed = parse_msr_line(&line).and_then(|(ts, host, disk, op, off, size, resp)| {
+            let issue = ts.saturating_sub(FILETIME_UNIX_OFFSET).checked_mul(100);
+            let complete = issue.and_then(|i| resp.checked_mul(100)?.checked_add(i));
+            match (issue, complete) {
+                (Some(i), Some(c)) => Ok((i, c, host, disk, op, off, size)),
+                _ => Err(
+                    "Timestamp or ResponseTime too large (nanoseconds since 1970 must fit in 64 bits: before the year 2554)"
+                        .to_string(),
+                ),
+            }
+        });
+        let (issue_ns, complete, host, disk, op, off, size) = match parsed {
             Ok(v) => v,
             Err(what) => {
                 if !skip_bad {
@@ -81,7 +93,6 @@ pub fn import_msr(input: &Path, output: &Path, skip_bad: bool) -> Result<ImportS
                 continue;
             }
         };
-        let issue_ns = ts.saturating_sub(FILETIME_UNIX_OFFSET) * 100;
         let name = format!("{host}_{disk}");
         let minor = match devices.iter().position(|d| d.0 == name) {
             Some(p) => devices[p].1,
@@ -117,7 +128,6 @@ pub fn import_msr(input: &Path, output: &Path, skip_bad: bool) -> Result<ImportS
             };
             writer = Some(TraceWriter::create(output, &header)?);
         }
-        let complete = issue_ns + resp * 100;
         last_ns = last_ns.max(complete);
         let r = IoRecord {
             complete_ns: complete,
