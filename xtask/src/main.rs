@@ -6,11 +6,13 @@
 //!   cargo xtask test    all tests, the root end-to-end ones included
 //!   cargo xtask bench   overhead and throughput figures (BENCHMARKS.md)
 //!   cargo xtask cassandra  a real Cassandra node under YCSB workload A, traced, and its report
+//!   cargo xtask fuzz    the fuzz targets of fuzz/ (cargo-fuzz, nightly), N seconds each
 
 mod bench;
 mod bench_analyzer;
 mod cassandra;
 mod demo;
+mod fuzz;
 mod setup;
 mod util;
 
@@ -39,7 +41,8 @@ enum Cmd {
         #[arg(long)]
         out: Option<std::path::PathBuf>,
     },
-    /// Set up, then run every test: unit, CLI and the root end-to-end tests on loop devices.
+    /// Set up, then run every test: unit, CLI, a short pass of every fuzz target (10 s each;
+    /// with CI=true 10-25 s, 6 minutes with the build) and the root end-to-end tests.
     Test {
         /// Only run end-to-end tests whose name contains this.
         filter: Option<String>,
@@ -74,6 +77,16 @@ enum Cmd {
         #[arg(long)]
         prebuilt: bool,
     },
+    /// Fuzz the analyzer's inputs (trace files, stress and log text, importers, check rules)
+    /// with cargo-fuzz (installed when missing) on nightly: each target for --seconds, from
+    /// seeds made of the repository's files; fails on any crash and names its input file.
+    Fuzz {
+        /// Seconds per target.
+        #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+        seconds: u64,
+        /// Targets to run (default: all; the names of fuzz/fuzz_targets/*.rs).
+        targets: Vec<String>,
+    },
 }
 
 fn main() -> Result<()> {
@@ -106,5 +119,6 @@ fn main() -> Result<()> {
             }
             cassandra::cassandra(opts)
         }
+        Cmd::Fuzz { seconds, targets } => fuzz::fuzz(fuzz::Budget::Each { seconds }, &targets),
     }
 }

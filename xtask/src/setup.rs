@@ -15,7 +15,7 @@ pub fn setup() -> Result<()> {
     Ok(())
 }
 
-fn nightly() -> Result<()> {
+pub(crate) fn nightly() -> Result<()> {
     let toolchains = output(Command::new("rustup").args(["toolchain", "list"]))
         .context("rustup is needed (https://rustup.rs); it manages the nightly toolchain the eBPF probe builds with")?;
     if !toolchains.lines().any(|l| l.starts_with("nightly")) {
@@ -48,7 +48,7 @@ fn nightly() -> Result<()> {
     Ok(())
 }
 
-fn cargo_home() -> PathBuf {
+pub(crate) fn cargo_home() -> PathBuf {
     std::env::var_os("CARGO_HOME")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
