@@ -37,8 +37,21 @@ pub fn trace_reader(data: &[u8]) {
     read_trace(&path);
 }
 
+/// The zone local times are read in: one with daylight-saving changes, so that the gaps and
+/// folds of its civil times are exercised too.
+fn zone() -> &'static analyzer::zone::Zone {
+    static ZONE: std::sync::OnceLock<analyzer::zone::Zone> = std::sync::OnceLock::new();
+    ZONE.get_or_init(|| {
+        analyzer::zone::Zone::parse("Europe/Berlin").unwrap_or_else(|_| analyzer::zone::Zone::utc())
+    })
+}
+
 pub fn ycsb(data: &[u8]) {
-    let _ = analyzer::stress::parse_ycsb(Path::new("fuzz.txt"), &String::from_utf8_lossy(data));
+    let _ = analyzer::stress::parse_ycsb(
+        Path::new("fuzz.txt"),
+        &String::from_utf8_lossy(data),
+        zone(),
+    );
 }
 
 /// Parsed, then placed on the clock as `blkprof report --stress-start` does (cassandra-stress
@@ -53,7 +66,7 @@ pub fn cassandra_stress(data: &[u8]) {
 
 pub fn cassandra_log(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
-    let _ = analyzer::stress::parse_cassandra_log(Path::new("system.log"), &text);
+    let _ = analyzer::stress::parse_cassandra_log(Path::new("system.log"), &text, zone());
 }
 
 pub fn import_msr(data: &[u8]) {
