@@ -143,8 +143,11 @@ impl Run {
             interval_ms: self.cfg.interval.as_millis() as u64,
             ring_bytes: u64::from(self.cfg.ring_bytes),
             sequence: self.seq,
-            diskstats_start: self.snapshot_diskstats()?,
+            // Aggregates before diskstats here, diskstats before aggregates at the end: the
+            // kernel's window lies inside the probe's, so an IO completing between the two reads
+            // counts as traced beyond the kernel, never as unaccounted.
             aggregates_start: self.probe.aggregates()?,
+            diskstats_start: self.snapshot_diskstats()?,
             counters_start: self.probe.counters()?,
             // Set below, once this file's start time is known.
             utc_offset_s: 0,
@@ -466,8 +469,9 @@ pub async fn run(cfg: Config) -> Result<i32> {
         run.header = TraceHeader {
             wall_clock_start_ns: w,
             monotonic_base_ns: m,
-            diskstats_start: run.snapshot_diskstats()?,
+            // In this order: see open_output.
             aggregates_start: run.probe.aggregates()?,
+            diskstats_start: run.snapshot_diskstats()?,
             utc_offset_s,
             time_zone,
             ..Default::default()
