@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
@@ -92,9 +92,9 @@ impl Run {
     fn snapshot_diskstats(&self) -> Result<Vec<DiskStats>> {
         let all = devices::read_diskstats()?;
         let mut out: Vec<DiskStats> = if self.cfg.devices.is_empty() {
-            // All whole disks.
+            // All whole disks the probe can see (bio-based ones have no request events).
             all.into_values()
-                .filter(|d| Path::new(&format!("/sys/block/{}", d.name)).exists())
+                .filter(|d| devices::has_request_events(&d.name))
                 .collect()
         } else {
             self.devices
@@ -402,13 +402,7 @@ fn is_disk_full(msg: &str) -> bool {
 }
 
 pub async fn run(cfg: Config) -> Result<i32> {
-    let mut devices = Vec::new();
-    for spec in &cfg.devices {
-        let d = devices::resolve(spec)?;
-        if !devices.iter().any(|x: &DeviceInfo| x.dev() == d.dev()) {
-            devices.push(d);
-        }
-    }
+    let devices = cfg.targets.clone();
     if let Some(out) = &cfg.output
         && let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty())
         && !parent.is_dir()
