@@ -24,7 +24,8 @@ blkprof-trace --device sdb --output /var/log/blkprof/db.blkp --rotate-size 1G --
 Then: blkprof report run.blkp"
 )]
 pub struct Args {
-    /// Device to trace: a name (loop0, /dev/nvme0n1) or MAJ:MIN (7:0). Repeatable. Default: all.
+    /// Device to trace: a name (loop0, /dev/nvme0n1), a node (/dev/mapper/vg-data) or MAJ:MIN
+    /// (7:0). Repeatable. Default: all.
     /// A bio-based device (md RAID, device-mapper) is traced through the disks under it.
     #[arg(short, long = "device", value_name = "DEV")]
     pub devices: Vec<String>,

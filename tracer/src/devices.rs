@@ -37,7 +37,9 @@ pub enum DeviceError {
         path: String,
         source: std::io::Error,
     },
-    #[error("{0:?} is not a device name (like loop0 or /dev/loop0) or MAJ:MIN (like 7:0)")]
+    #[error(
+        "{0:?} is not a device name (like loop0 or /dev/loop0), a device node (like /dev/mapper/vg-data) or MAJ:MIN (like 7:0)"
+    )]
     BadSpec(String),
 }
 
@@ -69,6 +71,11 @@ fn resolve_in(sys: &Path, spec: &str) -> Result<DeviceInfo, DeviceError> {
             return Err(DeviceError::BadSpec(spec.into()));
         };
         name_of_in(sys, maj, min).ok_or_else(|| DeviceError::NotFound(spec.into()))?
+    } else if spec.starts_with('/') && spec.trim_start_matches("/dev/").contains('/') {
+        // A node under another name: /dev/mapper/vg-data, /dev/md/data, /dev/disk/by-id/...
+        let (maj, min) =
+            block_node(Path::new(spec)).ok_or_else(|| DeviceError::NotFound(spec.into()))?;
+        name_of_in(sys, maj, min).ok_or_else(|| DeviceError::NotFound(spec.into()))?
     } else {
         let n = spec.strip_prefix("/dev/").unwrap_or(spec);
         if n.is_empty() || n.contains('/') {
@@ -83,6 +90,15 @@ fn resolve_in(sys: &Path, spec: &str) -> Result<DeviceInfo, DeviceError> {
         return Err(DeviceError::Partition { name, disk });
     }
     info_in(sys, &name)
+}
+
+/// MAJ:MIN of the block device node at `path` (symlinks followed).
+fn block_node(path: &Path) -> Option<(u32, u32)> {
+    use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
+    let m = std::fs::metadata(path).ok()?;
+    m.file_type()
+        .is_block_device()
+        .then(|| (libc::major(m.rdev()), libc::minor(m.rdev())))
 }
 
 fn class_block(sys: &Path, name: &str) -> PathBuf {
@@ -323,6 +339,31 @@ mod tests {
         ));
         assert!(matches!(resolve("a:b"), Err(DeviceError::BadSpec(_))));
         assert!(matches!(resolve("../etc"), Err(DeviceError::BadSpec(_))));
+    }
+
+    #[test]
+    fn a_node_under_another_name_is_its_device() {
+        // Like /dev/mapper/vg-data, a link to /dev/dm-0; any block device this machine has.
+        let Some(dev) = ["loop0", "vda", "sda", "nvme0n1"]
+            .into_iter()
+            .find(|d| Path::new("/dev").join(d).exists())
+        else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let link = dir.path().join("vg-data");
+        std::os::unix::fs::symlink(Path::new("/dev").join(dev), &link).unwrap();
+        assert_eq!(resolve(link.to_str().unwrap()).unwrap().name, dev);
+        let missing = dir.path().join("missing");
+        assert!(matches!(
+            resolve(missing.to_str().unwrap()),
+            Err(DeviceError::NotFound(_))
+        ));
+        // Not a block device.
+        assert!(matches!(
+            resolve(dir.path().to_str().unwrap()),
+            Err(DeviceError::NotFound(_))
+        ));
     }
 
     /// A sysfs tree the way the kernel lays it out: device directories under devices/,
