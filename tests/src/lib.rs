@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -36,10 +37,70 @@ pub fn sh(cmd: &str) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
-pub fn scratch_dir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("blkprof-e2e-{}", std::process::id()));
-    std::fs::create_dir_all(&d).expect("scratch dir");
-    d
+/// One test's scratch directory (trace files, logs, mount points) under the temp directory,
+/// removed when it is dropped at the end of the test. A failing test keeps it, and so does
+/// every test with `BLKPROF_KEEP=1`; the path is then printed with the test's output.
+pub struct TestDir {
+    path: PathBuf,
+}
+
+impl TestDir {
+    /// `blkprof-e2e-PID-N-TEST`, named after the running test (libtest runs each test on a
+    /// thread named after it).
+    #[expect(
+        clippy::new_without_default,
+        reason = "creates a directory: not a default value"
+    )]
+    pub fn new() -> TestDir {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let test: String = std::thread::current()
+            .name()
+            .unwrap_or("test")
+            .rsplit("::")
+            .next()
+            .unwrap_or("test")
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '_' {
+                    c
+                } else {
+                    '-'
+                }
+            })
+            .collect();
+        let path =
+            std::env::temp_dir().join(format!("blkprof-e2e-{}-{n}-{test}", std::process::id()));
+        std::fs::create_dir_all(&path)
+            .unwrap_or_else(|e| panic!("scratch directory {}: {e}", path.display()));
+        TestDir { path }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn join(&self, name: impl AsRef<Path>) -> PathBuf {
+        self.path.join(name)
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        let keep = std::env::var_os("BLKPROF_KEEP").is_some_and(|v| v == "1");
+        if std::thread::panicking() || keep {
+            let why = if keep {
+                "BLKPROF_KEEP=1"
+            } else {
+                "the test failed; delete it when done"
+            };
+            eprintln!("test files kept in {} ({why})", self.path.display());
+            return;
+        }
+        if let Err(e) = std::fs::remove_dir_all(&self.path) {
+            eprintln!("warning: cannot remove {}: {e}", self.path.display());
+        }
+    }
 }
 
 /// A loop device over a sparse file, detached and removed on drop.
@@ -56,7 +117,7 @@ impl Scratch {
         let dir = if in_shm {
             PathBuf::from("/dev/shm")
         } else {
-            scratch_dir()
+            std::env::temp_dir()
         };
         let img = dir.join(format!("blkprof-{tag}-{}.img", std::process::id()));
         sh(&format!("truncate -s {size_mb}M {}", img.display()));

@@ -4,7 +4,7 @@
 
 use std::process::Command;
 
-use blkprof_e2e::{bin, scratch_dir};
+use blkprof_e2e::{TestDir, bin};
 
 fn f(v: &serde_json::Value) -> f64 {
     v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
@@ -12,8 +12,8 @@ fn f(v: &serde_json::Value) -> f64 {
 
 #[test]
 fn cassandra_ycsb_workload_a_traced_and_reported() {
-    let out = scratch_dir().join("cassandra");
-    let _ = std::fs::remove_dir_all(&out);
+    let scratch = TestDir::new();
+    let out = scratch.join("cassandra");
     let t = std::time::Instant::now();
     let st = Command::new(bin("xtask"))
         .args([

@@ -3,11 +3,12 @@
 use std::process::Command;
 
 use analyzer::synth::{cassandra_like, write_trace};
-use blkprof_e2e::{bin, scratch_dir};
+use blkprof_e2e::{TestDir, bin};
 
 #[test]
 fn html_report_renders_in_chromium_without_console_errors() {
-    let dir = scratch_dir().join("html");
+    let scratch = TestDir::new();
+    let dir = scratch.join("html");
     std::fs::create_dir_all(&dir).unwrap();
     let trace = dir.join("planted.blkp");
     let mut ios = cassandra_like(40, 1500, &[(10.0, 2.0, 1500.0), (25.0, 3.0, 2500.0)]);

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
+use tracer_common::format::DeviceInfo;
 use tracer_common::op::Op;
 
 #[derive(Parser, Debug)]
@@ -23,7 +24,9 @@ blkprof-trace --device sdb --output /var/log/blkprof/db.blkp --rotate-size 1G --
 Then: blkprof report run.blkp"
 )]
 pub struct Args {
-    /// Device to trace: a name (loop0, /dev/nvme0n1) or MAJ:MIN (7:0). Repeatable. Default: all.
+    /// Device to trace: a name (loop0, /dev/nvme0n1), a node (/dev/mapper/vg-data) or MAJ:MIN
+    /// (7:0). Repeatable. Default: all.
+    /// A bio-based device (md RAID, device-mapper) is traced through the disks under it.
     #[arg(short, long = "device", value_name = "DEV")]
     pub devices: Vec<String>,
     /// Keep only IOs submitted by this process id. Repeatable.
@@ -92,7 +95,13 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// `--device` as given (recorded in the trace header's filters).
     pub devices: Vec<String>,
+    /// The whole disks to trace, from `devices` (empty: all): a bio-based device given there is
+    /// replaced by the request-based disks under it.
+    pub targets: Vec<DeviceInfo>,
+    /// What to tell the user about that replacement, once, at the start.
+    pub device_notes: Vec<String>,
     pub pids: Vec<u32>,
     pub comms: Vec<String>,
     pub ops: Vec<Op>,
@@ -146,8 +155,11 @@ impl Args {
         if self.interval < Duration::from_millis(10) {
             return Err("--interval must be at least 10ms".into());
         }
+        let targets = crate::devices::targets(&self.devices).map_err(|e| e.to_string())?;
         Ok(Config {
             devices: self.devices,
+            targets: targets.devices,
+            device_notes: targets.notes,
             pids: self.pids,
             comms: self.comms,
             ops,

@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
@@ -108,9 +108,9 @@ impl Run {
     fn snapshot_diskstats(&self) -> Result<Vec<DiskStats>> {
         let all = devices::read_diskstats()?;
         let mut out: Vec<DiskStats> = if self.cfg.devices.is_empty() {
-            // All whole disks.
+            // All whole disks the probe can see (bio-based ones have no request events).
             all.into_values()
-                .filter(|d| Path::new(&format!("/sys/block/{}", d.name)).exists())
+                .filter(|d| devices::has_request_events(&d.name))
                 .collect()
         } else {
             self.devices
@@ -159,16 +159,19 @@ impl Run {
             interval_ms: self.cfg.interval.as_millis() as u64,
             ring_bytes: u64::from(self.cfg.ring_bytes),
             sequence: self.seq,
-            diskstats_start: match self.start_diskstats.take() {
-                Some(ds) => ds,
-                None => self.snapshot_diskstats()?,
-            },
             // The run's first file starts at the start's cut, where nothing is aggregated yet
-            // and the loss counters are those read as it was set.
+            // and the loss counters are those read as it was set. A rotated file reads the
+            // aggregates before diskstats (and the end reads diskstats first): the kernel's window
+            // lies inside the probe's, so an IO completing between the reads counts as traced
+            // beyond the kernel, never as unaccounted.
             aggregates_start: if self.seq == 0 && self.start_cut.is_some() {
                 Vec::new()
             } else {
                 self.probe.aggregates()?
+            },
+            diskstats_start: match self.start_diskstats.take() {
+                Some(ds) => ds,
+                None => self.snapshot_diskstats()?,
             },
             counters_start: match self.start_counters.take() {
                 Some(c) => c,
@@ -510,13 +513,7 @@ fn is_disk_full(msg: &str) -> bool {
 }
 
 pub async fn run(cfg: Config) -> Result<i32> {
-    let mut devices = Vec::new();
-    for spec in &cfg.devices {
-        let d = devices::resolve(spec)?;
-        if !devices.iter().any(|x: &DeviceInfo| x.dev() == d.dev()) {
-            devices.push(d);
-        }
-    }
+    let devices = cfg.targets.clone();
     if let Some(out) = &cfg.output
         && let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty())
         && !parent.is_dir()

@@ -9,6 +9,9 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
+    for note in &cfg.device_notes {
+        eprintln!("blkprof-trace: {note}");
+    }
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
