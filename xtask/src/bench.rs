@@ -410,6 +410,13 @@ fn bench_inner(seconds: u64, rounds: usize) -> Result<()> {
                 }
             }
         }
+        let mut t = t.context("no traced run")?;
+        bpf_stats(true)?;
+        let stats = traced_round(&ours, &lp, &lp, seconds.min(5), &out)?;
+        (t.ns_per_io, t.per_program) = (stats.ns_per_io, stats.per_program);
+        // The same programs when they only filter (tracing the idle device).
+        let floor_ns = traced_round(&ours, &lp, &other, seconds.min(5), &out)?.ns_per_io;
+        let b = (b_iops, biolatency_round(&lp, seconds.min(5))?.1);
         if let Some(b) = &baseline {
             let mut st = traced_round(b, &lp, &lp, seconds.min(5), &out)?;
             eprintln!(
@@ -422,13 +429,7 @@ fn bench_inner(seconds: u64, rounds: usize) -> Result<()> {
             st.iops = base_iops;
             base_runs.push(st);
         }
-        let mut t = t.context("no traced run")?;
-        bpf_stats(true)?;
-        let stats = traced_round(&ours, &lp, &lp, seconds.min(5), &out)?;
-        (t.ns_per_io, t.per_program) = (stats.ns_per_io, stats.per_program);
-        // The same programs when they only filter (tracing the idle device).
-        let floor_ns = traced_round(&ours, &lp, &other, seconds.min(5), &out)?.ns_per_io;
-        let b = (b_iops, biolatency_round(&lp, seconds.min(5))?.1);
+
         // The tracer's CPU time (programs at their bpf_stats cost, which includes the stats'
         // own clock reads, plus the daemon) as a share of all CPUs: when fio keeps every CPU
         // busy, about what tracing takes from it.
