@@ -8,6 +8,7 @@ pub mod export;
 pub mod html;
 pub mod import;
 pub mod loghist;
+pub mod noise;
 pub mod plots;
 pub mod series;
 pub mod sizes;

@@ -683,6 +683,10 @@ pub struct JsonLatency {
     pub p999: f64,
     pub p9999: f64,
     pub max: f64,
+    /// `[level, us]` at more quantile levels (crate::noise::QUANTILE_LEVELS), for check rules
+    /// that bound a percentile by the ranks its order statistic may take.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub quantiles: Vec<[f64; 2]>,
 }
 
 impl JsonLatency {
@@ -701,6 +705,14 @@ impl JsonLatency {
             p999: q(0.999),
             p9999: q(0.9999),
             max: h.max() as f64 / 1e3,
+            quantiles: if h.is_empty() {
+                Vec::new()
+            } else {
+                crate::noise::QUANTILE_LEVELS
+                    .iter()
+                    .map(|&l| [l, q(l)])
+                    .collect()
+            },
         }
     }
 }

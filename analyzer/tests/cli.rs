@@ -195,3 +195,41 @@ fn baselines_saved_by_older_versions_still_load() {
         );
     }
 }
+
+/// `--baseline` given several times: the default rules compare with the range the baselines
+/// span, and the table shows it.
+#[test]
+fn check_takes_several_baselines() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = Vec::new();
+    for name in ["cassandra-shaped-a", "cassandra-shaped-b"] {
+        let json = dir.path().join(format!("{name}.json"));
+        let o = blkprof()
+            .arg("report")
+            .arg(golden(&format!("{name}.blkp")))
+            .arg("--json")
+            .output()
+            .unwrap();
+        assert!(o.status.success());
+        std::fs::write(&json, &o.stdout).unwrap();
+        args.push("--baseline".into());
+        args.push(json.into_os_string());
+    }
+    let o = blkprof()
+        .arg("check")
+        .arg(golden("cassandra-shaped-b.blkp"))
+        .args(&args)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    // The two recordings' read p50: 14.6 and 15.9 us.
+    assert!(out.contains("14.6..15.9"), "{out}");
+    let o = blkprof()
+        .arg("check")
+        .arg(golden("cassandra-shaped-bigger-writes.blkp"))
+        .args(&args)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+}

@@ -13,12 +13,13 @@ use std::os::fd::AsRawFd as _;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::util::{apt_install, attach_loop, have, is_root, output, root, run};
+use crate::util::{
+    apt_install, attach_loop, catch_signals, have, interrupted, is_root, output, root, run, sleep,
+};
 
 #[derive(clap::Args)]
 pub struct Options {
@@ -48,29 +49,6 @@ const CQL_PORT: u16 = 9042;
 /// Memory the node may gain during the run before its page cache shrinks below the budget.
 const HEADROOM_MIB: u64 = 128;
 const STORAGE_PORT: u16 = 7000;
-
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_: libc::c_int) {
-    STOP.store(true, Ordering::SeqCst);
-}
-
-fn interrupted() -> Result<()> {
-    if STOP.load(Ordering::SeqCst) {
-        bail!("interrupted: stopping what was started and cleaning up");
-    }
-    Ok(())
-}
-
-/// Sleep in small steps so that Ctrl-C is seen at once.
-fn sleep(d: Duration) -> Result<()> {
-    let end = Instant::now() + d;
-    while Instant::now() < end {
-        interrupted()?;
-        std::thread::sleep(Duration::from_millis(50).min(end - Instant::now()));
-    }
-    Ok(())
-}
 
 /// What was started and set up, undone in reverse order on drop.
 #[derive(Default)]
@@ -563,10 +541,7 @@ pub fn cassandra(o: Options) -> Result<()> {
         );
     }
     let started = Instant::now();
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        // SAFETY: the handler only stores to an atomic.
-        unsafe { libc::signal(sig, on_signal as *const () as libc::sighandler_t) };
-    }
+    catch_signals();
     if TcpStream::connect_timeout(
         &([127, 0, 0, 1], CQL_PORT).into(),
         Duration::from_millis(200),

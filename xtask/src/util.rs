@@ -1,5 +1,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 
@@ -134,4 +136,36 @@ pub fn apt_install(packages: &[&str]) -> Result<()> {
         .args(["install", "-y", "-qq"])
         .args(packages)
         .env("DEBIAN_FRONTEND", "noninteractive"))
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+/// From now on Ctrl-C, SIGTERM and SIGHUP only set a flag that [`interrupted`] reports, so a
+/// task can stop what it started and clean up (its children run in their own process group).
+pub fn catch_signals() {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: the handler only stores to an atomic.
+        unsafe { libc::signal(sig, on_signal as *const () as libc::sighandler_t) };
+    }
+}
+
+pub fn interrupted() -> Result<()> {
+    if STOP.load(Ordering::SeqCst) {
+        bail!("interrupted: stopping what was started and cleaning up");
+    }
+    Ok(())
+}
+
+/// Sleep in small steps so that Ctrl-C is seen at once.
+pub fn sleep(d: Duration) -> Result<()> {
+    let end = Instant::now() + d;
+    while Instant::now() < end {
+        interrupted()?;
+        std::thread::sleep(Duration::from_millis(50).min(end - Instant::now()));
+    }
+    Ok(())
 }
