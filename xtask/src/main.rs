@@ -6,11 +6,13 @@
 //!   cargo xtask test    all tests, the root end-to-end ones included
 //!   cargo xtask bench   overhead and throughput figures (BENCHMARKS.md)
 //!   cargo xtask cassandra  a real Cassandra node under YCSB workload A, traced, and its report
+//!   cargo xtask gate-stability  does `blkprof check` pass reruns of a workload and fail changes?
 
 mod bench;
 mod bench_analyzer;
 mod cassandra;
 mod demo;
+mod gate;
 mod setup;
 mod util;
 
@@ -74,6 +76,14 @@ enum Cmd {
         #[arg(long)]
         prebuilt: bool,
     },
+    /// Set up, then record a fio job's baselines and many recordings of the same job (alone
+    /// and next to a busy neighbour) and of three changed ones (higher write share, 512 KB
+    /// writes, slower device), check each against the baselines with `blkprof check`, print
+    /// a pass/fail tally per scenario, and how often other choices of baselines would fail.
+    GateStability {
+        #[command(flatten)]
+        opts: gate::Options,
+    },
 }
 
 fn main() -> Result<()> {
@@ -105,6 +115,13 @@ fn main() -> Result<()> {
                 util::build_release()?;
             }
             cassandra::cassandra(opts)
+        }
+        Cmd::GateStability { opts } => {
+            if !opts.prebuilt && opts.recheck.is_none() {
+                setup::setup()?;
+                util::build_release()?;
+            }
+            gate::gate_stability(opts)
         }
     }
 }
