@@ -7,12 +7,14 @@
 //!   cargo xtask bench   overhead and throughput figures (BENCHMARKS.md)
 //!   cargo xtask cassandra  a real Cassandra node under YCSB workload A, traced, and its report
 //!   cargo xtask fuzz    the fuzz targets of fuzz/ (cargo-fuzz, nightly), N seconds each
+//!   cargo xtask gate-stability  does `blkprof check` pass reruns of a workload and fail changes?
 
 mod bench;
 mod bench_analyzer;
 mod cassandra;
 mod demo;
 mod fuzz;
+mod gate;
 mod setup;
 mod util;
 
@@ -87,6 +89,14 @@ enum Cmd {
         /// Targets to run (default: all; the names of fuzz/fuzz_targets/*.rs).
         targets: Vec<String>,
     },
+    /// Set up, then record a fio job's baselines and many recordings of the same job (alone
+    /// and next to a busy neighbour) and of three changed ones (higher write share, 512 KB
+    /// writes, slower device), check each against the baselines with `blkprof check`, print
+    /// a pass/fail tally per scenario, and how often other choices of baselines would fail.
+    GateStability {
+        #[command(flatten)]
+        opts: gate::Options,
+    },
 }
 
 fn main() -> Result<()> {
@@ -120,5 +130,12 @@ fn main() -> Result<()> {
             cassandra::cassandra(opts)
         }
         Cmd::Fuzz { seconds, targets } => fuzz::fuzz(fuzz::Budget::Each { seconds }, &targets),
+        Cmd::GateStability { opts } => {
+            if !opts.prebuilt && opts.recheck.is_none() {
+                setup::setup()?;
+                util::build_release()?;
+            }
+            gate::gate_stability(opts)
+        }
     }
 }
