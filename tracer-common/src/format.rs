@@ -416,14 +416,16 @@ fn unzigzag(v: u64) -> i64 {
     ((v >> 1) as i64) ^ -((v & 1) as i64)
 }
 
-/// Bytes of a size code: sectors << 1, or bytes << 1 | 1 when not a whole number of sectors.
+/// Bytes of a size code: sectors << 1, or bytes << 1 | 1 when not a whole number of sectors;
+/// `None` for a size no u32 holds (only a damaged file has one).
 #[inline]
-fn size_of_code(code: u64) -> u64 {
-    if code & 1 == 0 {
-        (code >> 1) * 512
+fn size_of_code(code: u64) -> Option<u32> {
+    let bytes = if code & 1 == 0 {
+        (code >> 1).checked_mul(512)?
     } else {
         code >> 1
-    }
+    };
+    u32::try_from(bytes).ok()
 }
 
 /// The error and requeue count a record's flags say follow, read from `c` (both versions
@@ -1446,7 +1448,7 @@ impl TraceReader {
                     } else {
                         (0, complete.wrapping_sub(vals[COL_DEVICE_NS][i]))
                     };
-                    let bytes = size_of_code(vals[COL_SIZE][i]);
+                    let bytes = size_of_code(vals[COL_SIZE][i])?;
                     let &(task, pid) = t.tasks.get(vals[COL_TASK][i] as usize)?;
                     let (error, requeues) = read_extras(fl, &mut xc)?;
                     Some(IoRecord {
@@ -1454,7 +1456,7 @@ impl TraceReader {
                         enter_ns: enter,
                         issue_ns: issue,
                         sector: prev_end_sector.wrapping_add(vals[COL_SECTOR][i]),
-                        bytes: u32::try_from(bytes).ok()?,
+                        bytes,
                         pid,
                         task,
                         dev_inflight: vals[COL_DEV_INFLIGHT][i] as u32,
@@ -1514,7 +1516,7 @@ impl TraceReader {
                 };
                 let dev = *devs.get(c.varint()? as usize)?;
                 let sector = prev_end_sector.wrapping_add(unzigzag(c.varint()?) as u64);
-                let bytes = size_of_code(c.varint()?);
+                let bytes = size_of_code(c.varint()?)?;
                 let task_i = c.varint()? as usize;
                 let (task, pid) = *tasks.get(task_i)?;
                 let dev_inflight = c.varint()? as u32;
@@ -1525,7 +1527,7 @@ impl TraceReader {
                     enter_ns: enter,
                     issue_ns: issue,
                     sector,
-                    bytes: u32::try_from(bytes).ok()?,
+                    bytes,
                     pid,
                     task,
                     dev_inflight,
