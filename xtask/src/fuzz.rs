@@ -42,6 +42,9 @@ struct Outcome {
     target: String,
     seconds: f64,
     execs: u64,
+    /// libFuzzer's corpus at the end ("corp: 794/3531Kb"): the inputs that keep its coverage.
+    corpus: Option<String>,
+    /// Files in the corpus directory: also the inputs libFuzzer has since superseded.
     corpus_files: usize,
     corpus_bytes: u64,
     cov: Option<u64>,
@@ -256,12 +259,13 @@ fn run_target(target: &str, seconds: u64, scratch: &Path) -> Result<Outcome> {
         .lines()
         .rev()
         .find(|l| l.starts_with('#') && l.contains(" cov: "));
-    let field = |name: &str| {
+    let word = |name: &str| {
         last_status.and_then(|l| {
             let rest = &l[l.find(name)? + name.len()..];
-            rest.split_whitespace().next()?.parse::<u64>().ok()
+            rest.split_whitespace().next()
         })
     };
+    let field = |name: &str| word(name)?.parse::<u64>().ok();
     let findings: Vec<PathBuf> = text
         .lines()
         .filter_map(|l| {
@@ -282,6 +286,7 @@ fn run_target(target: &str, seconds: u64, scratch: &Path) -> Result<Outcome> {
         target: target.to_string(),
         seconds: started.elapsed().as_secs_f64(),
         execs: stat("stat::number_of_executed_units:").unwrap_or(0),
+        corpus: word("corp: ").map(String::from),
         corpus_files,
         corpus_bytes,
         cov: field("cov: "),
@@ -295,11 +300,12 @@ fn run_target(target: &str, seconds: u64, scratch: &Path) -> Result<Outcome> {
 fn report(o: &Outcome, seeds: usize) {
     let n = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
     eprintln!(
-        "fuzz {:<17} {:>9} execs in {:>4.0} s ({:>6.0}/s), corpus {} files ({:.1} MB; {} seeds), cov {}, features {}, crashes {}{}",
+        "fuzz {:<17} {:>9} execs in {:>4.0} s ({:>6.0}/s), corpus {} (directory {} files, {:.1} MB; {} seeds), cov {}, features {}, crashes {}{}",
         o.target,
         o.execs,
         o.seconds,
         o.execs as f64 / o.seconds.max(1e-3),
+        o.corpus.as_deref().unwrap_or("-"),
         o.corpus_files,
         o.corpus_bytes as f64 / 1e6,
         seeds,
