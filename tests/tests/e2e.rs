@@ -1064,6 +1064,110 @@ fn rotation_keeps_the_newest_files_within_bounds() {
 }
 
 #[test]
+fn rotation_cuts_files_at_one_instant() {
+    // fio runs through several rotations: each file holds exactly the IOs that completed
+    // between its cuts, and its own aggregates and diskstats deltas agree with them.
+    let dir = TestDir::new();
+    let dev = Scratch::new("rotcut", 1024, true, false);
+    dev.set_nomerges(2);
+    let rot = dir.join("rotcut");
+    std::fs::create_dir_all(&rot).unwrap();
+    let out = rot.join("db.blkp").display().to_string();
+    let t = Tracer::start(&[
+        "--device",
+        &dev.name,
+        "--output",
+        &out,
+        "--quiet",
+        "--interval",
+        "300ms",
+        "--rotate-time",
+        "600ms",
+    ]);
+    fio(&[
+        "--name=rotcut",
+        &format!("--filename={}", dev.path),
+        "--rw=randrw",
+        "--rwmixread=80",
+        "--bs=4k",
+        "--direct=1",
+        "--ioengine=libaio",
+        "--iodepth=32",
+        "--runtime=4",
+        "--time_based",
+    ]);
+    let f = t.stop();
+    assert!(f.status.success(), "{}", f.stderr);
+    let mut files: Vec<_> = std::fs::read_dir(&rot)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "blkp"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 4, "{files:?}");
+    let mut prev_end: Option<u64> = None;
+    let mut busy = 0;
+    for (k, p) in files.iter().enumerate() {
+        let trace = Trace::read(p);
+        let tr = trace.trailer.as_ref().expect("trailer");
+        let (start, end) = (
+            tr.start_cut.as_ref().expect("start cut"),
+            tr.end_cut.as_ref().expect("end cut"),
+        );
+        if let Some(e) = prev_end {
+            assert_eq!(start.at_ns, e, "file {k} starts where file {} ends", k - 1);
+        }
+        prev_end = Some(end.at_ns);
+        assert!(
+            trace
+                .records
+                .iter()
+                .all(|r| r.complete_ns > start.at_ns && r.complete_ns <= end.at_ns),
+            "file {k}: a record outside ({}, {}]",
+            start.at_ns,
+            end.at_ns
+        );
+        let misses = tr
+            .counters_end
+            .reported_misses()
+            .saturating_sub(trace.header.counters_start.reported_misses());
+        let cov = tracer_common::coverage::coverage(&trace.header, tr);
+        let d = cov.iter().find(|d| d.name == dev.name).unwrap();
+        let groups = trace.groups();
+        for g in &d.groups {
+            let grp = g.group.unwrap();
+            let rec = groups.get(&grp).copied().unwrap_or((0, 0));
+            assert_eq!(
+                rec.0, g.aggregate_ios,
+                "file {k} {grp:?}: records vs aggregates"
+            );
+            assert_eq!(
+                g.unaccounted(misses),
+                0,
+                "file {k} {grp:?}: kernel {} at the cut (raw {}, +-{} during the reads), traced {}, misses {misses}",
+                g.kernel_at_cut_ios(),
+                g.kernel_ios,
+                g.cut_during_read_end_ios + g.cut_during_read_start_ios,
+                g.aggregate_ios
+            );
+            assert_eq!(
+                g.excess(),
+                0,
+                "file {k} {grp:?}: counted more than the kernel (kernel {} at the cut, raw {}, traced {})",
+                g.kernel_at_cut_ios(),
+                g.kernel_ios,
+                g.aggregate_ios
+            );
+        }
+        if d.groups[0].aggregate_ios > 1000 {
+            busy += 1;
+        }
+    }
+    assert!(busy >= 3, "fio ran through several files ({busy})");
+}
+
+#[test]
 fn json_live_view_is_one_object_per_device_interval() {
     let dev = Scratch::new("json", 512, true, false);
     let t = Tracer::start(&["--device", &dev.name, "--json", "--interval", "500ms"]);

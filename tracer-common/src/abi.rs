@@ -120,13 +120,42 @@ pub const EV_OUTSIDE_CUT: u16 = 1 << 3;
 /// `(start_after_ns, end_at_ns]` (CLOCK_MONOTONIC). User space writes each instant ahead of
 /// time, then reads /proc/diskstats just after it, so that the kernel's counters and the exact
 /// aggregates describe the same IOs. All zero (the map's initial value): nothing belongs yet.
+///
+/// `rotation` cuts the run between two trace files the same way, without stopping it: an IO
+/// is aggregated under epoch parity `rotation & 1` ([`AGG_EPOCH`]) when it completes after
+/// `rotation & !1`, else under the other parity. Each rotation moves the instant ahead and flips
+/// the parity, so the parity of the file that ends stops changing at its instant and user space
+/// reads it, frozen, after it (see [`Cuts::epoch_of`]). One word, so that a program never sees
+/// the instant of one rotation with the parity of another.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Cuts {
     pub start_after_ns: u64,
     pub end_at_ns: u64,
+    pub rotation: u64,
 }
-const _: () = assert!(core::mem::size_of::<Cuts>() == 16);
+const _: () = assert!(core::mem::size_of::<Cuts>() == 24);
+
+impl Cuts {
+    /// [`AGG_EPOCH`] or 0: the epoch parity an IO completing at `complete_ns` is aggregated
+    /// under.
+    #[inline(always)]
+    pub const fn epoch_of(rotation: u64, complete_ns: u64) -> u32 {
+        let after = (rotation & 1) as u32;
+        let parity = if complete_ns > rotation & !1 {
+            after
+        } else {
+            after ^ 1
+        };
+        parity * AGG_EPOCH
+    }
+
+    /// The rotation word for an instant (rounded down to an even ns) and the parity of the IOs
+    /// that complete after it.
+    pub const fn rotation_at(at_ns: u64, parity_after: u32) -> u64 {
+        (at_ns & !1) | (parity_after & 1) as u64
+    }
+}
 
 /// A slot of [`MAP_SLOTS`].
 #[repr(C)]
@@ -188,6 +217,9 @@ pub const AGG_FLUSH_RQ: u32 = 1 << 16;
 /// Requests the kernel did not account ([`EV_NOT_ACCOUNTED`]): kept apart so that the
 /// accounted ones still compare exactly with /proc/diskstats.
 pub const AGG_NOT_ACCOUNTED: u32 = 1 << 17;
+/// The epoch parity of the aggregate ([`Cuts::rotation`]): user space sums both parities, and
+/// reads one alone at a rotation.
+pub const AGG_EPOCH: u32 = 1 << 18;
 
 /// Per-CPU aggregates direct-mapped by [`aggregate_slot_index`] ([`AggregateSlot`]); keys
 /// whose slot is taken on a CPU are in [`MAP_AGGREGATES`].
@@ -339,4 +371,26 @@ mod pod {
     unsafe impl aya::Pod for super::RequestState {}
     unsafe impl aya::Pod for super::RequestSlot {}
     unsafe impl aya::Pod for super::Cuts {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rotations_flip_the_epoch_at_their_instant() {
+        // Before any rotation (the map's zeros) every IO is epoch 0.
+        assert_eq!(Cuts::epoch_of(0, 1), 0);
+        assert_eq!(Cuts::epoch_of(0, u64::MAX), 0);
+        // The first rotation at 1,000: up to it epoch 0, after it epoch 1.
+        let r1 = Cuts::rotation_at(1_000, 1);
+        assert_eq!(Cuts::epoch_of(r1, 999), 0);
+        assert_eq!(Cuts::epoch_of(r1, 1_000), 0);
+        assert_eq!(Cuts::epoch_of(r1, 1_001), AGG_EPOCH);
+        // The second at 2,001 (rounded down to 2,000): 1 up to it, 0 after.
+        let r2 = Cuts::rotation_at(2_001, 0);
+        assert_eq!(r2 & !1, 2_000);
+        assert_eq!(Cuts::epoch_of(r2, 2_000), AGG_EPOCH);
+        assert_eq!(Cuts::epoch_of(r2, 2_001), 0);
+    }
 }

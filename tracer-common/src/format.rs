@@ -127,6 +127,37 @@ pub struct AggregateSnapshot {
 }
 
 impl AggregateSnapshot {
+    /// Two sets of aggregates added key by key (device, op, flush request, accounted), sorted.
+    pub fn sum(a: &[AggregateSnapshot], b: &[AggregateSnapshot]) -> Vec<AggregateSnapshot> {
+        let add = |x: &mut Vec<u64>, y: &[u64]| {
+            if x.len() < y.len() {
+                x.resize(y.len(), 0);
+            }
+            for (x, y) in x.iter_mut().zip(y) {
+                *x = x.saturating_add(*y);
+            }
+        };
+        let mut out: Vec<AggregateSnapshot> = a.to_vec();
+        for s in b {
+            match out.iter_mut().find(|o| {
+                (o.major, o.minor, o.op, o.flush_rq, o.not_accounted)
+                    == (s.major, s.minor, s.op, s.flush_rq, s.not_accounted)
+            }) {
+                Some(o) => {
+                    o.ios = o.ios.saturating_add(s.ios);
+                    o.bytes = o.bytes.saturating_add(s.bytes);
+                    o.total_ns_sum = o.total_ns_sum.saturating_add(s.total_ns_sum);
+                    add(&mut o.size_log2, &s.size_log2);
+                    add(&mut o.device_latency_log2, &s.device_latency_log2);
+                    add(&mut o.total_latency_log2, &s.total_latency_log2);
+                }
+                None => out.push(s.clone()),
+            }
+        }
+        out.sort_by_key(|a| (a.major, a.minor, a.op, a.flush_rq, a.not_accounted));
+        out
+    }
+
     pub fn group(&self) -> StatGroup {
         StatGroup::of(
             self.op.unwrap_or(Op::Other),
@@ -1570,6 +1601,33 @@ pub fn comm_str(comm: &[u8; 16]) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn aggregates_add_key_by_key() {
+        let a = |minor, op, ios: u64| AggregateSnapshot {
+            major: 7,
+            minor,
+            op: Some(op),
+            ios,
+            bytes: ios * 4096,
+            size_log2: vec![0, ios],
+            ..AggregateSnapshot::default()
+        };
+        let s = AggregateSnapshot::sum(
+            &[a(1, Op::Write, 5), a(0, Op::Read, 2)],
+            &[a(0, Op::Read, 3), a(2, Op::Read, 1)],
+        );
+        let got: Vec<_> = s.iter().map(|x| (x.minor, x.op, x.ios, x.bytes)).collect();
+        assert_eq!(
+            got,
+            [
+                (0, Some(Op::Read), 5, 5 * 4096),
+                (1, Some(Op::Write), 5, 5 * 4096),
+                (2, Some(Op::Read), 1, 4096)
+            ]
+        );
+        assert_eq!(s[0].size_log2, [0, 5]);
+    }
 
     fn sample(i: u64) -> IoRecord {
         IoRecord {

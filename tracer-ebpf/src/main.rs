@@ -634,9 +634,12 @@ fn finish(cfg: &ProbeConfig, rq: *const u8, st: &mut RequestState, kind: u16, cm
     }
     // Only IOs completing inside the run's cut are aggregated; the others still go to the
     // ring, marked, so user space can tally them against the kernel's counters.
-    let inside = CUTS
-        .get(0)
-        .is_some_and(|c| complete_ns > c.start_after_ns && complete_ns <= c.end_at_ns);
+    let (inside, epoch) = CUTS.get(0).map_or((false, 0), |c| {
+        (
+            complete_ns > c.start_after_ns && complete_ns <= c.end_at_ns,
+            Cuts::epoch_of(c.rotation, complete_ns),
+        )
+    });
     if !inside {
         flags |= EV_OUTSIDE_CUT;
     } else if flags & EV_STARTED_BEFORE_ATTACH != 0 {
@@ -657,7 +660,8 @@ fn finish(cfg: &ProbeConfig, rq: *const u8, st: &mut RequestState, kind: u16, cm
                 AGG_NOT_ACCOUNTED
             } else {
                 0
-            },
+            }
+            | epoch,
     };
     let total_ns = complete_ns.saturating_sub(enter_ns);
     let device_ns = if st.issue_ns != 0 {

@@ -18,8 +18,8 @@ use tracer_common::format::{
 };
 use tracer_common::op::{StatGroup, flags};
 use tracer_common::{
-    Cuts, EV_NEVER_ISSUED, EV_NOT_ACCOUNTED, EV_OUTSIDE_CUT, EV_STARTED_BEFORE_ATTACH, IoEvent,
-    KIND_FLUSH_RQ, dev_split,
+    AGG_EPOCH, Cuts, EV_NEVER_ISSUED, EV_NOT_ACCOUNTED, EV_OUTSIDE_CUT, EV_STARTED_BEFORE_ATTACH,
+    IoEvent, KIND_FLUSH_RQ, dev_split,
 };
 
 use crate::cli::Config;
@@ -85,8 +85,24 @@ struct Run {
     /// The run's cuts (see [`Cut`]) and the diskstats read at the start's.
     start_cut: Option<Cut>,
     end_cut: Option<Cut>,
+    /// What the probe's cut map holds now.
+    cuts: Cuts,
+    /// Where the open file starts: the run's start cut, or the rotation that opened it (its
+    /// IOs completing between the instant and the diskstats read are tallied on it).
+    file_start_cut: Option<Cut>,
+    /// While a rotation drains the ring: records completing after this instant belong to the
+    /// next file and wait here (with the filtered-out ones counted) until it is open.
+    hold_after: Option<u64>,
+    held: Vec<(IoRecord, [u8; 16])>,
+    held_filtered_out: u64,
+    /// The exact aggregates of the epoch parity that is not being written, as frozen at the
+    /// last rotation (see [`Cuts::rotation`]).
+    frozen_other: Vec<AggregateSnapshot>,
     start_diskstats: Option<Vec<DiskStats>>,
+    start_aggregates: Option<Vec<AggregateSnapshot>>,
     start_counters: Option<ProbeCounters>,
+    /// /proc/diskstats at the run's start, for the end's summary of the whole run.
+    run_diskstats_start: Vec<DiskStats>,
     /// Records of IOs that completed before the start's instant (not part of the run).
     before_start: u64,
 }
@@ -160,14 +176,13 @@ impl Run {
             ring_bytes: u64::from(self.cfg.ring_bytes),
             sequence: self.seq,
             // The run's first file starts at the start's cut, where nothing is aggregated yet
-            // and the loss counters are those read as it was set. A rotated file reads the
-            // aggregates before diskstats (and the end reads diskstats first): the kernel's window
-            // lies inside the probe's, so an IO completing between the reads counts as traced
-            // beyond the kernel, never as unaccounted.
-            aggregates_start: if self.seq == 0 && self.start_cut.is_some() {
-                Vec::new()
-            } else {
-                self.probe.aggregates()?
+            // and the loss counters are those read as it was set; a rotated file at the
+            // rotation's cut, with the aggregates and diskstats of that instant (set by
+            // `rotate`).
+            aggregates_start: match self.start_aggregates.take() {
+                Some(a) => a,
+                None if self.seq == 0 && self.start_cut.is_some() => Vec::new(),
+                None => self.probe.aggregates()?,
             },
             diskstats_start: match self.start_diskstats.take() {
                 Some(ds) => ds,
@@ -182,10 +197,11 @@ impl Run {
             time_zone: String::new(),
         };
         if self.seq > 0 {
-            // A rotated file starts now, on the same clocks.
+            // A rotated file starts at its cut's instant, on the same clocks.
             let (w, m) = clock::clock_pair();
-            self.header.wall_clock_start_ns = w;
-            self.header.monotonic_base_ns = m;
+            let at = self.file_start_cut.as_ref().map_or(m, |c| c.at_ns.min(m));
+            self.header.wall_clock_start_ns = w - (m - at) as i64;
+            self.header.monotonic_base_ns = at;
         }
         // Each file its own: a rotated file may start after a daylight-saving change.
         (self.header.utc_offset_s, self.header.time_zone) =
@@ -231,17 +247,10 @@ impl Run {
             counters_end,
             records_in_file: records,
             filtered_out: self.filtered_out_file,
-            // The start's cut belongs to the run's first file, the end's to its last.
-            start_cut: if self.seq == 0 {
-                self.start_cut.clone()
-            } else {
-                None
-            },
-            end_cut: if reason == "rotation" {
-                None
-            } else {
-                self.end_cut.clone()
-            },
+            // The start's cut belongs to the run's first file, the end's to its last; a
+            // rotation's ends one file and starts the next.
+            start_cut: self.file_start_cut.clone(),
+            end_cut: self.end_cut.clone(),
         };
         if let Some(mut h) = out.hlog
             && let Err(e) = h.flush()
@@ -266,15 +275,27 @@ impl Run {
             Cuts {
                 start_after_ns: at,
                 end_at_ns: u64::MAX,
+                ..self.cuts
             }
         } else {
             Cuts {
-                start_after_ns: self.start_cut.as_ref().map_or(0, |c| c.at_ns),
                 end_at_ns: at,
+                ..self.cuts
             }
         };
+        self.set_cuts_and_read(cuts, at, start)
+    }
+
+    /// Write the cut map, then wait for the instant `at` and read /proc/diskstats at once.
+    fn set_cuts_and_read(
+        &mut self,
+        cuts: Cuts,
+        at: u64,
+        read_counters: bool,
+    ) -> Result<(Cut, Vec<DiskStats>)> {
         self.probe.set_cuts(cuts)?;
-        if start {
+        self.cuts = cuts;
+        if read_counters {
             self.start_counters = Some(self.probe.counters()?);
         }
         loop {
@@ -330,13 +351,46 @@ impl Run {
         Ok(stages)
     }
 
-    fn rotate(&mut self) -> Result<()> {
-        let ds = self.snapshot_diskstats()?;
-        let ag = self.probe.aggregates()?;
+    /// End the open file and start the next at one instant, as the run's start and end are
+    /// cut: the probe's aggregates flip epoch parity there, /proc/diskstats is read just
+    /// after, and records go to the file their completion time belongs to.
+    fn rotate(&mut self, ring: &mut RingBuf<MapData>) -> Result<()> {
+        drain_ring(ring, self);
+        let at = clock::monotonic_ns() + CUT_LEAD_NS;
+        let before = Cuts::epoch_of(self.cuts.rotation, at);
+        let after = before ^ AGG_EPOCH;
+        let cuts = Cuts {
+            rotation: Cuts::rotation_at(at, after / AGG_EPOCH),
+            ..self.cuts
+        };
+        let at = cuts.rotation & !1;
+        let (cut, ds) = self.set_cuts_and_read(cuts, at, false)?;
+        // From here the records completing after the instant wait for the next file, and the
+        // ones up to `read_to_ns` are tallied on the cut (for both files' coverage).
+        self.hold_after = Some(at);
+        self.end_cut = Some(cut);
+        drain_ring(ring, self);
+        // A program that read the clock before the instant has finished long before this
+        // (tracepoint probes run with preemption off); what it wrote is in the ring by now.
+        std::thread::sleep(Duration::from_millis(1));
+        drain_ring(ring, self);
+        // The parity before the instant no longer changes: it and the other's value frozen at
+        // the last rotation are the aggregates at the instant.
+        let frozen = self.probe.aggregates_of(Some(before))?;
+        let ag = AggregateSnapshot::sum(&frozen, &self.frozen_other);
+        self.frozen_other = frozen;
         let ct = self.probe.counters()?;
-        self.close_output("rotation", ds, ag, ct);
+        self.close_output("rotation", ds.clone(), ag.clone(), ct);
+        self.file_start_cut = self.end_cut.take();
+        self.start_diskstats = Some(ds);
+        self.start_aggregates = Some(ag);
         self.seq += 1;
         self.open_output()?;
+        self.hold_after = None;
+        self.filtered_out_file = std::mem::take(&mut self.held_filtered_out);
+        for (r, comm) in std::mem::take(&mut self.held) {
+            self.write(&r, &comm);
+        }
         if let Some(keep) = self.cfg.keep {
             while self.files.len() > keep {
                 if let Some(old) = self.files.pop_front() {
@@ -381,8 +435,13 @@ impl Run {
             }
             return;
         }
-        if let Some(c) = &mut self.start_cut {
-            let g = StatGroup::of(op, fl) as usize;
+        // Tallied on the cut that starts the open file and on a rotation's in progress (each
+        // counts only what completed between its instant and its diskstats read).
+        let g = StatGroup::of(op, fl) as usize;
+        for c in [&mut self.file_start_cut, &mut self.end_cut]
+            .into_iter()
+            .flatten()
+        {
             c.tally(ev.dev, g, u64::from(ev.bytes), ev.complete_ns);
         }
         let r = IoRecord {
@@ -421,15 +480,28 @@ impl Run {
         let e = &mut self.received[self.last_dev].1[r.stat_group() as usize];
         e.0 += 1;
         e.1 += u64::from(r.bytes);
+        let next_file = self.hold_after.is_some_and(|t| r.complete_ns > t);
         if !self.filter.keep(&r, &ev.comm) {
             self.filtered_out += 1;
-            self.filtered_out_file += 1;
+            if next_file {
+                self.held_filtered_out += 1;
+            } else {
+                self.filtered_out_file += 1;
+            }
             return;
         }
         self.stats.record(&r);
+        if next_file {
+            self.held.push((r, ev.comm));
+        } else {
+            self.write(&r, &ev.comm);
+        }
+    }
+
+    fn write(&mut self, r: &IoRecord, comm: &[u8; 16]) {
         if let Some(out) = &mut self.output
             && self.write_error.is_none()
-            && let Err(e) = out.writer.push(&r, &ev.comm)
+            && let Err(e) = out.writer.push(r, comm)
         {
             self.write_error = Some(e.to_string());
         }
@@ -564,7 +636,15 @@ pub async fn run(cfg: Config) -> Result<i32> {
         stdout: std::io::stdout(),
         start_cut: None,
         end_cut: None,
+        cuts: Cuts::default(),
+        file_start_cut: None,
+        hold_after: None,
+        held: Vec::new(),
+        held_filtered_out: 0,
+        frozen_other: Vec::new(),
         start_diskstats: None,
+        start_aggregates: None,
+        run_diskstats_start: Vec::new(),
         start_counters: None,
         before_start: 0,
     };
@@ -572,7 +652,9 @@ pub async fn run(cfg: Config) -> Result<i32> {
     // The start: IOs completing after this instant belong to the run, in the records, the
     // aggregates and the kernel's counters alike.
     let (cut, ds) = run.cut(true)?;
-    run.start_cut = Some(cut);
+    run.start_cut = Some(cut.clone());
+    run.file_start_cut = Some(cut);
+    run.run_diskstats_start = ds.clone();
     run.start_diskstats = Some(ds);
     let (w, m) = clock::clock_pair();
     run.wall_start_ns = w;
@@ -647,7 +729,7 @@ pub async fn run(cfg: Config) -> Result<i32> {
                         || run.cfg.rotate_time.is_some_and(|t| o.opened.elapsed() >= t)
                 });
                 if rotate && run.write_error.is_none() {
-                    run.rotate()?;
+                    run.rotate(ring.get_mut())?;
                 }
             }
             _ = sleep => break "duration",
@@ -722,18 +804,20 @@ fn summary(
     reason: &str,
 ) {
     let mut out = run.stdout.lock();
+    // The whole run, from its start's cut to its end's, whatever files it was written to.
+    let header = TraceHeader {
+        diskstats_start: run.run_diskstats_start.clone(),
+        aggregates_start: Vec::new(),
+        ..TraceHeader::default()
+    };
     let trailer = TraceTrailer {
         diskstats_end: diskstats_end.to_vec(),
         aggregates_end: aggregates.to_vec(),
-        start_cut: if run.seq == 0 {
-            run.start_cut.clone()
-        } else {
-            None
-        },
+        start_cut: run.start_cut.clone(),
         end_cut: run.end_cut.clone(),
         ..Default::default()
     };
-    let cov = coverage(&run.header, &trailer);
+    let cov = coverage(&header, &trailer);
     let misses = counters.reported_misses();
     let _ = writeln!(out, "\nblkprof-trace: stopped ({reason})");
     for d in &cov {

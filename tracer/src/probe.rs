@@ -8,10 +8,10 @@ use aya::{
     programs::BtfTracePoint,
 };
 use tracer_common::{
-    AGG_FLUSH_RQ, AGG_NOT_ACCOUNTED, AGGREGATE_SLOT_COUNT, AggKey, Aggregate, AggregateSlot,
-    COUNTER_SLOTS, Counter, DeviceSlot, DeviceState, GLOBAL_CONFIG, MAP_AGGREGATE_SLOTS,
-    MAP_AGGREGATES, MAP_COUNTERS, MAP_DEVICE_FILTER, MAP_DEVICE_SLOTS, MAP_DEVICES, MAP_EVENTS,
-    PROGRAMS, ProbeConfig, dev_split,
+    AGG_EPOCH, AGG_FLUSH_RQ, AGG_NOT_ACCOUNTED, AGGREGATE_SLOT_COUNT, AggKey, Aggregate,
+    AggregateSlot, COUNTER_SLOTS, Counter, DeviceSlot, DeviceState, GLOBAL_CONFIG,
+    MAP_AGGREGATE_SLOTS, MAP_AGGREGATES, MAP_COUNTERS, MAP_DEVICE_FILTER, MAP_DEVICE_SLOTS,
+    MAP_DEVICES, MAP_EVENTS, PROGRAMS, ProbeConfig, dev_split,
     format::{AggregateSnapshot, ProbeCounters, ProgramStats},
     {Cuts, MAP_CUTS, MAP_REQUESTS, MAP_SLOTS, RequestSlot, RequestState, SLOT_COUNT},
 };
@@ -299,7 +299,13 @@ impl Probe {
         })
     }
 
+    /// The exact aggregates so far, of both epoch parities (see [`Cuts::rotation`]).
     pub fn aggregates(&self) -> Result<Vec<AggregateSnapshot>, ProbeError> {
+        self.aggregates_of(None)
+    }
+
+    /// The aggregates of one epoch parity ([`AGG_EPOCH`] or 0), or of both.
+    pub fn aggregates_of(&self, epoch: Option<u32>) -> Result<Vec<AggregateSnapshot>, ProbeError> {
         let err = |e: aya::maps::MapError| ProbeError::Map {
             map: MAP_AGGREGATES.into(),
             reason: e.to_string(),
@@ -315,7 +321,10 @@ impl Probe {
         // Sum every CPU's copy of each key, from the direct-mapped slots and the hash map.
         let mut sums: std::collections::BTreeMap<(u32, u32), Aggregate> = Default::default();
         let mut add = |k: AggKey, c: &Aggregate| {
-            let v = sums.entry((k.dev, k.op)).or_default();
+            if epoch.is_some_and(|e| k.op & AGG_EPOCH != e) {
+                return;
+            }
+            let v = sums.entry((k.dev, k.op & !AGG_EPOCH)).or_default();
             v.ios += c.ios;
             v.bytes += c.bytes;
             v.total_ns_sum += c.total_ns_sum;
