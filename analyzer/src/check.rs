@@ -117,6 +117,11 @@ pub fn default_rules_for(baselines: usize) -> Vec<Rule> {
         shape("write.mean_request_bytes", None, Some(5.0)),
         lat("read.latency_p50_us", p50_pct, p50_slack, 100),
         lat("write.latency_p50_us", p50_pct, p50_slack, 100),
+        // The floor: the fastest 1% of IOs waited for nothing but the device, so a busy machine
+        // leaves it alone (5.2-5.8 us over 40 reruns, with a CPU-bound neighbour or not) and a
+        // device twice as slow doubles it (12.1-12.6 us): a rise of more than 50% and 2 us.
+        lat("read.latency_p1_us", 50.0, Some(2.0), 1000),
+        lat("write.latency_p1_us", 50.0, Some(2.0), 1000),
         // A p99 moved 52-fold between reruns (76 us to 4 ms, CPU contention): only a rise of
         // more than 2x and 5 ms fails.
         lat("read.latency_p99_us", 100.0, Some(5000.0), 1000),
@@ -181,6 +186,10 @@ const OPS: [&str; 4] = ["read", "write", "discard", "flush"];
 /// The quantile level of a latency percentile metric ("latency_p99_us" -> 0.99).
 fn percentile_level(what: &str) -> Option<f64> {
     Some(match what {
+        "latency_p1_us" => 0.01,
+        "latency_p5_us" => 0.05,
+        "latency_p10_us" => 0.1,
+        "latency_p25_us" => 0.25,
         "latency_p50_us" => 0.5,
         "latency_p90_us" => 0.9,
         "latency_p99_us" => 0.99,
@@ -229,6 +238,11 @@ pub fn metric(r: &JsonReport, d: &JsonDevice, name: &str) -> Result<Option<f64>,
         "pct_ios" => o.map(|o| o.pct_ios),
         "pct_bytes" => o.map(|o| o.pct_bytes),
         "mean_request_bytes" => with_ios.map(|o| o.bytes as f64 / o.ios as f64),
+        // The low percentiles are on the report's ladder only (reports before it lack them).
+        "latency_p1_us" | "latency_p5_us" | "latency_p10_us" | "latency_p25_us" => {
+            let q = percentile_level(what).expect("a percentile");
+            l.and_then(|l| l.quantiles.iter().find(|e| e[0] == q).map(|e| e[1]))
+        }
         "latency_p50_us" => l.map(|l| l.p50),
         "latency_p90_us" => l.map(|l| l.p90),
         "latency_p99_us" => l.map(|l| l.p99),
@@ -484,6 +498,15 @@ fn verdict(
                 format!("the baseline has {nb} IOs, fewer than min_ios {m}: too few to judge");
             return Ok(v);
         }
+    }
+    if base.is_empty()
+        && !bds.is_empty()
+        && (rule.within.is_some() || rule.within_pct.is_some())
+        && rule.max.is_none()
+        && rule.min.is_none()
+    {
+        v.reason = "the baseline has no such figure (a report written before it existed): nothing to compare".into();
+        return Ok(v);
     }
     let noisy = sigmas > 0.0;
     let mut reasons = Vec::new();

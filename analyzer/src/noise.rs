@@ -19,9 +19,11 @@ pub fn quantile_rank_bounds(q: f64, n: u64, sigmas: f64) -> (f64, f64) {
 }
 
 /// The levels of a report's `quantiles` ladder (1-2-5 steps in the tail), dense enough to
-/// read a percentile's rank bounds off by interpolation.
-pub const QUANTILE_LEVELS: [f64; 14] = [
-    0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.98, 0.99, 0.995, 0.998, 0.999, 0.9995, 0.9998, 0.9999,
+/// read a percentile's rank bounds off by interpolation. The low end (p1, p5) is the device's
+/// floor: the IOs that waited for nothing.
+pub const QUANTILE_LEVELS: [f64; 16] = [
+    0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.98, 0.99, 0.995, 0.998, 0.999, 0.9995, 0.9998,
+    0.9999,
 ];
 
 /// The latency at quantile level `q` of an op with `n` IOs, read off the report's percentiles

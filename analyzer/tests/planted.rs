@@ -335,7 +335,7 @@ fn check_fails_a_changed_workload_and_passes_a_second_recording() {
         "{failed:#?}"
     );
     let xml = analyzer::check::junit(&v, "changed");
-    assert!(xml.contains("<failure message=") && xml.contains("tests=\"10\""));
+    assert!(xml.contains("<failure message=") && xml.contains("tests=\"12\""));
     // Explicit rules, no baseline.
     let rules: Rules = serde_json::from_str(r#"{"rules": [{"metric": "read.latency_p99_us", "max": 5000}, {"metric": "queue_depth_max", "max": 256}, {"metric": "lost.total", "max": 0}]}"#).unwrap();
     let v = check(&again, None, &rules, false).unwrap();

@@ -338,6 +338,7 @@ fn report(trace: &Path) -> Result<()> {
 struct Checked {
     pass: bool,
     failed_rules: Vec<String>,
+    read_p1_us: f64,
     read_p50_us: f64,
     read_p99_us: f64,
     write_p99_us: f64,
@@ -398,6 +399,10 @@ fn check(trace: &Path, baselines: &[PathBuf], rules: Option<&Path>) -> Result<Ch
     Ok(Checked {
         pass,
         failed_rules,
+        read_p1_us: d["ops"]["read"]["total_latency_us"]["quantiles"]
+            .as_array()
+            .and_then(|q| q.iter().find(|e| e[0].as_f64() == Some(0.01)))
+            .map_or(f64::NAN, |e| f(&e[1])),
         read_p50_us: f(&d["ops"]["read"]["total_latency_us"]["p50"]),
         read_p99_us: f(&d["ops"]["read"]["total_latency_us"]["p99"]),
         write_p99_us: f(&d["ops"]["write"]["total_latency_us"]["p99"]),
@@ -510,12 +515,13 @@ pub fn gate_stability(o: Options) -> Result<()> {
         }
     );
     println!(
-        "{:<12} {:<6} {:>4} {:>4} {:>8}  {:>15} {:>6} {:>16} {:>16} {:>19} {:>6}  rules that failed (times)",
+        "{:<12} {:<6} {:>4} {:>4} {:>8}  {:>16} {:>15} {:>6} {:>16} {:>16} {:>19} {:>6}  rules that failed (times)",
         "scenario",
         "expect",
         "pass",
         "fail",
         "expected",
+        "read p1 us",
         "read p50 us",
         "x base",
         "read p99 us",
@@ -554,14 +560,20 @@ pub fn gate_stability(o: Options) -> Result<()> {
         }
         let col = |f: fn(&Checked) -> f64| results.iter().map(f).collect::<Vec<f64>>();
         let spread = |v: Vec<f64>| format!("{:.0} ({})", median(v.clone()), range(&v));
+        let spread1 = |v: Vec<f64>| {
+            let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            format!("{:.1} ({lo:.1}-{hi:.1})", median(v))
+        };
         let p50 = col(|r| r.read_p50_us);
         println!(
-            "{:<12} {:<6} {:>4} {:>4} {:>8}  {:>15} {:>6.2} {:>16} {:>16} {:>19} {:>6.1}  {}",
+            "{:<12} {:<6} {:>4} {:>4} {:>8}  {:>16} {:>15} {:>6.2} {:>16} {:>16} {:>19} {:>6.1}  {}",
             s.name,
             if s.expect_fail { "fail" } else { "pass" },
             pass,
             fail,
             format!("{ok}/{}", results.len()),
+            spread1(col(|r| r.read_p1_us)),
             spread(p50.clone()),
             median(p50) / base_p50,
             spread(col(|r| r.read_p99_us)),
