@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::summary::{JsonReport, Summary};
+use crate::summary::JsonReport;
 
 /// Escape text for HTML element content and attribute values.
 pub fn escape(s: &str) -> String {
@@ -26,7 +26,7 @@ fn inline_svg(svg: &str) -> &str {
     svg.find("<svg").map_or(svg, |i| &svg[i..])
 }
 
-pub fn render(s: &Summary, j: &JsonReport) -> String {
+pub fn render(j: &JsonReport) -> String {
     let mut h = String::new();
     let _ = write!(
         h,
@@ -60,13 +60,6 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}} th{{background:#
         let _ = write!(h, "<p class='warn'>{}</p>", escape(n));
     }
     for d in &j.devices {
-        let Some(ds) = s
-            .devices
-            .values()
-            .find(|x| x.major == d.major && x.minor == d.minor)
-        else {
-            continue;
-        };
         let _ = write!(
             h,
             "<h2>{} ({}:{})</h2><p>{} .. {}</p>",
@@ -106,7 +99,7 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}} th{{background:#
             );
         }
         h.push_str("</table>");
-        for c in crate::plots::charts(s, j, ds) {
+        for c in crate::plots::charts(j, d) {
             h.push_str(inline_svg(&c.svg()));
         }
         if !d.bursts.is_empty() {
@@ -173,11 +166,10 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}} th{{background:#
         }
     }
     // Submitting tasks are user-controlled strings (a comm can be anything): escaped.
-    let tasks = s
-        .tasks
+    let tasks = j
+        .top_tasks
         .iter()
-        .take(20)
-        .map(|t| format!("{} ({})", escape(&t.1), t.0))
+        .map(|t| format!("{} ({})", escape(&t.comm), t.pid))
         .collect::<Vec<_>>();
     if !tasks.is_empty() {
         let _ = write!(h, "<h3>Submitting tasks</h3><p>{}</p>", tasks.join(", "));

@@ -2,6 +2,7 @@ use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use analyzer::summary::JsonReport;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -98,11 +99,20 @@ enum Cmd {
     /// and the trace's coverage of the kernel's own counters.
     Report {
         /// Trace file written by blkprof-trace.
-        #[arg(required = true)]
+        #[arg(required_unless_present = "from_json")]
         traces: Vec<PathBuf>,
         /// Print the report as JSON (schema in docs/report-json.md).
         #[arg(long)]
         json: bool,
+        /// Render a saved report instead of reading traces: the JSON of `blkprof report
+        /// --json` or of --output-dir, as text, as JSON again, or with -o as HTML and charts.
+        /// A report of an older version renders with the figures it has.
+        #[arg(
+            long = "from-json",
+            value_name = "FILE",
+            conflicts_with_all = ["traces", "stress", "stress_start", "stress_tz", "app_logs", "app_log_tz"]
+        )]
+        from_json: Option<PathBuf>,
         /// The stress tool's output (YCSB stdout or stderr, with or without timestamps), shown
         /// next to the disk on the same wall-clock axis. Repeatable.
         #[arg(long = "stress", value_name = "FILE")]
@@ -368,6 +378,7 @@ fn main() -> ExitCode {
         Cmd::Report {
             traces,
             json,
+            from_json,
             stress,
             stress_start,
             stress_tz,
@@ -385,6 +396,42 @@ fn main() -> ExitCode {
             }
             let stdout = std::io::stdout();
             let mut out = stdout.lock();
+            let emit = |out: &mut std::io::StdoutLock<'_>, t: &std::path::Path, j: &JsonReport| {
+                if let Some(dir) = &out_dir
+                    && let Err(e) = write_files(dir, t, j)
+                {
+                    eprintln!("blkprof: writing into {}: {e}", dir.display());
+                    return Err(ExitCode::from(1));
+                }
+                let r = if json {
+                    serde_json::to_writer_pretty(&mut *out, j)
+                        .map_err(std::io::Error::other)
+                        .and_then(|()| writeln!(out))
+                } else {
+                    analyzer::text::write(out, j)
+                };
+                match r {
+                    Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(ExitCode::SUCCESS),
+                    Err(e) => {
+                        eprintln!("blkprof: writing the report: {e}");
+                        Err(ExitCode::from(1))
+                    }
+                    Ok(()) => Ok(()),
+                }
+            };
+            if let Some(path) = &from_json {
+                let j = match read_report(path) {
+                    Ok(j) => j,
+                    Err(e) => {
+                        eprintln!("blkprof: {e}");
+                        return ExitCode::from(2);
+                    }
+                };
+                return match emit(&mut out, path, &j) {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(code) => code,
+                };
+            }
             for (i, t) in traces.iter().enumerate() {
                 // Local times are read in the zones given, else in the one the trace recorded:
                 // each trace may come from another host.
@@ -417,28 +464,13 @@ fn main() -> ExitCode {
                     }
                 };
                 s.context = context;
-                for w in s.time_warnings() {
+                let j = s.to_json();
+                drop(s);
+                for w in &j.time_warnings {
                     eprintln!("blkprof: warning: {}", w.message);
                 }
-                if let Some(dir) = &out_dir
-                    && let Err(e) = write_files(dir, t, &s)
-                {
-                    eprintln!("blkprof: writing into {}: {e}", dir.display());
-                    return ExitCode::from(1);
-                }
-                let r = if json {
-                    serde_json::to_writer_pretty(&mut out, &s.to_json())
-                        .map_err(std::io::Error::other)
-                        .and_then(|()| writeln!(out))
-                } else {
-                    analyzer::text::write(&mut out, &s)
-                };
-                if let Err(e) = r {
-                    if e.kind() == std::io::ErrorKind::BrokenPipe {
-                        return ExitCode::SUCCESS;
-                    }
-                    eprintln!("blkprof: writing the report: {e}");
-                    return ExitCode::from(1);
+                if let Err(code) = emit(&mut out, t, &j) {
+                    return code;
                 }
             }
             ExitCode::SUCCESS
@@ -485,24 +517,45 @@ impl Inputs<'_> {
     }
 }
 
+/// A saved report (`blkprof report --json`).
+fn read_report(path: &std::path::Path) -> Result<JsonReport, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let j: JsonReport = serde_json::from_slice(&bytes).map_err(|e| {
+        format!(
+            "{} is not a blkprof report (the JSON of `blkprof report --json`): {e}",
+            path.display()
+        )
+    })?;
+    if j.schema_version > analyzer::summary::REPORT_SCHEMA_VERSION {
+        eprintln!(
+            "blkprof: warning: {} was written by a newer blkprof (report schema {}, this one reads {}): what it added is not shown",
+            path.display(),
+            j.schema_version,
+            analyzer::summary::REPORT_SCHEMA_VERSION
+        );
+    }
+    Ok(j)
+}
+
 /// report.html, report.json and the charts as SVG files; several traces get name prefixes.
 fn write_files(
     dir: &std::path::Path,
     trace: &std::path::Path,
-    s: &analyzer::summary::Summary,
+    j: &analyzer::summary::JsonReport,
 ) -> std::io::Result<()> {
     let stem = trace
         .file_stem()
         .map_or_else(|| "trace".into(), |x| x.to_string_lossy().into_owned());
-    let j = s.to_json();
-    std::fs::write(
-        dir.join(format!("{stem}.html")),
-        analyzer::html::render(s, &j),
-    )?;
-    let json = serde_json::to_vec_pretty(&j).map_err(std::io::Error::other)?;
-    std::fs::write(dir.join(format!("{stem}.json")), json)?;
-    for d in s.devices.values() {
-        for c in analyzer::plots::charts(s, &j, d) {
+    std::fs::write(dir.join(format!("{stem}.html")), analyzer::html::render(j))?;
+    // Not over the report being rendered (--from-json DIR/run.json -o DIR).
+    let json_path = dir.join(format!("{stem}.json"));
+    let same = |a: &std::path::Path, b: &std::path::Path| matches!((a.canonicalize(), b.canonicalize()), (Ok(a), Ok(b)) if a == b);
+    if !same(&json_path, trace) {
+        let json = serde_json::to_vec_pretty(j).map_err(std::io::Error::other)?;
+        std::fs::write(json_path, json)?;
+    }
+    for d in &j.devices {
+        for c in analyzer::plots::charts(j, d) {
             let base = dir.join(format!("{stem}-{}-{}", d.name.replace('/', "_"), c.name));
             std::fs::write(base.with_extension("svg"), c.svg())?;
             c.png(&base.with_extension("png"))?;

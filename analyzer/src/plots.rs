@@ -3,7 +3,7 @@
 
 use plotters::prelude::*;
 
-use crate::summary::{DeviceStats, JsonReport, Summary};
+use crate::summary::{JsonDevice, JsonReport};
 
 pub struct Line<'a> {
     pub label: &'a str,
@@ -161,16 +161,9 @@ const WRITE: RGBColor = RGBColor(214, 39, 40);
 const DISCARD: RGBColor = RGBColor(44, 160, 44);
 const OTHER: RGBColor = RGBColor(148, 103, 189);
 
-/// The device's charts, from the report `j` of `s` (built once by the caller).
-pub fn charts(s: &Summary, j: &JsonReport, d: &DeviceStats) -> Vec<Chart<'static>> {
-    let Some(jd) = j
-        .devices
-        .iter()
-        .find(|x| x.major == d.major && x.minor == d.minor)
-    else {
-        return Vec::new();
-    };
-    let ser = &jd.series;
+/// The charts of device `d` of report `j`.
+pub fn charts(j: &JsonReport, d: &JsonDevice) -> Vec<Chart<'static>> {
+    let ser = &d.series;
     // Each value is plotted at the middle of its interval.
     let t = |i: usize| (i as f64 + 0.5) * ser.interval_s;
     let pts = |v: &[f64]| {
@@ -184,7 +177,7 @@ pub fn charts(s: &Summary, j: &JsonReport, d: &DeviceStats) -> Vec<Chart<'static
         .iter()
         .map(|b| (b.start_s, b.start_s + b.duration_s))
         .collect();
-    let wall0 = s.header.wall_clock_start_ns;
+    let wall0 = j.start_unix_ns;
     let marks: Vec<f64> = j
         .markers
         .iter()
@@ -204,13 +197,12 @@ pub fn charts(s: &Summary, j: &JsonReport, d: &DeviceStats) -> Vec<Chart<'static
     let ms = |v: &[f64]| pts(&v.iter().map(|x| x / 1e3).collect::<Vec<_>>());
     // Writes at the resolution of burst detection (100 ms by default): per interval, a flush
     // of 2.5 MB in 0.1 s reads as 2.5 MB/s and hides exactly what this chart is for.
-    let fine_s = d.series.fine_ns as f64 / 1e9;
-    let fine_writes: Vec<(f64, f64)> = d
-        .series
-        .fine_write_bytes
+    let fine_s = ser.fine_interval_s;
+    let fine_writes: Vec<(f64, f64)> = ser
+        .fine_write_mb_per_s
         .iter()
         .enumerate()
-        .map(|(i, &b)| ((i as f64 + 0.5) * fine_s, b as f64 / 1e6 / fine_s))
+        .map(|(i, &v)| ((i as f64 + 0.5) * fine_s, v))
         .collect();
     let fine_label: &'static str = if (fine_s - 0.1).abs() < 1e-9 {
         "write per 100 ms"

@@ -442,7 +442,7 @@ pub fn read_stress_in(path: &Path, zone: &Zone) -> Result<StressRun, ParseError>
 pub struct Marker {
     /// RFC 3339.
     pub time: String,
-    #[serde(skip)]
+    /// The same as Unix ns.
     pub time_ns: i64,
     /// flush-enqueued, flush-completed, compaction-started, compaction-completed, sstable-deleted
     pub kind: String,

@@ -773,6 +773,10 @@ pub struct JsonSeries {
     pub read_max_us: Vec<f64>,
     pub write_p99_us: Vec<f64>,
     pub write_max_us: Vec<f64>,
+    /// Write throughput at the resolution of burst detection (`--resolution`, 100 ms by
+    /// default), which the per-interval figures average away.
+    pub fine_interval_s: f64,
+    pub fine_write_mb_per_s: Vec<f64>,
 }
 
 #[derive(Serialize, serde::Deserialize, Default)]
@@ -783,6 +787,10 @@ pub struct JsonReport {
     pub host: String,
     pub kernel: String,
     pub start: String,
+    /// `start` as Unix ns, the origin of the charts' time axis.
+    pub start_unix_ns: i64,
+    /// From the start to the trailer's end; null when the trace has no trailer.
+    pub duration_s: Option<f64>,
     pub records: u64,
     pub complete: bool,
     pub devices: Vec<JsonDevice>,
@@ -804,6 +812,59 @@ pub struct JsonReport {
     /// offset that would put them there.
     #[serde(default)]
     pub time_warnings: Vec<TimeWarning>,
+    /// Each stress run's timed status lines next to the disk (the report's first device),
+    /// when they fall on the trace.
+    #[serde(default)]
+    pub client_vs_disk: Vec<ClientVsDisk>,
+    /// The tasks that submitted the most IOs (at most [`TOP_TASKS`]), most first, and how many
+    /// submitted any.
+    #[serde(default)]
+    pub top_tasks: Vec<JsonTask>,
+    #[serde(default)]
+    pub tasks: usize,
+}
+
+/// How many submitting tasks the report lists.
+pub const TOP_TASKS: usize = 20;
+
+#[derive(Serialize, serde::Deserialize, Clone, Debug, Default)]
+#[serde(default)]
+pub struct JsonTask {
+    pub pid: u32,
+    pub comm: String,
+    pub ios: u64,
+}
+
+#[derive(Serialize, serde::Deserialize, Clone, Debug, Default)]
+#[serde(default)]
+pub struct ClientVsDisk {
+    /// The stress run's `path`.
+    pub path: String,
+    pub device: String,
+    pub rows: Vec<ClientDiskRow>,
+}
+
+/// One status line: the client's figures, and the disk's over the preceding status interval
+/// (the 5 s before the first line).
+#[derive(Serialize, serde::Deserialize, Clone, Debug, Default)]
+#[serde(default)]
+pub struct ClientDiskRow {
+    pub time: String,
+    pub ops_per_s: f64,
+    /// The highest p99 (or mean, when the tool prints no p99) over the line's ops.
+    pub client_p99_us: f64,
+    /// Null when the interval lies outside the trace.
+    pub disk: Option<DiskWindow>,
+}
+
+#[derive(Serialize, serde::Deserialize, Clone, Debug, Default)]
+#[serde(default)]
+pub struct DiskWindow {
+    pub write_mb_per_s: f64,
+    pub read_iops: f64,
+    pub queue_depth: f64,
+    /// The highest per-interval read p99.
+    pub read_p99_us: f64,
 }
 
 /// The zones local times were read in ("UTC", "+02:00", "Europe/Berlin").
@@ -953,6 +1014,12 @@ impl Summary {
             host: self.header.host.clone(),
             kernel: self.header.kernel.clone(),
             start: rfc3339(self.header.wall_clock_start_ns),
+            start_unix_ns: self.header.wall_clock_start_ns,
+            duration_s: self.trailer.as_ref().map(|t| {
+                t.monotonic_end_ns
+                    .saturating_sub(self.header.monotonic_base_ns) as f64
+                    / 1e9
+            }),
             records: self.records,
             complete: self.endings.iter().all(|(_, e)| *e == Ending::Complete),
             devices,
@@ -977,7 +1044,78 @@ impl Summary {
                     .map(|r| r.time_zone.label.clone()),
             },
             time_warnings: self.time_warnings(),
+            client_vs_disk: self.client_vs_disk(),
+            top_tasks: self
+                .tasks
+                .iter()
+                .take(TOP_TASKS)
+                .map(|(pid, comm, ios)| JsonTask {
+                    pid: *pid,
+                    comm: comm.clone(),
+                    ios: *ios,
+                })
+                .collect(),
+            tasks: self.tasks.len(),
         }
+    }
+
+    /// [`JsonReport::client_vs_disk`].
+    fn client_vs_disk(&self) -> Vec<ClientVsDisk> {
+        let Some(d) = self.devices.values().next() else {
+            return Vec::new();
+        };
+        let wall0 = self.header.wall_clock_start_ns as i128 - self.header.monotonic_base_ns as i128;
+        let to_mono = |w: i64| (w as i128 - wall0).max(0) as u64;
+        let mut out = Vec::new();
+        for run in &self.context.stress {
+            let timed: Vec<_> = run
+                .status
+                .iter()
+                .filter(|p| p.time_ns.is_some() && p.ops_per_s.is_some())
+                .collect();
+            if !timed
+                .iter()
+                .any(|p| p.time_ns.is_some_and(|t| self.near_trace(t)))
+            {
+                continue;
+            }
+            let s = &d.series;
+            let mut prev: Option<i64> = None;
+            let mut rows = Vec::new();
+            for p in timed {
+                let t = p.time_ns.unwrap_or(0);
+                let from = prev.unwrap_or(t - 5_000_000_000);
+                prev = Some(t);
+                let (a, b) = (s.at_interval(to_mono(from)), s.at_interval(to_mono(t)));
+                let ivs = s.intervals.get(a..b.min(s.intervals.len())).unwrap_or(&[]);
+                let secs = (ivs.len() as f64 * s.interval_ns as f64 / 1e9).max(1e-9);
+                rows.push(ClientDiskRow {
+                    time: rfc3339(t),
+                    ops_per_s: p.ops_per_s.unwrap_or(0.0),
+                    client_p99_us: p
+                        .latencies
+                        .iter()
+                        .filter_map(|l| l.p99_us.or(l.avg_us))
+                        .fold(0.0, f64::max),
+                    disk: (!ivs.is_empty()).then(|| DiskWindow {
+                        write_mb_per_s: ivs.iter().map(|iv| iv.groups[1].1).sum::<u64>() as f64
+                            / 1e6
+                            / secs,
+                        read_iops: ivs.iter().map(|iv| iv.groups[0].0).sum::<u64>() as f64 / secs,
+                        queue_depth: (a..b).map(|i| s.interval_queue(i)).sum::<f64>()
+                            / (b - a).max(1) as f64,
+                        read_p99_us: ivs.iter().map(|iv| iv.read_lat[1]).max().unwrap_or(0) as f64
+                            / 1e3,
+                    }),
+                });
+            }
+            out.push(ClientVsDisk {
+                path: run.path.clone(),
+                device: d.name.clone(),
+                rows,
+            });
+        }
+        out
     }
 }
 
@@ -1039,6 +1177,14 @@ impl Summary {
             read_max_us: g(&|iv| iv.read_lat[3] as f64 / 1e3),
             write_p99_us: g(&|iv| iv.write_lat[1] as f64 / 1e3),
             write_max_us: g(&|iv| iv.write_lat[3] as f64 / 1e3),
+            fine_interval_s: s.fine_ns as f64 / 1e9,
+            fine_write_mb_per_s: {
+                let fine_s = s.fine_ns as f64 / 1e9;
+                s.fine_write_bytes
+                    .iter()
+                    .map(|&b| b as f64 / 1e6 / fine_s)
+                    .collect()
+            },
         }
     }
 }

@@ -5,7 +5,7 @@ use std::io::Write;
 use tracer_common::coverage::{describe, thousands};
 
 use crate::sizes::human;
-use crate::summary::{JsonLatency, Summary};
+use crate::summary::{JsonLatency, JsonReport};
 
 fn bytes(b: u64) -> String {
     const U: [&str; 5] = ["B", "KB", "MB", "GB", "TB"];
@@ -41,13 +41,8 @@ fn lat(l: &JsonLatency) -> String {
     format!("{}/{}/{}/{}", f(l.p50), f(l.p99), f(l.p999), f(l.max))
 }
 
-pub fn write(out: &mut dyn Write, s: &Summary) -> std::io::Result<()> {
-    let j = s.to_json();
-    let dur = s.trailer.as_ref().map(|t| {
-        t.monotonic_end_ns
-            .saturating_sub(s.header.monotonic_base_ns) as f64
-            / 1e9
-    });
+pub fn write(out: &mut dyn Write, j: &JsonReport) -> std::io::Result<()> {
+    let dur = j.duration_s;
     writeln!(
         out,
         "trace {} (host {}, kernel {}, started {}{})",
@@ -426,85 +421,47 @@ pub fn write(out: &mut dyn Write, s: &Summary) -> std::io::Result<()> {
         {
             writeln!(out, "  warning: {}", w.message)?;
         }
-        if let Some(d) = s.devices.values().next() {
-            let timed: Vec<_> = run
-                .status
-                .iter()
-                .filter(|p| p.time_ns.is_some() && p.ops_per_s.is_some())
-                .collect();
-            let overlaps = timed
-                .iter()
-                .any(|p| p.time_ns.is_some_and(|t| s.near_trace(t)));
-            if !timed.is_empty() && overlaps {
-                writeln!(
-                    out,
-                    "  client vs {} at each status line (disk figures over the preceding status interval):",
-                    d.name
-                )?;
-                writeln!(
-                    out,
-                    "    {:<24} {:>9} {:>12} {:>11} {:>10} {:>9} {:>12}",
-                    "time",
-                    "ops/s",
-                    "client p99",
-                    "disk wMB/s",
-                    "disk rIOPS",
-                    "disk qd",
-                    "disk read p99"
-                )?;
-                let wall0 =
-                    s.header.wall_clock_start_ns as i128 - s.header.monotonic_base_ns as i128;
-                let mut prev: Option<i64> = None;
-                for p in timed {
-                    let t = p.time_ns.unwrap_or(0);
-                    let from = prev.unwrap_or(t - 5_000_000_000);
-                    prev = Some(t);
-                    let to_mono = |w: i64| (w as i128 - wall0).max(0) as u64;
-                    let (a, b) = (
-                        d.series.at_interval(to_mono(from)),
-                        d.series.at_interval(to_mono(t)),
-                    );
-                    let ivs = d
-                        .series
-                        .intervals
-                        .get(a..b.min(d.series.intervals.len()))
-                        .unwrap_or(&[]);
-                    let secs = (ivs.len() as f64 * d.series.interval_ns as f64 / 1e9).max(1e-9);
-                    let wmb = ivs.iter().map(|iv| iv.groups[1].1).sum::<u64>() as f64 / 1e6 / secs;
-                    let riops = ivs.iter().map(|iv| iv.groups[0].0).sum::<u64>() as f64 / secs;
-                    let qd = (a..b).map(|i| d.series.interval_queue(i)).sum::<f64>()
-                        / (b - a).max(1) as f64;
-                    let rp99 = ivs.iter().map(|iv| iv.read_lat[1]).max().unwrap_or(0) as f64 / 1e3;
-                    let client = p
-                        .latencies
-                        .iter()
-                        .filter_map(|l| l.p99_us.or(l.avg_us))
-                        .fold(0.0, f64::max);
-                    if ivs.is_empty() {
-                        writeln!(
-                            out,
-                            "    {:<24} {:>9.0} {:>12} {:>11} {:>10} {:>9} {:>12}",
-                            tracer_common::format::rfc3339(t),
-                            p.ops_per_s.unwrap_or(0.0),
-                            fmt_us(client),
-                            "-",
-                            "-",
-                            "-",
-                            "(outside trace)"
-                        )?;
-                    } else {
-                        writeln!(
-                            out,
-                            "    {:<24} {:>9.0} {:>12} {:>11.1} {:>10.0} {:>9.1} {:>12}",
-                            tracer_common::format::rfc3339(t),
-                            p.ops_per_s.unwrap_or(0.0),
-                            fmt_us(client),
-                            wmb,
-                            riops,
-                            qd,
-                            fmt_us(rp99)
-                        )?;
-                    }
+        if let Some(c) = j.client_vs_disk.iter().find(|c| c.path == run.path) {
+            writeln!(
+                out,
+                "  client vs {} at each status line (disk figures over the preceding status interval):",
+                c.device
+            )?;
+            writeln!(
+                out,
+                "    {:<24} {:>9} {:>12} {:>11} {:>10} {:>9} {:>12}",
+                "time",
+                "ops/s",
+                "client p99",
+                "disk wMB/s",
+                "disk rIOPS",
+                "disk qd",
+                "disk read p99"
+            )?;
+            for r in &c.rows {
+                match &r.disk {
+                    None => writeln!(
+                        out,
+                        "    {:<24} {:>9.0} {:>12} {:>11} {:>10} {:>9} {:>12}",
+                        r.time,
+                        r.ops_per_s,
+                        fmt_us(r.client_p99_us),
+                        "-",
+                        "-",
+                        "-",
+                        "(outside trace)"
+                    )?,
+                    Some(w) => writeln!(
+                        out,
+                        "    {:<24} {:>9.0} {:>12} {:>11.1} {:>10.0} {:>9.1} {:>12}",
+                        r.time,
+                        r.ops_per_s,
+                        fmt_us(r.client_p99_us),
+                        w.write_mb_per_s,
+                        w.read_iops,
+                        w.queue_depth,
+                        fmt_us(w.read_p99_us)
+                    )?,
                 }
             }
         }

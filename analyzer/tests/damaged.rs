@@ -586,11 +586,11 @@ fn a_truncated_trace_keeps_its_losses_and_fails_check() {
     let stopped = j.integrity.stopped.clone().unwrap();
     assert!(stopped.contains("truncated after +2.5 s"), "{stopped}");
     let mut text = Vec::new();
-    analyzer::text::write(&mut text, &s).unwrap();
+    analyzer::text::write(&mut text, &j).unwrap();
     let text = String::from_utf8(text).unwrap();
     assert!(text.contains("truncated after +2.5 s"), "{text}");
     assert!(text.contains("lost: at least 16 IOs"), "{text}");
-    let html = analyzer::html::render(&s, &j);
+    let html = analyzer::html::render(&j);
     assert!(html.contains("truncated after +2.5 s"));
 
     // check: fails on the incomplete trace, passes with --allow-incomplete.

@@ -187,7 +187,7 @@ fn a_truncated_trace_reports_what_is_intact() {
     assert!(s.records > 0 && s.records < ios.len() as u64);
     assert!(!s.to_json().complete);
     let mut out = Vec::new();
-    analyzer::text::write(&mut out, &s).unwrap();
+    analyzer::text::write(&mut out, &s.to_json()).unwrap();
     let text = String::from_utf8(out).unwrap();
     assert!(text.contains("truncated after +"), "{text}");
     assert!(text.contains("no trailer after"), "{text}");
@@ -221,7 +221,7 @@ fn hostile_strings_are_escaped_in_html() {
     }
     w.finish(&TraceTrailer::default()).unwrap();
     let s = summarize(&p, &Options::default()).unwrap();
-    let html = analyzer::html::render(&s, &s.to_json());
+    let html = analyzer::html::render(&s.to_json());
     assert!(
         html.contains("&lt;img src=x oner"),
         "the comm is shown, escaped"

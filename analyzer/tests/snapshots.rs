@@ -157,3 +157,84 @@ fn export_formats() {
         );
     }
 }
+
+/// A saved report renders exactly as the trace it came from: text, JSON, HTML and charts.
+#[test]
+fn a_saved_report_renders_as_its_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let saved = dir.path().join("saved.json");
+    let mut a = vec!["report", "--json"];
+    a.extend(YCSB);
+    let json = run(&a, 0);
+    std::fs::write(&saved, &json).unwrap();
+    let saved = saved.to_str().unwrap();
+    let mut a = vec!["report"];
+    a.extend(YCSB);
+    same_text(
+        &run(&["report", "--from-json", saved], 0),
+        &run(&a, 0),
+        "text",
+    );
+    same_text(
+        &run(&["report", "--from-json", saved, "--json"], 0),
+        &json,
+        "JSON",
+    );
+    let (from_trace, from_json) = (dir.path().join("t"), dir.path().join("j"));
+    let mut a = vec!["report", "-o", from_trace.to_str().unwrap()];
+    a.extend(YCSB);
+    run(&a, 0);
+    run(
+        &[
+            "report",
+            "--from-json",
+            saved,
+            "-o",
+            from_json.to_str().unwrap(),
+        ],
+        0,
+    );
+    for e in std::fs::read_dir(&from_trace).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        if !(name.ends_with(".html") || name.ends_with(".svg")) {
+            continue;
+        }
+        // Files are named after the input: the trace's stem, or the saved report's.
+        let other = from_json.join(name.replacen("cassandra-ycsb-a", "saved", 1));
+        same_text(
+            &std::fs::read_to_string(&p).unwrap(),
+            &std::fs::read_to_string(&other).unwrap_or_default(),
+            &name,
+        );
+    }
+    // A report that is not one: exit 2 and say what was expected.
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, "{\"devices\": 3}").unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_blkprof"))
+        .args(["report", "--from-json", bad.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("is not a blkprof report"));
+}
+
+/// Equal, or a panic naming the first line that differs (not the whole of two SVGs).
+fn same_text(a: &str, b: &str, what: &str) {
+    if a == b {
+        return;
+    }
+    let (la, lb): (Vec<&str>, Vec<&str>) = (a.split('>').collect(), b.split('>').collect());
+    let i = la
+        .iter()
+        .zip(&lb)
+        .position(|(x, y)| x != y)
+        .unwrap_or(la.len().min(lb.len()));
+    panic!(
+        "{what} differs at element {i} of {}/{}: {:?} vs {:?}",
+        la.len(),
+        lb.len(),
+        la.get(i),
+        lb.get(i)
+    );
+}

@@ -132,7 +132,7 @@ fn read_trace(path: &Path) {
         panic!("a report does not read back as a baseline: {e}");
     }
     let mut text = Vec::new();
-    analyzer::text::write(&mut text, &s).expect("writing into a Vec");
+    analyzer::text::write(&mut text, &s.to_json()).expect("writing into a Vec");
 }
 
 /// The report `check_rules` checks: of tests/data/cassandra-shaped-a.blkp, made once.
