@@ -170,7 +170,7 @@ enum Cmd {
         /// and write share of bytes within 2 points, size mixes within 0.05, mean request sizes
         /// within 5%, each beyond 4 standard errors of sampling noise. Latency fails only on a
         /// rise beyond the noise of its percentile's rank: p1 (the device's floor) more than
-        /// 1.5x and 2 us, p50 more than 2x and 50 us (1.5x the highest of 3 or more baselines),
+        /// 1.5x and 2 us, p50 more than 2x and 50 us (2x the highest of 3 or more baselines),
         /// p99 more than 2x and 5 ms. Throughput is not
         /// compared: an unthrottled job's throughput measures the machine. docs/check-rules.md
         #[arg(long)]
