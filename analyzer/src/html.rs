@@ -165,6 +165,11 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}} th{{background:#
             h.push_str("</ul>");
         }
     }
+    for def in crate::sections::SECTIONS {
+        if let Some(v) = j.sections.get(def.name) {
+            (def.html)(v, &mut h);
+        }
+    }
     // Submitting tasks are user-controlled strings (a comm can be anything): escaped.
     let tasks = j
         .top_tasks

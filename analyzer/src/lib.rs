@@ -10,6 +10,7 @@ pub mod import;
 pub mod loghist;
 pub mod noise;
 pub mod plots;
+pub mod sections;
 pub mod series;
 pub mod sizes;
 pub mod stress;

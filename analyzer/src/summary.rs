@@ -160,6 +160,8 @@ pub struct Summary {
     /// The last periodic stats frame read: the losses of a file without a trailer.
     pub last_stats: Option<StatsFrame>,
     pub integrity: Integrity,
+    /// What the registered sections (crate::sections) made, by name.
+    pub sections: BTreeMap<String, serde_json::Value>,
 }
 
 /// How far the input can be trusted: how the file ended, where the loss figures come from,
@@ -293,6 +295,8 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
     let mut chunks: Vec<((u64, u64), u64, u64)> = Vec::new();
     // Whether each task's writes count towards bursts (--burst-comm), by pass one's numbering.
     let mut burst_writer: Vec<bool> = Vec::new();
+    let mut sections = crate::sections::start(opts);
+    let mut kept: Vec<IoRecord> = Vec::new();
     // Pass one: totals, size mix, latency, time series.
     loop {
         let pos = r.position();
@@ -311,6 +315,7 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
             );
         }
         records += buf.len() as u64;
+        let outside_before = outside_window;
         for rec in &buf {
             if !window.holds(rec) {
                 outside_window += 1;
@@ -385,6 +390,17 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
             if rec.error != 0 {
                 o.errors += 1;
             }
+        }
+        // The sections see what the summary saw: without records outside the run's window.
+        let chunk: &[IoRecord] = if outside_window == outside_before {
+            &buf
+        } else {
+            kept.clear();
+            kept.extend(buf.iter().filter(|x| window.holds(x)));
+            &kept
+        };
+        for (_, sec) in &mut sections {
+            sec.chunk(chunk);
         }
     }
     let mut devices: BTreeMap<u32, DeviceStats> = BTreeMap::new();
@@ -570,7 +586,21 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
         .map(|(i, n)| (r.tasks()[i].pid, r.tasks()[i].comm.clone(), *n))
         .collect();
     tasks.sort_by_key(|t| std::cmp::Reverse(t.2));
+    let name = |dev: u32| {
+        devices.get(&dev).map_or_else(
+            || {
+                let (ma, mi) = tracer_common::dev_split(dev);
+                format!("{ma}:{mi}")
+            },
+            |d| d.name.clone(),
+        )
+    };
+    let sections = sections
+        .into_iter()
+        .map(|(n, sec)| (n.to_string(), sec.finish(&name)))
+        .collect();
     Ok(Summary {
+        sections,
         tasks,
         context: Context::default(),
         paths: vec![path.to_owned()],
@@ -822,6 +852,9 @@ pub struct JsonReport {
     pub top_tasks: Vec<JsonTask>,
     #[serde(default)]
     pub tasks: usize,
+    /// What each registered section made (crate::sections), by its name.
+    #[serde(default)]
+    pub sections: BTreeMap<String, serde_json::Value>,
 }
 
 /// How many submitting tasks the report lists.
@@ -1056,6 +1089,7 @@ impl Summary {
                 })
                 .collect(),
             tasks: self.tasks.len(),
+            sections: self.sections.clone(),
         }
     }
 

@@ -271,6 +271,11 @@ pub fn write(out: &mut dyn Write, j: &JsonReport) -> std::io::Result<()> {
         }
     }
     // A log off the trace's clock has no flush table: say why, where it would have been.
+    for def in crate::sections::SECTIONS {
+        if let Some(v) = j.sections.get(def.name) {
+            (def.text)(v, out)?;
+        }
+    }
     for w in j.time_warnings.iter().filter(|w| w.kind == "app-log") {
         writeln!(out, "\nwarning: {}", w.message)?;
     }

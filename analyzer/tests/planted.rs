@@ -353,3 +353,70 @@ fn check_fails_a_changed_workload_and_passes_a_second_recording() {
             .contains("unknown metric")
     );
 }
+
+#[test]
+fn the_access_pattern_section_counts_sequential_and_random_io_as_planted() {
+    // Reads: two interleaved sequential streams of 300 IOs of 8 KB each, each pair of a
+    // stream's IOs completing in swapped order (a queue depth of 2: 1, 0, 3, 2, ...), and 400
+    // random 4 KB reads far apart; writes: 100 random 64 KB writes. Sequential: every stream
+    // IO but the first two of each (IO 1 comes first and continues nothing, IO 0 starts before
+    // it), so 596 of 1,000 reads; no write.
+    let mut ios = Vec::new();
+    let mut t = BASE_NS + 1_000_000;
+    let io = |t: u64, op: Op, bytes: u32, sector: u64| Io {
+        enter_ns: t - 20_000,
+        issue_ns: t - 10_000,
+        complete_ns: t,
+        op,
+        bytes,
+        sector,
+        os_inflight: 1,
+        flags: 0,
+    };
+    for i in 0..300u64 {
+        for base in [1u64 << 20, 1 << 30] {
+            t += 10_000;
+            ios.push(io(t, Op::Read, 8192, base + (i ^ 1) * 16));
+        }
+    }
+    for i in 0..400u64 {
+        t += 10_000;
+        ios.push(io(
+            t,
+            Op::Read,
+            4096,
+            (i * 7_919_993) % (1 << 28) * 8 + (1 << 32),
+        ));
+    }
+    for i in 0..100u64 {
+        t += 10_000;
+        ios.push(io(
+            t,
+            Op::Write,
+            65536,
+            (i * 104_729) % (1 << 20) * 1024 + (1 << 34),
+        ));
+    }
+    let j = report(&mut ios).to_json();
+    let a = &j.sections["access_pattern"];
+    let dev = &a["devices"][0];
+    assert_eq!(dev["name"], "nvme0n1");
+    let read = &dev["ops"][0];
+    assert_eq!(
+        (read["op"].as_str(), read["ios"].as_u64()),
+        (Some("read"), Some(1000))
+    );
+    assert_eq!(read["sequential_ios"].as_u64(), Some(596), "{a:#}");
+    let write = &dev["ops"][1];
+    assert_eq!(write["sequential_ios"].as_u64(), Some(0), "{a:#}");
+    assert_eq!(write["ios"].as_u64(), Some(100));
+    // Shown in the text and HTML reports, from the model.
+    let mut out = Vec::new();
+    analyzer::text::write(&mut out, &j).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(
+        text.contains("nvme0n1      read 59.6% sequential"),
+        "{text}"
+    );
+    assert!(analyzer::html::render(&j).contains("<h3>Access pattern</h3>"));
+}

@@ -164,11 +164,36 @@ pub fn bench(ios: u64) -> Result<()> {
     }
     let size = std::fs::metadata(&path)?.len();
     let blkprof = root().join("target/release/blkprof");
-    let (mut n, mut reads, mut reports) = (0, Vec::new(), Vec::new());
+    // BLKPROF_BENCH_BASELINE_ANALYZER=BIN: another build's blkprof, timed on the same trace in
+    // every round (alternating which goes first), for a before/after ratio on one machine state.
+    let baseline = std::env::var_os("BLKPROF_BENCH_BASELINE_ANALYZER")
+        .filter(|v| !v.is_empty())
+        .map(std::path::PathBuf::from);
+    let (mut n, mut reads, mut reports, mut base_reports) = (0, Vec::new(), Vec::new(), Vec::new());
     for round in 1..=ROUNDS {
         let (records, wall, cpu) = read_once(&path)?;
         n = records;
-        let rep = timed(Command::new(&blkprof).arg("report").arg(&path))?;
+        let mut this = None;
+        let order: [bool; 2] = if round % 2 == 0 {
+            [true, false]
+        } else {
+            [false, true]
+        };
+        for is_base in order {
+            match (&baseline, is_base) {
+                (Some(b), true) => {
+                    let r = timed(Command::new(b).arg("report").arg(&path))?;
+                    eprintln!(
+                        "round {round}: baseline report {:.2} s wall, {:.2} s CPU, {:.0} MiB",
+                        r.wall_s, r.cpu_s, r.rss_mib
+                    );
+                    base_reports.push(r);
+                }
+                (_, false) => this = Some(timed(Command::new(&blkprof).arg("report").arg(&path))?),
+                (None, true) => {}
+            }
+        }
+        let rep = this.expect("timed");
         eprintln!(
             "round {round}: read once {wall:.2} s wall, {cpu:.2} s CPU | report {:.2} s wall, {:.2} s CPU, {:.0} MiB",
             rep.wall_s, rep.cpu_s, rep.rss_mib
@@ -218,5 +243,16 @@ pub fn bench(ios: u64) -> Result<()> {
         "| peak RSS of the report (max of the rounds) | {rss:.0} MiB | <= 200 MiB: {} |",
         check(rss <= 200.0)
     );
+    if let Some(b) = &baseline {
+        let cpu = median(base_reports.iter().map(|r| r.cpu_s).collect());
+        let rss = base_reports.iter().map(|r| r.rss_mib).fold(0.0, f64::max);
+        println!(
+            "| baseline `blkprof report` ({}), CPU time | {cpu:.2} s, {:.1} M IOs/s; this build / baseline: {:.3} | |",
+            b.display(),
+            rate(cpu),
+            rep_cpu / cpu
+        );
+        println!("| baseline peak RSS | {rss:.0} MiB | |");
+    }
     Ok(())
 }

@@ -1,0 +1,43 @@
+//! The extension point for analyses. A section is fed the trace's records chunk by chunk (up
+//! to a chunk of the file at a time, so dynamic dispatch stays out of the per-record loop),
+//! puts its part of the report into the model (`JsonReport::sections`, under its name), and
+//! renders that part as text and as HTML from the model alone, so `report --from-json` shows
+//! it too. A new section is one file here and one line in [`SECTIONS`].
+
+use std::io::Write;
+
+use serde_json::Value;
+use tracer_common::format::IoRecord;
+
+use crate::series::Options;
+
+mod access;
+
+/// One kind of section: how to make it and how to show what it made.
+pub struct SectionDef {
+    /// Its key in the report's `sections`.
+    pub name: &'static str,
+    pub new: fn(&Options) -> Box<dyn Section>,
+    /// The terminal report's lines for it (after the devices').
+    pub text: fn(&Value, &mut dyn Write) -> std::io::Result<()>,
+    /// The HTML report's part for it (after the devices'); escape every string from the trace
+    /// with [`crate::html::escape`].
+    pub html: fn(&Value, &mut String),
+}
+
+/// A running analysis.
+pub trait Section {
+    /// The records of one chunk, in file order (nearly completion order), without those whose
+    /// times cannot belong to the run.
+    fn chunk(&mut self, records: &[IoRecord]);
+    /// Its part of the report; `name` gives a device's name from its `dev_t`.
+    fn finish(self: Box<Self>, name: &dyn Fn(u32) -> String) -> Value;
+}
+
+/// Every section, in the order the reports show them.
+pub const SECTIONS: &[SectionDef] = &[access::DEF];
+
+/// A new instance of every section.
+pub fn start(opts: &Options) -> Vec<(&'static str, Box<dyn Section>)> {
+    SECTIONS.iter().map(|d| (d.name, (d.new)(opts))).collect()
+}
