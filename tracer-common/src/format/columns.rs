@@ -132,40 +132,41 @@ pub(super) fn to_row(
     row
 }
 
-/// The record of a row, its extras read from `extras`; `None` if the row does not decode
-/// (an index outside the chunk's tables, a size no u32 holds, extras cut short: only a
-/// damaged file has one).
+/// The record whose column `c` holds `col(c)`, its extras read from `extras`; `None` if it
+/// does not decode (an index outside the chunk's tables, a size no u32 holds, extras cut
+/// short: only a damaged file has one). A function rather than a [`Row`] so that version 2
+/// reads each value straight from its unpacked block, with no copy per record.
 #[inline(always)]
 pub(super) fn from_row(
-    row: &Row,
+    col: impl Fn(usize) -> u64,
     d: &mut Deltas,
     t: &ChunkTables,
     extras: &mut Cursor,
 ) -> Option<IoRecord> {
-    let head = row[COL_HEAD];
+    let head = col(COL_HEAD);
     let fl = head_flags(head);
-    let complete = d.prev_complete.wrapping_add(row[COL_COMPLETE]);
+    let complete = d.prev_complete.wrapping_add(col(COL_COMPLETE));
     let (issue, enter) = if fl & flags::NEVER_ISSUED == 0 {
-        let issue = complete.wrapping_sub(row[COL_DEVICE_NS]);
-        (issue, issue.wrapping_sub(row[COL_QUEUE_NS]))
+        let issue = complete.wrapping_sub(col(COL_DEVICE_NS));
+        (issue, issue.wrapping_sub(col(COL_QUEUE_NS)))
     } else {
-        (0, complete.wrapping_sub(row[COL_DEVICE_NS]))
+        (0, complete.wrapping_sub(col(COL_DEVICE_NS)))
     };
-    let bytes = size_of_code(row[COL_SIZE])?;
-    let &(task, pid) = t.tasks.get(row[COL_TASK] as usize)?;
+    let bytes = size_of_code(col(COL_SIZE))?;
+    let &(task, pid) = t.tasks.get(col(COL_TASK) as usize)?;
     let (error, requeues) = read_extras(fl, extras)?;
     let r = IoRecord {
         complete_ns: complete,
         enter_ns: enter,
         issue_ns: issue,
-        sector: d.prev_end_sector.wrapping_add(row[COL_SECTOR]),
+        sector: d.prev_end_sector.wrapping_add(col(COL_SECTOR)),
         bytes,
         pid,
         task,
-        dev_inflight: row[COL_DEV_INFLIGHT] as u32,
-        os_inflight: row[COL_OS_INFLIGHT] as u32,
+        dev_inflight: col(COL_DEV_INFLIGHT) as u32,
+        os_inflight: col(COL_OS_INFLIGHT) as u32,
         error,
-        dev: *t.devs.get(row[COL_DEV] as usize)?,
+        dev: *t.devs.get(col(COL_DEV) as usize)?,
         requeues,
         flags: fl & !EXTRAS_FLAGS,
         op: Op::from_code((head & 0xf) as u8),
