@@ -16,7 +16,7 @@ pub struct IoRecord {
     pub bytes: u32,
     /// Submitting process; with `task` naming its comm.
     pub pid: u32,
-    /// Index into the reader's task table ([`TraceReader::tasks`]); ignored by the writer.
+    /// Index into the reader's task table ([`super::TraceReader::tasks`]); ignored by the writer.
     pub task: u32,
     pub dev_inflight: u32,
     pub os_inflight: u32,
@@ -24,7 +24,7 @@ pub struct IoRecord {
     /// major << 20 | minor.
     pub dev: u32,
     pub requeues: u16,
-    /// [`flags`] bits.
+    /// [`crate::op::flags`] bits.
     pub flags: u16,
     pub op: Op,
 }
