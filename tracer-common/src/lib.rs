@@ -6,11 +6,15 @@ pub mod abi;
 #[cfg(feature = "format")]
 pub mod coverage;
 #[cfg(feature = "format")]
+pub mod diskstats;
+#[cfg(feature = "format")]
 pub mod format;
 #[cfg(feature = "format")]
 pub mod hdrfast;
 #[cfg(feature = "format")]
 pub mod op;
+#[cfg(feature = "format")]
+pub mod time;
 #[cfg(feature = "format")]
 pub mod units;
 

@@ -1,0 +1,173 @@
+//! The start of a records body, the same in versions 1 and 2: the record count (u32 LE), the
+//! chunk's base time (u64 LE), the device table (count, then each `dev` as a varint) and the
+//! task table (count, then each pid as a varint, the comm's length as a byte and the comm).
+//! Records store indexes into these tables.
+
+use std::collections::HashMap;
+
+use super::codec::{Cursor, put_varint};
+use super::record::Task;
+
+/// The tables of the chunk being written, built as records arrive.
+#[derive(Default)]
+pub(super) struct TableBuilder {
+    devs: Vec<u32>,
+    dev_index: HashMap<u32, u32>,
+    tasks: Vec<(u32, [u8; 16])>,
+    task_index: HashMap<(u32, [u8; 16]), u32>,
+    /// Consecutive records mostly share device and task: skip the hash lookups then.
+    last_dev: Option<(u32, u32)>,
+    last_task: Option<((u32, [u8; 16]), u32)>,
+}
+
+impl TableBuilder {
+    /// The index of `dev` in the device table, added if new.
+    #[inline]
+    pub(super) fn dev(&mut self, dev: u32) -> u32 {
+        match self.last_dev {
+            Some((d, i)) if d == dev => i,
+            _ => {
+                let i = match self.dev_index.get(&dev) {
+                    Some(&i) => i,
+                    None => {
+                        let i = self.devs.len() as u32;
+                        self.devs.push(dev);
+                        self.dev_index.insert(dev, i);
+                        i
+                    }
+                };
+                self.last_dev = Some((dev, i));
+                i
+            }
+        }
+    }
+
+    /// The index of the task (`pid`, NUL-padded `comm`) in the task table, added if new.
+    #[inline]
+    pub(super) fn task(&mut self, pid: u32, comm: &[u8; 16]) -> u32 {
+        let key = (pid, *comm);
+        match self.last_task {
+            Some((k, i)) if k == key => i,
+            _ => {
+                let i = match self.task_index.get(&key) {
+                    Some(&i) => i,
+                    None => {
+                        let i = self.tasks.len() as u32;
+                        self.tasks.push(key);
+                        self.task_index.insert(key, i);
+                        i
+                    }
+                };
+                self.last_task = Some((key, i));
+                i
+            }
+        }
+    }
+
+    /// Append the start of a records body of `count` records.
+    pub(super) fn write(&self, body: &mut Vec<u8>, count: u32, base_ns: u64) {
+        body.extend_from_slice(&count.to_le_bytes());
+        body.extend_from_slice(&base_ns.to_le_bytes());
+        put_varint(body, self.devs.len() as u64);
+        for &d in &self.devs {
+            put_varint(body, u64::from(d));
+        }
+        put_varint(body, self.tasks.len() as u64);
+        for (pid, comm) in &self.tasks {
+            put_varint(body, u64::from(*pid));
+            let n = comm.iter().position(|&c| c == 0).unwrap_or(16);
+            body.push(n as u8);
+            body.extend_from_slice(&comm[..n]);
+        }
+    }
+
+    /// Empty, for the next chunk.
+    pub(super) fn clear(&mut self) {
+        self.devs.clear();
+        self.dev_index.clear();
+        self.tasks.clear();
+        self.task_index.clear();
+        self.last_dev = None;
+        self.last_task = None;
+    }
+}
+
+/// A reader's tasks, over all the chunks it has read: each (pid, comm) gets one id.
+#[derive(Default)]
+pub(super) struct TaskIds {
+    pub(super) tasks: Vec<Task>,
+    ids: HashMap<(u32, Vec<u8>), u32>,
+}
+
+impl TaskIds {
+    fn id(&mut self, pid: u32, comm: &[u8]) -> u32 {
+        let next = self.tasks.len() as u32;
+        let id = *self.ids.entry((pid, comm.to_vec())).or_insert(next);
+        if id == next {
+            self.tasks.push(Task {
+                pid,
+                comm: String::from_utf8_lossy(comm).into_owned(),
+            });
+        }
+        id
+    }
+}
+
+/// The tables of a chunk as read.
+pub(super) struct ChunkTables {
+    pub(super) count: u32,
+    pub(super) base: u64,
+    pub(super) devs: Vec<u32>,
+    /// (reader's task id, pid) per entry of the chunk's task table.
+    pub(super) tasks: Vec<(u32, u32)>,
+}
+
+/// "records frame: `what`", the reason a damaged records frame is reported with.
+pub(super) fn bad(what: &str) -> String {
+    format!("records frame: {what}")
+}
+
+/// Read the start of a records body, mapping its tasks to `ids`.
+pub(super) fn read_tables(c: &mut Cursor, ids: &mut TaskIds) -> Result<ChunkTables, String> {
+    let count = c
+        .bytes(4)
+        .map(|b| u32::from_le_bytes(b.try_into().expect("4")))
+        .ok_or_else(|| bad("no count"))?;
+    let base = c
+        .bytes(8)
+        .map(|b| u64::from_le_bytes(b.try_into().expect("8")))
+        .ok_or_else(|| bad("no base time"))?;
+    let ndev = c.varint().ok_or_else(|| bad("no device table"))?;
+    // Every count is bounded by the bytes that remain (each entry takes at least one byte
+    // for a device, two for a task) before memory is reserved for it.
+    if ndev > c.remaining() as u64 {
+        return Err(bad("device table longer than the frame"));
+    }
+    let mut devs = Vec::with_capacity(ndev as usize);
+    for _ in 0..ndev {
+        devs.push(c.varint().ok_or_else(|| bad("short device table"))? as u32);
+    }
+    let ntask = c.varint().ok_or_else(|| bad("no task table"))?;
+    if ntask > u64::from(count) {
+        return Err(bad("more tasks than records"));
+    }
+    if ntask > c.remaining() as u64 / 2 {
+        return Err(bad("task table longer than the frame"));
+    }
+    let mut tasks = Vec::with_capacity(ntask as usize);
+    for _ in 0..ntask {
+        let pid = c.varint().ok_or_else(|| bad("short task table"))? as u32;
+        let n = *c
+            .bytes(1)
+            .and_then(|b| b.first())
+            .ok_or_else(|| bad("short task table"))? as usize;
+        let comm = c.bytes(n.min(16)).ok_or_else(|| bad("short task table"))?;
+        tasks.push((ids.id(pid, comm), pid));
+    }
+    Ok(ChunkTables {
+        count,
+        base,
+        devs,
+        tasks,
+    })
+}

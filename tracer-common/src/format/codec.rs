@@ -1,0 +1,180 @@
+//! The encodings the records frames are built of: LEB128 varints, zigzag for signed values,
+//! and the bit packing of a block of one column. Hand-made because they are measured wins
+//! (BENCHMARKS.md): the per-record decode loop runs on what is here.
+
+use super::BLOCK_RECORDS;
+
+#[inline]
+pub(super) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+#[inline]
+pub(super) fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+#[inline]
+pub(super) fn unzigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+/// Reads a records body front to back; every read is checked and returns `None` past the end.
+pub(super) struct Cursor<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    #[inline]
+    pub(super) fn new(buf: &'a [u8]) -> Cursor<'a> {
+        Cursor { buf, pos: 0 }
+    }
+
+    #[inline(always)]
+    pub(super) fn varint(&mut self) -> Option<u64> {
+        // Fast paths: most fields fit in one or two bytes.
+        if let Some(&[b0, b1]) = self
+            .buf
+            .get(self.pos..self.pos + 2)
+            .map(|s| <&[u8; 2]>::try_from(s).expect("2 bytes"))
+        {
+            if b0 < 0x80 {
+                self.pos += 1;
+                return Some(u64::from(b0));
+            }
+            if b1 < 0x80 {
+                self.pos += 2;
+                return Some(u64::from(b0 & 0x7f) | (u64::from(b1) << 7));
+            }
+        }
+        self.varint_slow()
+    }
+
+    #[inline(never)]
+    fn varint_slow(&mut self) -> Option<u64> {
+        let mut v = 0u64;
+        let mut shift = 0;
+        loop {
+            let b = *self.buf.get(self.pos)?;
+            self.pos += 1;
+            v |= u64::from(b & 0x7f) << shift;
+            if b < 0x80 {
+                return Some(v);
+            }
+            shift += 7;
+            if shift > 63 {
+                return None;
+            }
+        }
+    }
+
+    #[inline]
+    pub(super) fn remaining(&self) -> usize {
+        self.buf.len().saturating_sub(self.pos)
+    }
+
+    /// Whether every byte has been read.
+    #[inline]
+    pub(super) fn at_end(&self) -> bool {
+        self.pos == self.buf.len()
+    }
+
+    #[inline]
+    pub(super) fn bytes(&mut self, n: usize) -> Option<&'a [u8]> {
+        let s = self.buf.get(self.pos..self.pos.checked_add(n)?)?;
+        self.pos += n;
+        Some(s)
+    }
+}
+
+/// Append one block of a column: its minimum (zigzag varint; for a signed column the minimum
+/// as i64), the bit width of (value - minimum), then every (value - minimum) in that many bits,
+/// least significant bit first, padded to a whole byte.
+pub(super) fn pack_block(out: &mut Vec<u8>, vals: &[u64], signed: bool) {
+    let (min, range) = if signed {
+        let (lo, hi) = vals.iter().fold((i64::MAX, i64::MIN), |(lo, hi), &v| {
+            (lo.min(v as i64), hi.max(v as i64))
+        });
+        (lo as u64, (hi as u64).wrapping_sub(lo as u64))
+    } else {
+        let (lo, hi) = vals
+            .iter()
+            .fold((u64::MAX, 0), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+        (lo, hi.wrapping_sub(lo))
+    };
+    let (min, range) = if vals.is_empty() {
+        (0, 0)
+    } else {
+        (min, range)
+    };
+    let bw = 64 - range.leading_zeros();
+    put_varint(out, zigzag(min as i64));
+    out.push(bw as u8);
+    if bw == 0 {
+        return;
+    }
+    // Whole 64-bit words while they fill, then the last bits rounded up to a byte.
+    out.reserve((vals.len() * bw as usize).div_ceil(8) + 8);
+    let mut acc = 0u128;
+    let mut nb = 0u32;
+    for &v in vals {
+        acc |= u128::from(v.wrapping_sub(min)) << nb;
+        nb += bw;
+        if nb >= 64 {
+            out.extend_from_slice(&(acc as u64).to_le_bytes());
+            acc >>= 64;
+            nb -= 64;
+        }
+    }
+    out.extend_from_slice(&acc.to_le_bytes()[..nb.div_ceil(8) as usize]);
+}
+
+/// Bytes a block's column can take: 128 values of 64 bits.
+pub(super) const MAX_PACKED: usize = BLOCK_RECORDS * 8;
+
+/// Unpack `out.len()` (at most [`BLOCK_RECORDS`]) values of `bw` bits from `packed`, adding
+/// `min`. The bytes are first copied into a zero-padded block so that every load is in bounds
+/// without a check per value.
+#[inline]
+pub(super) fn unpack_block(
+    packed: &[u8],
+    bw: u32,
+    min: u64,
+    out: &mut [u64],
+    scratch: &mut [u8; MAX_PACKED + 16],
+) {
+    if bw == 0 {
+        out.fill(min);
+        return;
+    }
+    let n = packed.len().min(MAX_PACKED);
+    scratch[..n].copy_from_slice(&packed[..n]);
+    scratch[n..n + 16].fill(0);
+    let bw = bw as usize;
+    if bw <= 56 {
+        let mask = (1u64 << bw) - 1;
+        for (i, o) in out.iter_mut().enumerate() {
+            let bit = i * bw;
+            let at = (bit >> 3) & (MAX_PACKED - 1);
+            let w = u64::from_le_bytes(scratch[at..at + 8].try_into().expect("8 bytes"));
+            *o = min.wrapping_add((w >> (bit & 7)) & mask);
+        }
+    } else {
+        let mask = if bw == 64 {
+            u128::from(u64::MAX)
+        } else {
+            (1u128 << bw) - 1
+        };
+        for (i, o) in out.iter_mut().enumerate() {
+            let bit = i * bw;
+            let at = (bit >> 3) & (MAX_PACKED - 1);
+            let w = u128::from_le_bytes(scratch[at..at + 16].try_into().expect("16 bytes"));
+            *o = min.wrapping_add(((w >> (bit & 7)) & mask) as u64);
+        }
+    }
+}

@@ -1,0 +1,313 @@
+//! The JSON frames (header, device, stats, trailer) and what they hold: the run's
+//! description, the kernel's own counters and the probe's exact aggregates, for the analyzer's
+//! coverage checks.
+
+use serde::{Deserialize, Serialize};
+
+use crate::diskstats::DiskStats;
+use crate::op::{Op, StatGroup, flags};
+
+/// One traced block device.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceInfo {
+    pub name: String,
+    pub major: u32,
+    pub minor: u32,
+    pub logical_block_size: u32,
+}
+
+impl DeviceInfo {
+    pub fn dev(&self) -> u32 {
+        crate::dev_join(self.major, self.minor)
+    }
+}
+
+/// The user's filters, as given.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Filters {
+    pub devices: Vec<String>,
+    pub pids: Vec<u32>,
+    pub comms: Vec<String>,
+    pub ops: Vec<String>,
+}
+
+/// Exact in-kernel aggregate of one (device, op), as snapshotted by the tracer.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AggregateSnapshot {
+    pub major: u32,
+    pub minor: u32,
+    pub op: Option<Op>,
+    /// The block layer's own flush request.
+    pub flush_rq: bool,
+    /// Requests the kernel did not account in /proc/diskstats (queue/iostats off, or
+    /// passthrough); absent in files of tracers before it.
+    #[serde(default)]
+    pub not_accounted: bool,
+    pub ios: u64,
+    pub bytes: u64,
+    pub total_ns_sum: u64,
+    pub size_log2: Vec<u64>,
+    pub device_latency_log2: Vec<u64>,
+    pub total_latency_log2: Vec<u64>,
+}
+
+impl AggregateSnapshot {
+    /// Two sets of aggregates added key by key (device, op, flush request, accounted), sorted.
+    pub fn sum(a: &[AggregateSnapshot], b: &[AggregateSnapshot]) -> Vec<AggregateSnapshot> {
+        let add = |x: &mut Vec<u64>, y: &[u64]| {
+            if x.len() < y.len() {
+                x.resize(y.len(), 0);
+            }
+            for (x, y) in x.iter_mut().zip(y) {
+                *x = x.saturating_add(*y);
+            }
+        };
+        let mut out: Vec<AggregateSnapshot> = a.to_vec();
+        for s in b {
+            match out.iter_mut().find(|o| {
+                (o.major, o.minor, o.op, o.flush_rq, o.not_accounted)
+                    == (s.major, s.minor, s.op, s.flush_rq, s.not_accounted)
+            }) {
+                Some(o) => {
+                    o.ios = o.ios.saturating_add(s.ios);
+                    o.bytes = o.bytes.saturating_add(s.bytes);
+                    o.total_ns_sum = o.total_ns_sum.saturating_add(s.total_ns_sum);
+                    add(&mut o.size_log2, &s.size_log2);
+                    add(&mut o.device_latency_log2, &s.device_latency_log2);
+                    add(&mut o.total_latency_log2, &s.total_latency_log2);
+                }
+                None => out.push(s.clone()),
+            }
+        }
+        out.sort_by_key(|a| (a.major, a.minor, a.op, a.flush_rq, a.not_accounted));
+        out
+    }
+
+    pub fn group(&self) -> StatGroup {
+        StatGroup::of(
+            self.op.unwrap_or(Op::Other),
+            if self.flush_rq { flags::FLUSH_RQ } else { 0 },
+        )
+    }
+}
+
+/// Per-program kernel statistics (`bpf_prog_info`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProgramStats {
+    pub name: String,
+    pub run_cnt: u64,
+    pub run_time_ns: u64,
+    /// Runs the kernel skipped (BPF recursion protection): IOs possibly missed.
+    pub recursion_misses: u64,
+}
+
+/// The probe's loss and health counters (cumulative since attach).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProbeCounters {
+    /// Records lost because the ring buffer was full (aggregates still counted them).
+    pub ring_drops: u64,
+    /// Requests not tracked because the in-kernel request map was full.
+    pub request_map_full: u64,
+    /// Completions of requests submitted before the tracer attached.
+    pub started_before_attach: u64,
+    pub aggregate_map_full: u64,
+    pub records_written: u64,
+    /// Requests whose completion the probe's programs never saw (detected when the kernel
+    /// reused the request): IOs the kernel counted that the trace cannot have.
+    #[serde(default)]
+    pub missed_completions: u64,
+    /// Of `missed_completions`, how far the probe had seen the request go before it was reused:
+    /// (seen completing but not closed: a partial completion or a flush sequence's data part,
+    /// issued to the device, never issued). A diagnostic for the cause.
+    #[serde(default)]
+    pub missed_stage: [u64; 3],
+    pub programs: Vec<ProgramStats>,
+}
+
+impl ProbeCounters {
+    pub fn recursion_misses(&self) -> u64 {
+        self.programs
+            .iter()
+            .map(|p| p.recursion_misses)
+            .fold(0, u64::saturating_add)
+    }
+
+    /// Every IO the probe knows it may have missed in its exact aggregates: program runs the
+    /// kernel skipped, completions never seen, requests it could not track, and completions
+    /// whose aggregate it could not create (their records exist).
+    pub fn reported_misses(&self) -> u64 {
+        self.recursion_misses()
+            .saturating_add(self.missed_completions)
+            .saturating_add(self.request_map_full)
+            .saturating_add(self.aggregate_map_full)
+    }
+}
+
+/// The first frame: describes the run.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TraceHeader {
+    pub format_version: u16,
+    pub tracer_version: String,
+    pub host: String,
+    pub kernel: String,
+    /// Wall-clock time (Unix epoch, ns) at `monotonic_base_ns`.
+    pub wall_clock_start_ns: i64,
+    /// CLOCK_MONOTONIC at the start; all record times are on this clock.
+    pub monotonic_base_ns: u64,
+    pub devices: Vec<DeviceInfo>,
+    pub filters: Filters,
+    pub interval_ms: u64,
+    pub ring_bytes: u64,
+    /// Position of this file in a rotated series (0 for the first or only file).
+    pub sequence: u32,
+    pub diskstats_start: Vec<DiskStats>,
+    pub aggregates_start: Vec<AggregateSnapshot>,
+    pub counters_start: ProbeCounters,
+    /// The host's offset from UTC at `wall_clock_start_ns`, in seconds east of UTC: the
+    /// analyzer reads the host's local-time logs with it. 0 (UTC) in older traces.
+    #[serde(default)]
+    pub utc_offset_s: i32,
+    /// The host's IANA time zone name ("Europe/Berlin") when known, else "".
+    #[serde(default)]
+    pub time_zone: String,
+}
+
+/// Periodic counters, so a file cut short still knows its losses up to its last frame.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatsFrame {
+    pub at_ns: u64,
+    pub counters: ProbeCounters,
+    pub records_in_file: u64,
+    pub filtered_out: u64,
+}
+
+/// The last frame: how the run ended.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TraceTrailer {
+    pub wall_clock_end_ns: i64,
+    pub monotonic_end_ns: u64,
+    /// "duration", "signal", "rotation", "disk-full", "error".
+    pub reason: String,
+    pub diskstats_end: Vec<DiskStats>,
+    pub aggregates_end: Vec<AggregateSnapshot>,
+    pub counters_end: ProbeCounters,
+    /// Records stored in this file.
+    pub records_in_file: u64,
+    /// Records received but not stored because of --pid/--comm/--op filters.
+    pub filtered_out: u64,
+    /// How the run was cut at its start and end (the first and the last file of a run; absent
+    /// in files of older tracers, and at rotation boundaries).
+    #[serde(default)]
+    pub start_cut: Option<Cut>,
+    #[serde(default)]
+    pub end_cut: Option<Cut>,
+}
+
+/// One end of a run, cut at a CLOCK_MONOTONIC instant `at_ns` that the tracer wrote to its
+/// probe ahead of time: the run holds exactly the IOs completing after the start's instant and
+/// by the end's, in its records and in its exact aggregates. /proc/diskstats is read just
+/// after each instant, so the kernel's counters also include the IOs that completed between
+/// the instant and the read; those are tallied here from the records, per device and group.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Cut {
+    pub at_ns: u64,
+    /// When /proc/diskstats was read (its read began and ended; the kernel sums its per-CPU
+    /// counters somewhere in between).
+    pub read_from_ns: u64,
+    pub read_to_ns: u64,
+    pub devices: Vec<CutDevice>,
+    /// End only: IOs in flight at the instant that completed after it (within a grace period):
+    /// not part of the run.
+    pub in_flight: u64,
+    /// End only: IOs in flight at the instant that had not completed a grace period later:
+    /// missed completions (or IOs slower than the grace period), counted by stage in
+    /// `counters_end.missed_completions` and `missed_stage`.
+    pub never_completed: u64,
+}
+
+/// IOs of one device that completed between a cut's instant and the diskstats read, and during
+/// the read, as (ios, bytes) per diskstats group (read, write, discard, flush).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CutDevice {
+    pub major: u32,
+    pub minor: u32,
+    pub before_read: [(u64, u64); 4],
+    pub during_read: [(u64, u64); 4],
+}
+
+impl Cut {
+    /// Tally an IO that completed after the instant, if it did so before the read ended.
+    pub fn tally(&mut self, dev: u32, group: usize, bytes: u64, complete_ns: u64) {
+        if complete_ns <= self.at_ns || complete_ns > self.read_to_ns {
+            return;
+        }
+        let (major, minor) = crate::dev_split(dev);
+        let i = match self
+            .devices
+            .iter()
+            .position(|d| d.major == major && d.minor == minor)
+        {
+            Some(i) => i,
+            None => {
+                self.devices.push(CutDevice {
+                    major,
+                    minor,
+                    ..CutDevice::default()
+                });
+                self.devices.len() - 1
+            }
+        };
+        let d = &mut self.devices[i];
+        let slot = if complete_ns < self.read_from_ns {
+            &mut d.before_read[group]
+        } else {
+            &mut d.during_read[group]
+        };
+        slot.0 += 1;
+        slot.1 += bytes;
+    }
+
+    /// (before_read, during_read) of one device and group.
+    pub fn of(&self, major: u32, minor: u32, group: usize) -> ((u64, u64), (u64, u64)) {
+        self.devices
+            .iter()
+            .find(|d| d.major == major && d.minor == minor)
+            .map_or(((0, 0), (0, 0)), |d| {
+                (d.before_read[group], d.during_read[group])
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aggregates_add_key_by_key() {
+        let a = |minor, op, ios: u64| AggregateSnapshot {
+            major: 7,
+            minor,
+            op: Some(op),
+            ios,
+            bytes: ios * 4096,
+            size_log2: vec![0, ios],
+            ..AggregateSnapshot::default()
+        };
+        let s = AggregateSnapshot::sum(
+            &[a(1, Op::Write, 5), a(0, Op::Read, 2)],
+            &[a(0, Op::Read, 3), a(2, Op::Read, 1)],
+        );
+        let got: Vec<_> = s.iter().map(|x| (x.minor, x.op, x.ios, x.bytes)).collect();
+        assert_eq!(
+            got,
+            [
+                (0, Some(Op::Read), 5, 5 * 4096),
+                (1, Some(Op::Write), 5, 5 * 4096),
+                (2, Some(Op::Read), 1, 4096)
+            ]
+        );
+        assert_eq!(s[0].size_log2, [0, 5]);
+    }
+}

@@ -1,0 +1,66 @@
+//! One IO as stored in (and decoded from) a trace file, and the task that submitted it.
+
+use crate::op::{Op, StatGroup};
+
+/// One IO as stored in (and decoded from) a trace file.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IoRecord {
+    /// CLOCK_MONOTONIC ns at completion.
+    pub complete_ns: u64,
+    /// When it entered the OS queue.
+    pub enter_ns: u64,
+    /// When it was issued to the device; 0 if never issued.
+    pub issue_ns: u64,
+    /// First sector (512-byte units).
+    pub sector: u64,
+    pub bytes: u32,
+    /// Submitting process; with `task` naming its comm.
+    pub pid: u32,
+    /// Index into the reader's task table ([`super::TraceReader::tasks`]); ignored by the writer.
+    pub task: u32,
+    pub dev_inflight: u32,
+    pub os_inflight: u32,
+    pub error: i32,
+    /// major << 20 | minor.
+    pub dev: u32,
+    pub requeues: u16,
+    /// [`crate::op::flags`] bits.
+    pub flags: u16,
+    pub op: Op,
+}
+
+impl IoRecord {
+    pub fn total_ns(&self) -> u64 {
+        self.complete_ns.saturating_sub(self.enter_ns)
+    }
+    pub fn device_ns(&self) -> u64 {
+        if self.issue_ns == 0 {
+            0
+        } else {
+            self.complete_ns.saturating_sub(self.issue_ns)
+        }
+    }
+    pub fn stat_group(&self) -> StatGroup {
+        StatGroup::of(self.op, self.flags)
+    }
+}
+
+/// A (pid, comm) pair.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Task {
+    pub pid: u32,
+    pub comm: String,
+}
+
+pub fn comm_bytes(comm: &str) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    let b = comm.as_bytes();
+    let n = b.len().min(15);
+    out[..n].copy_from_slice(&b[..n]);
+    out
+}
+
+pub fn comm_str(comm: &[u8; 16]) -> &str {
+    let n = comm.iter().position(|&c| c == 0).unwrap_or(16);
+    std::str::from_utf8(&comm[..n]).unwrap_or("?")
+}

@@ -1,0 +1,173 @@
+//! [`TraceWriter`]: streams a trace file, one records frame per chunk of records.
+
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::chunk::TableBuilder;
+use super::columns::{Deltas, NCOLS, to_row};
+use super::frames::{FrameHead, FrameKind, file_start};
+use super::meta::{DeviceInfo, StatsFrame, TraceHeader, TraceTrailer};
+use super::record::IoRecord;
+use super::{DEFAULT_CHUNK_RECORDS, FORMAT_VERSION, FormatError, v2};
+
+/// Streams a trace file. Frames are written whole; call [`TraceWriter::flush_chunk`] to bound
+/// what a SIGKILL can lose.
+pub struct TraceWriter {
+    path: PathBuf,
+    out: BufWriter<File>,
+    /// The current chunk, one vector per column (see [`NCOLS`]).
+    cols: [Vec<u64>; NCOLS],
+    /// Error and requeue values of the current chunk, varints in record order.
+    extras: Vec<u8>,
+    count: u32,
+    base_ns: u64,
+    deltas: Deltas,
+    tables: TableBuilder,
+    body: Vec<u8>,
+    records_in_file: u64,
+    bytes_written: u64,
+}
+
+impl TraceWriter {
+    pub fn create(path: &Path, header: &TraceHeader) -> Result<TraceWriter, FormatError> {
+        let io_err = |source| FormatError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let file = File::create(path).map_err(io_err)?;
+        let mut w = TraceWriter {
+            path: path.to_owned(),
+            out: BufWriter::with_capacity(1 << 20, file),
+            cols: std::array::from_fn(|_| Vec::with_capacity(DEFAULT_CHUNK_RECORDS)),
+            extras: Vec::new(),
+            count: 0,
+            base_ns: 0,
+            deltas: Deltas::start(0),
+            tables: TableBuilder::default(),
+            body: Vec::with_capacity(1 << 20),
+            records_in_file: 0,
+            bytes_written: 0,
+        };
+        let start = file_start(FORMAT_VERSION);
+        w.out.write_all(&start).map_err(io_err)?;
+        w.bytes_written += start.len() as u64;
+        let mut header = header.clone();
+        header.format_version = FORMAT_VERSION;
+        w.write_json(FrameKind::Header, &header)?;
+        Ok(w)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Bytes written to the file so far (frames flushed to the OS or buffered).
+    pub fn bytes_written(&self) -> u64 {
+        self.bytes_written
+    }
+
+    pub fn records_in_file(&self) -> u64 {
+        self.records_in_file
+    }
+
+    /// Records buffered in the current chunk.
+    pub fn pending(&self) -> u32 {
+        self.count
+    }
+
+    fn io_err(&self, source: io::Error) -> FormatError {
+        FormatError::Io {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    fn write_frame(&mut self, kind: FrameKind, payload: &[u8]) -> Result<(), FormatError> {
+        if u32::try_from(payload.len()).is_err() {
+            return Err(self.io_err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "frame larger than 4 GiB",
+            )));
+        }
+        let head = FrameHead::encode(kind, payload);
+        let r = self
+            .out
+            .write_all(&head)
+            .and_then(|()| self.out.write_all(payload));
+        r.map_err(|e| self.io_err(e))?;
+        self.bytes_written += (head.len() + payload.len()) as u64;
+        Ok(())
+    }
+
+    fn write_json<T: Serialize>(&mut self, kind: FrameKind, v: &T) -> Result<(), FormatError> {
+        let json = serde_json::to_vec(v).map_err(|e| self.io_err(io::Error::other(e)))?;
+        self.write_frame(kind, &json)
+    }
+
+    /// Append one IO. `comm` is the submitting task's NUL-padded command.
+    pub fn push(&mut self, r: &IoRecord, comm: &[u8; 16]) -> Result<(), FormatError> {
+        if self.count == 0 {
+            self.base_ns = r.complete_ns;
+            self.deltas = Deltas::start(r.complete_ns);
+        }
+        let dev = self.tables.dev(r.dev);
+        let task = self.tables.task(r.pid, comm);
+        let row = to_row(r, dev, task, &mut self.deltas, &mut self.extras);
+        for (col, v) in self.cols.iter_mut().zip(row) {
+            col.push(v);
+        }
+        self.count += 1;
+        self.records_in_file += 1;
+        if self.count as usize >= DEFAULT_CHUNK_RECORDS {
+            self.flush_chunk()?;
+        }
+        Ok(())
+    }
+
+    /// Encode and write the buffered records as one frame, and hand it to the OS.
+    pub fn flush_chunk(&mut self) -> Result<(), FormatError> {
+        if self.count > 0 {
+            let mut body = std::mem::take(&mut self.body);
+            body.clear();
+            v2::encode(
+                &mut body,
+                &self.tables,
+                self.count,
+                self.base_ns,
+                &self.extras,
+                &self.cols,
+            );
+            self.write_frame(FrameKind::Records, &body)?;
+            self.body = body;
+            for col in &mut self.cols {
+                col.clear();
+            }
+            self.extras.clear();
+            self.count = 0;
+            self.tables.clear();
+        }
+        self.out.flush().map_err(|e| self.io_err(e))
+    }
+
+    pub fn write_device(&mut self, dev: &DeviceInfo) -> Result<(), FormatError> {
+        self.write_json(FrameKind::Device, dev)
+    }
+
+    pub fn write_stats(&mut self, stats: &StatsFrame) -> Result<(), FormatError> {
+        self.flush_chunk()?;
+        self.write_json(FrameKind::Stats, stats)?;
+        self.out.flush().map_err(|e| self.io_err(e))
+    }
+
+    /// Write the trailer and close the file (fsync).
+    pub fn finish(mut self, trailer: &TraceTrailer) -> Result<u64, FormatError> {
+        self.flush_chunk()?;
+        self.write_json(FrameKind::Trailer, trailer)?;
+        self.out.flush().map_err(|e| self.io_err(e))?;
+        self.out.get_ref().sync_all().map_err(|e| self.io_err(e))?;
+        Ok(self.bytes_written)
+    }
+}
