@@ -128,9 +128,9 @@ impl Section for Access {
             // early exit, which the compiler unrolls.
             let latest = s.ends[(s.next + RECENT - 1) % RECENT];
             let continues = r.sector.wrapping_sub(latest) <= GAP_SECTORS
-                || s.ends
-                    .iter()
-                    .fold(false, |c, &end| c | (r.sector.wrapping_sub(end) <= GAP_SECTORS));
+                || s.ends.iter().fold(false, |c, &end| {
+                    c | (r.sector.wrapping_sub(end) <= GAP_SECTORS)
+                });
             if continues {
                 s.sequential_ios += 1;
                 s.sequential_bytes += bytes;
