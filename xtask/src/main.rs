@@ -8,6 +8,7 @@
 //!   cargo xtask cassandra  a real Cassandra node under YCSB workload A, traced, and its report
 //!   cargo xtask fuzz    the fuzz targets of fuzz/ (cargo-fuzz, nightly), N seconds each
 //!   cargo xtask gate-stability  does `blkprof check` pass reruns of a workload and fail changes?
+//!   cargo xtask vm -- CMD  run CMD as root in a nested VM (stock 6.12 or 6.1 kernel, NVMe disks)
 
 mod bench;
 mod bench_analyzer;
@@ -17,6 +18,7 @@ mod fuzz;
 mod gate;
 mod setup;
 mod util;
+mod vm;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -97,6 +99,14 @@ enum Cmd {
         #[command(flatten)]
         opts: gate::Options,
     },
+    /// Run a command as root in a nested VM booted from a stock Debian kernel (6.12 or 6.1
+    /// LTS, installed when missing) with emulated NVMe disks and this machine's files shared
+    /// read-only (virtme-ng, qemu TCG: functional, never performance figures). Exits with the
+    /// command's code; the guest's dmesg is kept. Example: cargo xtask vm --disks 4 -- lsblk
+    Vm {
+        #[command(flatten)]
+        opts: vm::Options,
+    },
 }
 
 fn main() -> Result<()> {
@@ -137,5 +147,6 @@ fn main() -> Result<()> {
             }
             gate::gate_stability(opts)
         }
+        Cmd::Vm { opts } => vm::vm(opts),
     }
 }
