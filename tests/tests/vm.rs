@@ -132,3 +132,136 @@ fn an_nvme_disk_is_traced_exactly() {
         trace.records.len()
     );
 }
+
+fn sh(cmd: &str) -> String {
+    let o = std::process::Command::new("sh")
+        .args(["-c", cmd])
+        .output()
+        .expect("sh");
+    assert!(
+        o.status.success(),
+        "{cmd}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// md RAID0 of four NVMe disks, chunk 64 KB and 512 KB: `--device md0` says md0 has no request
+/// events and traces its members, and each member's IOs equal its own /proc/diskstats exactly
+/// (seed 000's experiment runs on this).
+#[test]
+fn md_raid0_members_are_traced_exactly() {
+    if disk().is_none() {
+        return;
+    }
+    let members: Vec<String> = (0..4).map(|i| format!("nvme{i}n1")).collect();
+    if !members
+        .iter()
+        .all(|m| std::path::Path::new("/sys/block").join(m).exists())
+    {
+        panic!("the VM has fewer than 4 NVMe disks (cargo xtask vm --disks 4)");
+    }
+    let dir = TestDir::new();
+    for chunk_kb in [64u32, 512] {
+        let _ = sh("mdadm --stop /dev/md0 2>/dev/null; true");
+        sh(&format!(
+            "mdadm --create /dev/md0 --level=0 --raid-devices=4 --chunk={chunk_kb} --run --force --metadata=1.2 {} 2>&1",
+            members
+                .iter()
+                .map(|m| format!("/dev/{m}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ));
+        let out = dir.join(format!("md{chunk_kb}.blkp")).display().to_string();
+        let t = Tracer::start(&["--device", "md0", "--output", &out, "--quiet"]);
+        let base = |args: &[&str]| {
+            let mut a = vec!["--name=md", "--filename=/dev/md0", "--direct=1"];
+            a.extend_from_slice(args);
+            fio(&a);
+        };
+        base(&[
+            "--rw=randread",
+            "--bs=4k",
+            "--ioengine=libaio",
+            "--iodepth=16",
+            "--runtime=3",
+            "--time_based",
+            "--size=256m",
+        ]);
+        base(&[
+            "--rw=write",
+            "--bs=1m",
+            "--size=64m",
+            "--ioengine=libaio",
+            "--iodepth=4",
+        ]);
+        let f = t.stop();
+        sh("mdadm --stop /dev/md0 2>&1");
+        assert!(f.status.success(), "{}\n{}", f.stderr, f.stdout);
+        assert!(
+            f.stderr.contains(
+                "md0 is bio-based (md RAID): it has no request events; tracing its members"
+            ),
+            "{}",
+            f.stderr
+        );
+        let trace = Trace::read(std::path::Path::new(&out));
+        let tr = trace.trailer.as_ref().expect("trailer");
+        let misses = tr.counters_end.reported_misses();
+        let cov = tracer_common::coverage::coverage(&trace.header, tr);
+        let mut per_member = Vec::new();
+        for m in &members {
+            let d = cov
+                .iter()
+                .find(|d| &d.name == m)
+                .unwrap_or_else(|| panic!("chunk {chunk_kb} KB: no coverage of member {m}"));
+            let mut ios = 0;
+            for g in &d.groups {
+                assert_eq!(
+                    g.unaccounted(misses),
+                    0,
+                    "chunk {chunk_kb} KB, {m} {:?}: {g:?}",
+                    g.group
+                );
+                assert_eq!(
+                    g.excess(),
+                    0,
+                    "chunk {chunk_kb} KB, {m} {:?}: {g:?}",
+                    g.group
+                );
+                ios += g.aggregate_ios;
+            }
+            // The records of the member, too.
+            let dev = trace
+                .header
+                .devices
+                .iter()
+                .find(|x| &x.name == m)
+                .map(|x| x.dev());
+            let rec = trace.records.iter().filter(|r| Some(r.dev) == dev).count() as u64;
+            assert_eq!(rec, ios, "chunk {chunk_kb} KB, {m}: records vs aggregates");
+            per_member.push(ios);
+        }
+        // A stripe spreads random reads over every member.
+        assert!(
+            per_member.iter().all(|&n| n > 200),
+            "chunk {chunk_kb} KB: IOs per member {per_member:?}"
+        );
+        // Writes of 1 MB reach the members in pieces of at most a chunk.
+        let biggest = trace
+            .records
+            .iter()
+            .filter(|r| r.op == Op::Write)
+            .map(|r| r.bytes)
+            .max()
+            .unwrap_or(0);
+        assert!(
+            biggest <= chunk_kb * 1024,
+            "chunk {chunk_kb} KB: a member write of {biggest} bytes"
+        );
+        eprintln!(
+            "md0 RAID0 chunk {chunk_kb} KB on {}: IOs per member {per_member:?}, {misses} reported misses",
+            trace.header.kernel
+        );
+    }
+}

@@ -106,7 +106,8 @@ pub fn test(filter: Option<String>) -> Result<()> {
 }
 
 /// The end-to-end tests of tests/tests/vm.rs inside a nested VM with a stock 6.12 kernel and
-/// an emulated NVMe disk (about a minute, plus the kernel's installation on a fresh machine).
+/// four emulated NVMe disks (about two minutes, plus the kernel's installation on a fresh
+/// machine).
 fn vm_tests() -> Result<()> {
     let json = output(cargo().args([
         "test",
@@ -127,7 +128,7 @@ fn vm_tests() -> Result<()> {
     let bin_dir = root().join("target/release");
     let o = crate::vm::Options {
         kernel: "6.12".into(),
-        disks: 1,
+        disks: 4,
         disk_mb: 512,
         cpus: 2,
         memory_mb: 2048,
