@@ -26,14 +26,21 @@ pub enum ProbeError {
         "blkprof-trace needs root, or the CAP_BPF and CAP_PERFMON capabilities, to load its eBPF probe: run it with sudo"
     )]
     NotPrivileged,
+    /// The reason is in the message, not a source: `{:#}` would print it twice.
     #[error("this kernel is not supported ({KERNEL_REQUIREMENT} is needed): {0}")]
-    Kernel(#[from] crate::btf::BtfError),
+    Kernel(crate::btf::BtfError),
     #[error("loading the eBPF probe failed: {0}")]
     Load(String),
     #[error("attaching to tracepoint {tracepoint} failed: {reason}")]
     Attach { tracepoint: String, reason: String },
     #[error("reading probe map {map} failed: {reason}")]
     Map { map: String, reason: String },
+}
+
+impl From<crate::btf::BtfError> for ProbeError {
+    fn from(e: crate::btf::BtfError) -> Self {
+        ProbeError::Kernel(e)
+    }
 }
 
 /// Effective capabilities of this process include CAP_BPF+CAP_PERFMON (or CAP_SYS_ADMIN).
