@@ -9,13 +9,16 @@ use std::path::Path;
 use tracer_common::format::{FormatError, IoRecord, TraceReader};
 use tracer_common::op::{Op, StatGroup, flags};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Also `blkprof export --format`: the variant names are the values, their docs the help.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
     /// fio iolog version 3: each line stamped (microseconds), replayed with its timing.
     Iolog,
     /// fio iolog version 2: the same IOs in submission order, without timing.
     Iolog2,
+    /// One row per IO with a header row (RFC 4180).
     Csv,
+    /// One JSON object per IO and line.
     Jsonl,
 }
 

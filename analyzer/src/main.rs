@@ -147,9 +147,9 @@ enum Cmd {
     /// pattern; fio 3.33 replays reads, writes and syncs but not trims), CSV, or JSON lines.
     Export {
         trace: PathBuf,
-        /// iolog (fio version 3, timed), iolog2 (fio version 2, untimed), csv or jsonl.
-        #[arg(long, default_value = "iolog", value_parser = ["iolog", "iolog2", "csv", "jsonl"])]
-        format: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = analyzer::export::Format::Iolog)]
+        format: analyzer::export::Format,
         /// Only this device (name or MAJ:MIN); an iolog needs one device.
         #[arg(long)]
         device: Option<String>,
@@ -192,8 +192,8 @@ enum Cmd {
     /// Cambridge / SNIA CSV), blk (blkparse's default text output, or the ftrace blk tracer's lines).
     Import {
         /// Input format.
-        #[arg(long, value_parser = ["msr", "blk"])]
-        from: String,
+        #[arg(long, value_enum)]
+        from: ImportFrom,
         input: PathBuf,
         /// The trace file to write.
         #[arg(short, long)]
@@ -222,6 +222,15 @@ enum Cmd {
     },
 }
 
+/// `blkprof import --from`: whose trace the input is (docs/importers.md).
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum ImportFrom {
+    /// MSR Cambridge / SNIA block trace CSV.
+    Msr,
+    /// blkparse's default text output, or the ftrace blk tracer's lines.
+    Blk,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
@@ -230,10 +239,9 @@ fn main() -> ExitCode {
             input,
             output,
             skip_bad,
-        } => match if from == "blk" {
-            analyzer::import::import_blk(&input, &output, skip_bad)
-        } else {
-            analyzer::import::import_msr(&input, &output, skip_bad)
+        } => match match from {
+            ImportFrom::Msr => analyzer::import::import_msr(&input, &output, skip_bad),
+            ImportFrom::Blk => analyzer::import::import_blk(&input, &output, skip_bad),
         } {
             Ok(st) => {
                 eprintln!(
@@ -290,12 +298,6 @@ fn main() -> ExitCode {
             target,
             output,
         } => {
-            let fmt = match format.as_str() {
-                "csv" => analyzer::export::Format::Csv,
-                "jsonl" => analyzer::export::Format::Jsonl,
-                "iolog2" => analyzer::export::Format::Iolog2,
-                _ => analyzer::export::Format::Iolog,
-            };
             let mut out: Box<dyn std::io::Write> = match &output {
                 Some(p) => match std::fs::File::create(p) {
                     Ok(f) => Box::new(std::io::BufWriter::new(f)),
@@ -308,7 +310,7 @@ fn main() -> ExitCode {
             };
             match analyzer::export::export(
                 &trace,
-                fmt,
+                format,
                 device.as_deref(),
                 target.as_deref(),
                 &mut out,
