@@ -1,4 +1,3 @@
-use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -412,13 +411,21 @@ fn compare(
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     if json {
-        serde_json::to_writer_pretty(&mut out, &c)
-            .map_err(std::io::Error::other)
-            .and_then(|()| writeln!(out))
+        write_json(&mut out, &c)
     } else {
         analyzer::compare::write_text(&mut out, &c)
     }
     .map_err(|e| Fail::stdout(e, ""))
+}
+
+/// Pretty JSON and a newline. The error keeps its io kind, so that a reader closing the pipe
+/// (`--json | head`) is seen as that and not reported as a failure.
+fn write_json(out: &mut impl std::io::Write, v: &impl serde::Serialize) -> std::io::Result<()> {
+    serde_json::to_writer_pretty(&mut *out, v).map_err(|e| match e.io_error_kind() {
+        Some(k) => std::io::Error::new(k, e),
+        None => std::io::Error::other(e),
+    })?;
+    writeln!(out)
 }
 
 fn report(args: &ReportArgs) -> Result<(), Fail> {
@@ -435,9 +442,7 @@ fn report(args: &ReportArgs) -> Result<(), Fail> {
                 .map_err(|e| Fail::Output(format!("writing into {}: {e}", dir.display())))?;
         }
         if args.json {
-            serde_json::to_writer_pretty(&mut out, j)
-                .map_err(std::io::Error::other)
-                .and_then(|()| writeln!(out))
+            write_json(&mut out, j)
         } else {
             analyzer::text::write(&mut out, j)
         }
