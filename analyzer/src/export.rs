@@ -6,16 +6,19 @@ use std::collections::BinaryHeap;
 use std::io::Write;
 use std::path::Path;
 
-use tracer_common::format::{FormatError, IoRecord, TraceReader};
+use tracer_common::format::{DeviceInfo, FormatError, IoRecord, TraceReader};
 use tracer_common::op::{Op, StatGroup, flags};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Also `blkprof export --format`: the variant names are the values, their docs the help.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
     /// fio iolog version 3: each line stamped (microseconds), replayed with its timing.
     Iolog,
     /// fio iolog version 2: the same IOs in submission order, without timing.
     Iolog2,
+    /// One row per IO with a header row (RFC 4180).
     Csv,
+    /// One JSON object per IO and line.
     Jsonl,
 }
 
@@ -74,12 +77,12 @@ pub fn export(
         .or_else(|| dev.as_ref().map(|d| format!("/dev/{}", d.name)))
         .unwrap_or_else(|| "/dev/unknown".into());
     let mut stats = ExportStats::default();
+    if format == Format::Csv {
+        write_csv(&mut r, dev.as_ref(), out, &mut stats)?;
+        return Ok(stats);
+    }
     let mut buf = Vec::new();
     match format {
-        Format::Csv => writeln!(
-            out,
-            "complete_ns,enter_ns,issue_ns,device,op,flags,sector,bytes,queue_us,device_us,total_us,pid,comm,dev_inflight,os_inflight,error"
-        )?,
         Format::Iolog => {
             writeln!(out, "fio version 3 iolog")?;
             writeln!(out, "0 {target} add")?;
@@ -90,7 +93,7 @@ pub fn export(
             writeln!(out, "{target} add")?;
             writeln!(out, "{target} open")?;
         }
-        Format::Jsonl => {}
+        Format::Csv | Format::Jsonl => {}
     }
     // (enter_ns, arrival sequence, op code, offset, length), earliest submission first.
     type Pending = Reverse<(u64, u64, u8, u64, u32)>;
@@ -164,30 +167,7 @@ pub fn export(
                         stats.written += 1;
                     }
                 }
-                Format::Csv => {
-                    let comm = &r.tasks()[rec.task as usize].comm;
-                    writeln!(
-                        out,
-                        "{},{},{},{},{},{},{},{},{:.3},{:.3},{:.3},{},{},{},{},{}",
-                        rec.complete_ns,
-                        rec.enter_ns,
-                        rec.issue_ns,
-                        dev_name(&r, rec),
-                        rec.op.name(),
-                        flag_names(rec.flags),
-                        rec.sector,
-                        rec.bytes,
-                        rec.issue_ns.saturating_sub(rec.enter_ns) as f64 / 1e3,
-                        rec.device_ns() as f64 / 1e3,
-                        rec.total_ns() as f64 / 1e3,
-                        rec.pid,
-                        csv_field(comm),
-                        rec.dev_inflight,
-                        rec.os_inflight,
-                        rec.error
-                    )?;
-                    stats.written += 1;
-                }
+                Format::Csv => unreachable!("written by write_csv"),
                 Format::Jsonl => {
                     let v = serde_json::json!({
                         "complete_ns": rec.complete_ns, "enter_ns": rec.enter_ns, "issue_ns": rec.issue_ns,
@@ -240,11 +220,87 @@ fn flag_names(f: u16) -> String {
         .join("|")
 }
 
-fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
+/// One row per record, quoted by the csv crate as RFC 4180 says (a field holding a comma, a
+/// quote, a CR or a LF is quoted; a task name can hold any of them), rows ending in LF.
+fn write_csv(
+    r: &mut TraceReader,
+    dev: Option<&DeviceInfo>,
+    out: &mut dyn Write,
+    stats: &mut ExportStats,
+) -> Result<(), ExportError> {
+    let mut w = csv::Writer::from_writer(out);
+    w.write_record([
+        "complete_ns",
+        "enter_ns",
+        "issue_ns",
+        "device",
+        "op",
+        "flags",
+        "sector",
+        "bytes",
+        "queue_us",
+        "device_us",
+        "total_us",
+        "pid",
+        "comm",
+        "dev_inflight",
+        "os_inflight",
+        "error",
+    ])
+    .map_err(io_error)?;
+    // Numbers are formatted into one reused buffer, not a String per field.
+    let mut num = String::new();
+    let mut field = |w: &mut csv::Writer<&mut dyn Write>, v: std::fmt::Arguments| {
+        use std::fmt::Write as _;
+        num.clear();
+        let _ = num.write_fmt(v); // writing into a String cannot fail
+        w.write_field(&num)
+    };
+    let mut buf = Vec::new();
+    while r.next_chunk(&mut buf)? {
+        for rec in &buf {
+            if dev.is_some_and(|d| d.dev() != rec.dev) {
+                stats.other_devices += 1;
+                continue;
+            }
+            (|| {
+                field(&mut w, format_args!("{}", rec.complete_ns))?;
+                field(&mut w, format_args!("{}", rec.enter_ns))?;
+                field(&mut w, format_args!("{}", rec.issue_ns))?;
+                w.write_field(dev_name(r, rec))?;
+                w.write_field(rec.op.name())?;
+                w.write_field(flag_names(rec.flags))?;
+                field(&mut w, format_args!("{}", rec.sector))?;
+                field(&mut w, format_args!("{}", rec.bytes))?;
+                let us = |ns: u64| ns as f64 / 1e3;
+                let queue_ns = rec.issue_ns.saturating_sub(rec.enter_ns);
+                field(&mut w, format_args!("{:.3}", us(queue_ns)))?;
+                field(&mut w, format_args!("{:.3}", us(rec.device_ns())))?;
+                field(&mut w, format_args!("{:.3}", us(rec.total_ns())))?;
+                field(&mut w, format_args!("{}", rec.pid))?;
+                w.write_field(&r.tasks()[rec.task as usize].comm)?;
+                field(&mut w, format_args!("{}", rec.dev_inflight))?;
+                field(&mut w, format_args!("{}", rec.os_inflight))?;
+                field(&mut w, format_args!("{}", rec.error))?;
+                w.write_record(None::<&[u8]>)
+            })()
+            .map_err(io_error)?;
+            stats.written += 1;
+        }
+    }
+    w.flush()?;
+    Ok(())
+}
+
+/// The csv crate's writing error as the io error under it, so that a closed pipe stays
+/// BrokenPipe (a normal end for `| head`); its From<csv::Error> would make every kind Other.
+fn io_error(e: csv::Error) -> std::io::Error {
+    if !e.is_io_error() {
+        return std::io::Error::other(e);
+    }
+    match e.into_kind() {
+        csv::ErrorKind::Io(e) => e,
+        k => std::io::Error::other(format!("{k:?}")),
     }
 }
 
@@ -280,6 +336,55 @@ mod tests {
         let reads = io_lines.iter().filter(|f| f[2] == "read").count();
         assert_eq!(reads, ios.iter().filter(|i| i.op == Op::Read).count());
         assert!(lines.last().unwrap().ends_with("close"));
+    }
+
+    /// A task can name itself anything (prctl PR_SET_NAME): a CSV reader must get it back.
+    #[test]
+    fn csv_comm_with_comma_quote_cr_and_lf_reads_back_unchanged() {
+        use tracer_common::format::{TraceHeader, TraceTrailer, TraceWriter, comm_bytes};
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.blkp");
+        let comms = ["a,b \"c\"\r\nd", "\r", "plain"];
+        let header = TraceHeader {
+            devices: vec![DeviceInfo {
+                name: "sda".into(),
+                major: 8,
+                minor: 0,
+                logical_block_size: 512,
+            }],
+            ..Default::default()
+        };
+        let mut w = TraceWriter::create(&p, &header).unwrap();
+        for (i, comm) in (0u64..).zip(comms) {
+            let rec = IoRecord {
+                complete_ns: 2_000 + i,
+                enter_ns: 1_000,
+                issue_ns: 1_500,
+                sector: 8 * i,
+                bytes: 4096,
+                pid: 100 + i as u32,
+                task: 0,
+                dev_inflight: 1,
+                os_inflight: 1,
+                error: 0,
+                dev: tracer_common::dev_join(8, 0),
+                requeues: 0,
+                flags: 0,
+                op: Op::Read,
+            };
+            w.push(&rec, &comm_bytes(comm)).unwrap();
+        }
+        w.finish(&TraceTrailer::default()).unwrap();
+        let mut out = Vec::new();
+        let st = export(&p, Format::Csv, None, None, &mut out).unwrap();
+        assert_eq!(st.written, 3);
+        let mut rd = csv::Reader::from_reader(&out[..]);
+        assert_eq!(&rd.headers().unwrap()[12], "comm");
+        let back: Vec<String> = rd
+            .records()
+            .map(|row| row.unwrap()[12].to_string())
+            .collect();
+        assert_eq!(back, comms);
     }
 
     #[test]

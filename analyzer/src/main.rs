@@ -1,4 +1,3 @@
-use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -93,63 +92,67 @@ fn parse_duration(s: &str) -> Result<u64, String> {
     u64::try_from(d.as_nanos()).map_err(|_| format!("{s:?}: too long"))
 }
 
+/// `blkprof report`'s arguments (a struct of their own, for the function that runs it).
+#[derive(clap::Args)]
+struct ReportArgs {
+    /// Trace file written by blkprof-trace.
+    #[arg(required_unless_present = "from_json")]
+    traces: Vec<PathBuf>,
+    /// Print the report as JSON (schema in docs/report-json.md).
+    #[arg(long)]
+    json: bool,
+    /// Render a saved report instead of reading traces: the JSON of `blkprof report
+    /// --json` or of --output-dir, as text, as JSON again, or with -o as HTML and charts.
+    /// A report of an older version renders with the figures it has.
+    #[arg(
+        long = "from-json",
+        value_name = "FILE",
+        conflicts_with_all = ["traces", "stress", "stress_start", "stress_tz", "app_logs", "app_log_tz"]
+    )]
+    from_json: Option<PathBuf>,
+    /// The stress tool's output (YCSB stdout or stderr, with or without timestamps), shown
+    /// next to the disk on the same wall-clock axis. Repeatable.
+    #[arg(long = "stress", value_name = "FILE")]
+    stress: Vec<PathBuf>,
+    /// When the stress run started, for output whose status lines carry elapsed seconds
+    /// only (cassandra-stress): places them on the trace's clock. With Z or an offset
+    /// (2026-11-22T06:45:03Z, 2026-11-22T08:45:03+02:00) it is that instant; without, a
+    /// local time in --stress-tz. Lines with their own timestamps keep them.
+    #[arg(long = "stress-start", value_name = "TIME", value_parser = parse_start)]
+    stress_start: Option<analyzer::stress::StartTime>,
+    /// The time zone of the stress output's timestamps (YCSB writes local time): UTC, an
+    /// offset such as +02:00 or -05:30, or an IANA name such as Europe/Berlin. Default:
+    /// the zone the tracer recorded in the trace (UTC for traces that predate it).
+    #[arg(long = "stress-tz", value_name = "TZ", value_parser = parse_zone)]
+    stress_tz: Option<analyzer::zone::Zone>,
+    /// The application's log (Cassandra system.log): flushes, compactions and SSTable
+    /// deletions become markers, and flushes are matched with write bursts. Repeatable.
+    #[arg(long = "app-log", value_name = "FILE")]
+    app_logs: Vec<PathBuf>,
+    /// The time zone of the application log's timestamps (Cassandra logs local time),
+    /// written as for --stress-tz. Default: the zone the tracer recorded in the trace.
+    #[arg(long = "app-log-tz", value_name = "TZ", value_parser = parse_zone)]
+    app_log_tz: Option<analyzer::zone::Zone>,
+    /// Also write TRACE.html (self-contained: inline SVG charts, no network), TRACE.json
+    /// and each chart as SVG and PNG into this directory (created if missing).
+    #[arg(short = 'o', long = "output-dir", value_name = "DIR")]
+    out_dir: Option<PathBuf>,
+    #[command(flatten)]
+    detect: Detect,
+}
+
 #[derive(Subcommand)]
 enum Cmd {
     /// The workload summary: per device and op, IO counts, volume, block-size mix, latency,
     /// and the trace's coverage of the kernel's own counters.
-    Report {
-        /// Trace file written by blkprof-trace.
-        #[arg(required_unless_present = "from_json")]
-        traces: Vec<PathBuf>,
-        /// Print the report as JSON (schema in docs/report-json.md).
-        #[arg(long)]
-        json: bool,
-        /// Render a saved report instead of reading traces: the JSON of `blkprof report
-        /// --json` or of --output-dir, as text, as JSON again, or with -o as HTML and charts.
-        /// A report of an older version renders with the figures it has.
-        #[arg(
-            long = "from-json",
-            value_name = "FILE",
-            conflicts_with_all = ["traces", "stress", "stress_start", "stress_tz", "app_logs", "app_log_tz"]
-        )]
-        from_json: Option<PathBuf>,
-        /// The stress tool's output (YCSB stdout or stderr, with or without timestamps), shown
-        /// next to the disk on the same wall-clock axis. Repeatable.
-        #[arg(long = "stress", value_name = "FILE")]
-        stress: Vec<PathBuf>,
-        /// When the stress run started, for output whose status lines carry elapsed seconds
-        /// only (cassandra-stress): places them on the trace's clock. With Z or an offset
-        /// (2026-11-22T06:45:03Z, 2026-11-22T08:45:03+02:00) it is that instant; without, a
-        /// local time in --stress-tz. Lines with their own timestamps keep them.
-        #[arg(long = "stress-start", value_name = "TIME", value_parser = parse_start)]
-        stress_start: Option<analyzer::stress::StartTime>,
-        /// The time zone of the stress output's timestamps (YCSB writes local time): UTC, an
-        /// offset such as +02:00 or -05:30, or an IANA name such as Europe/Berlin. Default:
-        /// the zone the tracer recorded in the trace (UTC for traces that predate it).
-        #[arg(long = "stress-tz", value_name = "TZ", value_parser = parse_zone)]
-        stress_tz: Option<analyzer::zone::Zone>,
-        /// The application's log (Cassandra system.log): flushes, compactions and SSTable
-        /// deletions become markers, and flushes are matched with write bursts. Repeatable.
-        #[arg(long = "app-log", value_name = "FILE")]
-        app_logs: Vec<PathBuf>,
-        /// The time zone of the application log's timestamps (Cassandra logs local time),
-        /// written as for --stress-tz. Default: the zone the tracer recorded in the trace.
-        #[arg(long = "app-log-tz", value_name = "TZ", value_parser = parse_zone)]
-        app_log_tz: Option<analyzer::zone::Zone>,
-        /// Also write TRACE.html (self-contained: inline SVG charts, no network), TRACE.json
-        /// and each chart as SVG and PNG into this directory (created if missing).
-        #[arg(short = 'o', long = "output-dir", value_name = "DIR")]
-        out_dir: Option<PathBuf>,
-        #[command(flatten)]
-        detect: Detect,
-    },
+    Report(ReportArgs),
     /// Export a trace: a fio iolog (version 3, with timing: `fio --read_iolog FILE` replays the
     /// pattern; fio 3.33 replays reads, writes and syncs but not trims), CSV, or JSON lines.
     Export {
         trace: PathBuf,
-        /// iolog (fio version 3, timed), iolog2 (fio version 2, untimed), csv or jsonl.
-        #[arg(long, default_value = "iolog", value_parser = ["iolog", "iolog2", "csv", "jsonl"])]
-        format: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = analyzer::export::Format::Iolog)]
+        format: analyzer::export::Format,
         /// Only this device (name or MAJ:MIN); an iolog needs one device.
         #[arg(long)]
         device: Option<String>,
@@ -192,8 +195,8 @@ enum Cmd {
     /// Cambridge / SNIA CSV), blk (blkparse's default text output, or the ftrace blk tracer's lines).
     Import {
         /// Input format.
-        #[arg(long, value_parser = ["msr", "blk"])]
-        from: String,
+        #[arg(long, value_enum)]
+        from: ImportFrom,
         input: PathBuf,
         /// The trace file to write.
         #[arg(short, long)]
@@ -222,52 +225,51 @@ enum Cmd {
     },
 }
 
+/// `blkprof import --from`: whose trace the input is (docs/importers.md).
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum ImportFrom {
+    /// MSR Cambridge / SNIA block trace CSV.
+    Msr,
+    /// blkparse's default text output, or the ftrace blk tracer's lines.
+    Blk,
+}
+
+/// Why a command stopped: each is printed once, in `main`, which also gives the exit code.
+enum Fail {
+    /// Exit 2: bad input (a file missing or not what it should be, options that do not fit).
+    Input(String),
+    /// Exit 1: the input was good but the output could not be written.
+    Output(String),
+    /// Standard output was closed by its reader (`| head`): stop quietly, exit 0.
+    Closed,
+}
+
+impl Fail {
+    /// Bad input, as the error says it.
+    fn input(e: impl std::fmt::Display) -> Fail {
+        Fail::Input(e.to_string())
+    }
+
+    /// A failed write to standard output; `what` prefixes the message unless empty.
+    fn stdout(e: std::io::Error, what: &str) -> Fail {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            Fail::Closed
+        } else if what.is_empty() {
+            Fail::Output(e.to_string())
+        } else {
+            Fail::Output(format!("{what}: {e}"))
+        }
+    }
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    match cli.cmd {
+    let r = match Cli::parse().cmd {
         Cmd::Import {
             from,
             input,
             output,
             skip_bad,
-        } => match if from == "blk" {
-            analyzer::import::import_blk(&input, &output, skip_bad)
-        } else {
-            analyzer::import::import_msr(&input, &output, skip_bad)
-        } {
-            Ok(st) => {
-                eprintln!(
-                    "blkprof: imported {} IOs into {}",
-                    st.records,
-                    output.display()
-                );
-                let b = &st.blk;
-                if b.merges + b.splits + b.requeues > 0 {
-                    eprintln!(
-                        "blkprof: followed {} merges, {} splits, {} requeues",
-                        b.merges, b.splits, b.requeues
-                    );
-                }
-                if b.unmatched_queued + b.unmatched_issued > 0 {
-                    eprintln!(
-                        "blkprof: {} queued and {} issued events had no completion (the input ended first, or the request completed under a sector that could not be followed)",
-                        b.unmatched_queued, b.unmatched_issued
-                    );
-                }
-                if st.skipped > 0 {
-                    eprintln!(
-                        "blkprof: skipped {} malformed lines (first: {})",
-                        st.skipped,
-                        st.first_skipped.unwrap_or_default()
-                    );
-                }
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("blkprof: {e}");
-                ExitCode::from(2)
-            }
-        },
+        } => import(from, &input, &output, skip_bad),
         Cmd::Check {
             trace,
             baseline,
@@ -275,207 +277,206 @@ fn main() -> ExitCode {
             junit,
             allow_incomplete,
             detect,
-        } => run_check(
+        } => match run_check(
             &trace,
             &baseline,
             rules.as_deref(),
             junit.as_deref(),
             allow_incomplete,
             &detect.options(),
-        ),
+        ) {
+            // A failed rule is the answer, not an error: the table on stdout said which.
+            Ok(false) => return ExitCode::from(1),
+            r => r.map(drop),
+        },
         Cmd::Export {
             trace,
             format,
             device,
             target,
             output,
-        } => {
-            let fmt = match format.as_str() {
-                "csv" => analyzer::export::Format::Csv,
-                "jsonl" => analyzer::export::Format::Jsonl,
-                "iolog2" => analyzer::export::Format::Iolog2,
-                _ => analyzer::export::Format::Iolog,
-            };
-            let mut out: Box<dyn std::io::Write> = match &output {
-                Some(p) => match std::fs::File::create(p) {
-                    Ok(f) => Box::new(std::io::BufWriter::new(f)),
-                    Err(e) => {
-                        eprintln!("blkprof: cannot write {}: {e}", p.display());
-                        return ExitCode::from(2);
-                    }
-                },
-                None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
-            };
-            match analyzer::export::export(
-                &trace,
-                fmt,
-                device.as_deref(),
-                target.as_deref(),
-                &mut out,
-            ) {
-                Ok(st) => {
-                    if st.skipped > 0 {
-                        eprintln!(
-                            "blkprof: {} IOs an iolog cannot express were left out",
-                            st.skipped
-                        );
-                    }
-                    ExitCode::SUCCESS
-                }
-                Err(analyzer::export::ExportError::Io(e))
-                    if e.kind() == std::io::ErrorKind::BrokenPipe =>
-                {
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("blkprof: {e}");
-                    ExitCode::from(2)
-                }
-            }
-        }
+        } => export(
+            &trace,
+            format,
+            device.as_deref(),
+            target.as_deref(),
+            output.as_deref(),
+        ),
         Cmd::Compare {
             traces,
             device,
             json,
             detect,
-        } => {
-            let opts = detect.options();
-            let mut reports = Vec::new();
-            for t in &traces {
-                match analyzer::summary::summarize(t, &opts) {
-                    Ok(s) => reports.push(s.to_json()),
-                    Err(e) => {
-                        eprintln!("blkprof: {e}");
-                        return ExitCode::from(2);
-                    }
-                }
-            }
-            let c = match analyzer::compare::compare(&reports, device.as_deref()) {
-                Ok(c) => c,
-                Err(e) => {
-                    eprintln!("blkprof: {e}");
-                    return ExitCode::from(2);
-                }
-            };
-            let stdout = std::io::stdout();
-            let mut out = stdout.lock();
-            let r = if json {
-                serde_json::to_writer_pretty(&mut out, &c)
-                    .map_err(std::io::Error::other)
-                    .and_then(|()| writeln!(out))
-            } else {
-                analyzer::compare::write_text(&mut out, &c)
-            };
-            match r {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("blkprof: {e}");
-                    ExitCode::from(1)
-                }
-            }
+        } => compare(&traces, device.as_deref(), json, &detect.options()),
+        Cmd::Report(args) => report(&args),
+    };
+    match r {
+        Ok(()) | Err(Fail::Closed) => ExitCode::SUCCESS,
+        Err(Fail::Input(msg)) => {
+            eprintln!("blkprof: {msg}");
+            ExitCode::from(2)
         }
-        Cmd::Report {
-            traces,
-            json,
-            from_json,
-            stress,
-            stress_start,
-            stress_tz,
-            app_logs,
-            app_log_tz,
-            out_dir,
-            detect,
-        } => {
-            let opts = detect.options();
-            if let Some(dir) = &out_dir
-                && let Err(e) = std::fs::create_dir_all(dir)
-            {
-                eprintln!("blkprof: cannot create {}: {e}", dir.display());
-                return ExitCode::from(2);
-            }
-            let stdout = std::io::stdout();
-            let mut out = stdout.lock();
-            let emit = |out: &mut std::io::StdoutLock<'_>, t: &std::path::Path, j: &JsonReport| {
-                if let Some(dir) = &out_dir
-                    && let Err(e) = write_files(dir, t, j)
-                {
-                    eprintln!("blkprof: writing into {}: {e}", dir.display());
-                    return Err(ExitCode::from(1));
-                }
-                let r = if json {
-                    serde_json::to_writer_pretty(&mut *out, j)
-                        .map_err(std::io::Error::other)
-                        .and_then(|()| writeln!(out))
-                } else {
-                    analyzer::text::write(out, j)
-                };
-                match r {
-                    Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(ExitCode::SUCCESS),
-                    Err(e) => {
-                        eprintln!("blkprof: writing the report: {e}");
-                        Err(ExitCode::from(1))
-                    }
-                    Ok(()) => Ok(()),
-                }
-            };
-            if let Some(path) = &from_json {
-                let j = match read_report(path) {
-                    Ok(j) => j,
-                    Err(e) => {
-                        eprintln!("blkprof: {e}");
-                        return ExitCode::from(2);
-                    }
-                };
-                return match emit(&mut out, path, &j) {
-                    Ok(()) => ExitCode::SUCCESS,
-                    Err(code) => code,
-                };
-            }
-            for (i, t) in traces.iter().enumerate() {
-                // Local times are read in the zones given, else in the one the trace recorded:
-                // each trace may come from another host.
-                let trace_zone = match tracer_common::format::TraceReader::open(t) {
-                    Ok(r) => analyzer::zone::Zone::of_trace(r.header()),
-                    Err(e) => {
-                        eprintln!("blkprof: {e}");
-                        return ExitCode::from(2);
-                    }
-                };
-                let inputs = Inputs {
-                    stress: &stress,
-                    stress_start,
-                    stress_zone: stress_tz.as_ref().unwrap_or(&trace_zone),
-                    app_logs: &app_logs,
-                    app_log_zone: app_log_tz.as_ref().unwrap_or(&trace_zone),
-                };
-                let context = match inputs.read(i == 0) {
-                    Ok(c) => c,
-                    Err(e) => {
-                        eprintln!("blkprof: {e}");
-                        return ExitCode::from(2);
-                    }
-                };
-                let mut s = match analyzer::summary::summarize(t, &opts) {
-                    Ok(s) => s,
-                    Err(e) => {
-                        eprintln!("blkprof: {e}");
-                        return ExitCode::from(2);
-                    }
-                };
-                s.context = context;
-                let j = s.to_json();
-                drop(s);
-                for w in &j.time_warnings {
-                    eprintln!("blkprof: warning: {}", w.message);
-                }
-                if let Err(code) = emit(&mut out, t, &j) {
-                    return code;
-                }
-            }
-            ExitCode::SUCCESS
+        Err(Fail::Output(msg)) => {
+            eprintln!("blkprof: {msg}");
+            ExitCode::from(1)
         }
     }
+}
+
+fn import(
+    from: ImportFrom,
+    input: &std::path::Path,
+    output: &std::path::Path,
+    skip_bad: bool,
+) -> Result<(), Fail> {
+    let st = match from {
+        ImportFrom::Msr => analyzer::import::import_msr(input, output, skip_bad),
+        ImportFrom::Blk => analyzer::import::import_blk(input, output, skip_bad),
+    }
+    .map_err(Fail::input)?;
+    eprintln!(
+        "blkprof: imported {} IOs into {}",
+        st.records,
+        output.display()
+    );
+    let b = &st.blk;
+    if b.merges + b.splits + b.requeues > 0 {
+        eprintln!(
+            "blkprof: followed {} merges, {} splits, {} requeues",
+            b.merges, b.splits, b.requeues
+        );
+    }
+    if b.unmatched_queued + b.unmatched_issued > 0 {
+        eprintln!(
+            "blkprof: {} queued and {} issued events had no completion (the input ended first, or the request completed under a sector that could not be followed)",
+            b.unmatched_queued, b.unmatched_issued
+        );
+    }
+    if st.skipped > 0 {
+        eprintln!(
+            "blkprof: skipped {} malformed lines (first: {})",
+            st.skipped,
+            st.first_skipped.unwrap_or_default()
+        );
+    }
+    Ok(())
+}
+
+fn export(
+    trace: &std::path::Path,
+    format: analyzer::export::Format,
+    device: Option<&str>,
+    target: Option<&str>,
+    output: Option<&std::path::Path>,
+) -> Result<(), Fail> {
+    // Every export error exits 2, writing ones included (ExportError::Io is the read side's
+    // too): as before this type existed.
+    let mut out: Box<dyn std::io::Write> = match output {
+        Some(p) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(p)
+                .map_err(|e| Fail::Input(format!("cannot write {}: {e}", p.display())))?,
+        )),
+        None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+    };
+    let st = match analyzer::export::export(trace, format, device, target, &mut out) {
+        Err(analyzer::export::ExportError::Io(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            return Err(Fail::Closed);
+        }
+        r => r.map_err(Fail::input)?,
+    };
+    if st.skipped > 0 {
+        eprintln!(
+            "blkprof: {} IOs an iolog cannot express were left out",
+            st.skipped
+        );
+    }
+    Ok(())
+}
+
+fn compare(
+    traces: &[PathBuf],
+    device: Option<&str>,
+    json: bool,
+    opts: &analyzer::series::Options,
+) -> Result<(), Fail> {
+    let mut reports = Vec::new();
+    for t in traces {
+        reports.push(
+            analyzer::summary::summarize(t, opts)
+                .map_err(Fail::input)?
+                .to_json(),
+        );
+    }
+    let c = analyzer::compare::compare(&reports, device).map_err(Fail::input)?;
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    if json {
+        write_json(&mut out, &c)
+    } else {
+        analyzer::compare::write_text(&mut out, &c)
+    }
+    .map_err(|e| Fail::stdout(e, ""))
+}
+
+/// Pretty JSON and a newline. The error keeps its io kind, so that a reader closing the pipe
+/// (`--json | head`) is seen as that and not reported as a failure.
+fn write_json(out: &mut impl std::io::Write, v: &impl serde::Serialize) -> std::io::Result<()> {
+    serde_json::to_writer_pretty(&mut *out, v).map_err(|e| match e.io_error_kind() {
+        Some(k) => std::io::Error::new(k, e),
+        None => std::io::Error::other(e),
+    })?;
+    writeln!(out)
+}
+
+fn report(args: &ReportArgs) -> Result<(), Fail> {
+    let opts = args.detect.options();
+    if let Some(dir) = &args.out_dir {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Fail::Input(format!("cannot create {}: {e}", dir.display())))?;
+    }
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let mut emit = |t: &std::path::Path, j: &JsonReport| -> Result<(), Fail> {
+        if let Some(dir) = &args.out_dir {
+            write_files(dir, t, j)
+                .map_err(|e| Fail::Output(format!("writing into {}: {e}", dir.display())))?;
+        }
+        if args.json {
+            write_json(&mut out, j)
+        } else {
+            analyzer::text::write(&mut out, j)
+        }
+        .map_err(|e| Fail::stdout(e, "writing the report"))
+    };
+    if let Some(path) = &args.from_json {
+        return emit(path, &read_report(path).map_err(Fail::Input)?);
+    }
+    for (i, t) in args.traces.iter().enumerate() {
+        // Local times are read in the zones given, else in the one the trace recorded:
+        // each trace may come from another host.
+        let trace_zone = analyzer::zone::Zone::of_trace(
+            tracer_common::format::TraceReader::open(t)
+                .map_err(Fail::input)?
+                .header(),
+        );
+        let inputs = Inputs {
+            stress: &args.stress,
+            stress_start: args.stress_start,
+            stress_zone: args.stress_tz.as_ref().unwrap_or(&trace_zone),
+            app_logs: &args.app_logs,
+            app_log_zone: args.app_log_tz.as_ref().unwrap_or(&trace_zone),
+        };
+        let context = inputs.read(i == 0).map_err(Fail::Input)?;
+        let mut s = analyzer::summary::summarize(t, &opts).map_err(Fail::input)?;
+        s.context = context;
+        let j = s.to_json();
+        drop(s);
+        for w in &j.time_warnings {
+            eprintln!("blkprof: warning: {}", w.message);
+        }
+        emit(t, &j)?;
+    }
+    Ok(())
 }
 
 /// The stress output and application logs given to `report`, and the zones to read them in.
@@ -568,6 +569,7 @@ fn write_files(
     Ok(())
 }
 
+/// `blkprof check`: whether every rule passed (the table on stdout says which did not).
 fn run_check(
     trace: &std::path::Path,
     baselines: &[PathBuf],
@@ -575,68 +577,51 @@ fn run_check(
     junit: Option<&std::path::Path>,
     allow_incomplete: bool,
     opts: &analyzer::series::Options,
-) -> ExitCode {
-    let bad = |msg: String| {
-        eprintln!("blkprof: {msg}");
-        ExitCode::from(2)
-    };
+) -> Result<bool, Fail> {
     if baselines.is_empty() && rules.is_none() {
-        return bad("check needs --baseline BASE.json or --rules RULES.json (or both)".into());
+        return Err(Fail::input(
+            "check needs --baseline BASE.json or --rules RULES.json (or both)",
+        ));
+    }
+    fn read_json<T: serde::de::DeserializeOwned>(p: &std::path::Path) -> Result<T, String> {
+        std::fs::read(p)
+            .map_err(|e| e.to_string())
+            .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
     }
     let mut base: Vec<analyzer::summary::JsonReport> = Vec::new();
     for p in baselines {
-        match std::fs::read(p)
-            .map_err(|e| e.to_string())
-            .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
-        {
-            Ok(b) => base.push(b),
-            Err(e) => {
-                return bad(format!(
-                    "{}: not a `blkprof report --json` document: {e}",
-                    p.display()
-                ));
-            }
-        }
+        base.push(read_json(p).map_err(|e| {
+            Fail::Input(format!(
+                "{}: not a `blkprof report --json` document: {e}",
+                p.display()
+            ))
+        })?);
     }
     let rules: analyzer::check::Rules = match rules {
-        Some(p) => match std::fs::read(p)
-            .map_err(|e| e.to_string())
-            .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
-        {
-            Ok(r) => r,
-            Err(e) => {
-                return bad(format!(
-                    "{}: not a rules file (docs/check-rules.md): {e}",
-                    p.display()
-                ));
-            }
-        },
+        Some(p) => read_json(p).map_err(|e| {
+            Fail::Input(format!(
+                "{}: not a rules file (docs/check-rules.md): {e}",
+                p.display()
+            ))
+        })?,
         None => analyzer::check::Rules {
             device: None,
             rules: analyzer::check::default_rules_for(base.len()),
         },
     };
-    let summary = match analyzer::summary::summarize(trace, opts) {
-        Ok(s) => s.to_json(),
-        Err(e) => return bad(e.to_string()),
-    };
+    let summary = analyzer::summary::summarize(trace, opts)
+        .map_err(Fail::input)?
+        .to_json();
     let base: Vec<&analyzer::summary::JsonReport> = base.iter().collect();
-    let verdicts = match analyzer::check::check_against(&summary, &base, &rules, allow_incomplete) {
-        Ok(v) => v,
-        Err(e) => return bad(e),
-    };
+    let verdicts = analyzer::check::check_against(&summary, &base, &rules, allow_incomplete)
+        .map_err(Fail::Input)?;
     let _ = analyzer::check::write_table(&mut std::io::stdout().lock(), &verdicts);
-    if let Some(j) = junit
-        && let Err(e) = std::fs::write(
+    if let Some(j) = junit {
+        std::fs::write(
             j,
             analyzer::check::junit(&verdicts, &trace.display().to_string()),
         )
-    {
-        return bad(format!("cannot write {}: {e}", j.display()));
+        .map_err(|e| Fail::Input(format!("cannot write {}: {e}", j.display())))?;
     }
-    if verdicts.iter().all(|v| v.pass) {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    }
+    Ok(verdicts.iter().all(|v| v.pass))
 }

@@ -4,6 +4,8 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use hdrhistogram::Histogram;
 use hdrhistogram::serialization::{Serializer, V2DeflateSerializer};
 use serde::Serialize;
@@ -342,7 +344,7 @@ impl HlogWriter {
             "Tag={tag},{start:.3},{:.3},{:.3},{}",
             len_ns as f64 / 1e9,
             h.max() as f64 / 1e9,
-            base64(&self.buf)
+            BASE64.encode(&self.buf)
         );
         if let Err(e) = r {
             self.error = Some(e);
@@ -352,29 +354,6 @@ impl HlogWriter {
     pub fn flush(&mut self) -> std::io::Result<()> {
         self.out.flush()
     }
-}
-
-fn base64(data: &[u8]) -> String {
-    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut s = String::with_capacity(data.len().div_ceil(3) * 4);
-    for c in data.chunks(3) {
-        let n = (u32::from(c[0]) << 16)
-            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
-            | u32::from(*c.get(2).unwrap_or(&0));
-        s.push(A[(n >> 18) as usize & 63] as char);
-        s.push(A[(n >> 12) as usize & 63] as char);
-        s.push(if c.len() > 1 {
-            A[(n >> 6) as usize & 63] as char
-        } else {
-            '='
-        });
-        s.push(if c.len() > 2 {
-            A[n as usize & 63] as char
-        } else {
-            '='
-        });
-    }
-    s
 }
 
 #[cfg(test)]
@@ -405,35 +384,12 @@ mod tests {
             if let Ok(LogEntry::Interval(i)) = e {
                 n += 1;
                 assert_eq!(i.tag().unwrap().as_str(), "loop0.read.device_latency_ns");
-                let bytes = decode64(i.encoded_histogram());
+                let bytes = BASE64.decode(i.encoded_histogram()).unwrap();
                 let back: Histogram<u64> = deser.deserialize(&mut &bytes[..]).unwrap();
                 assert_eq!(back.len(), 4);
                 assert_eq!(back.max(), h.max());
             }
         }
         assert_eq!(n, 1);
-    }
-
-    fn decode64(s: &str) -> Vec<u8> {
-        let val = |c: u8| match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            _ => 63,
-        };
-        let mut out = Vec::new();
-        for chunk in s.as_bytes().chunks(4) {
-            let n = chunk
-                .iter()
-                .take_while(|&&c| c != b'=')
-                .fold(0u32, |a, &c| (a << 6) | u32::from(val(c)));
-            let k = chunk.iter().take_while(|&&c| c != b'=').count();
-            let n = n << (6 * (4 - k));
-            for i in 0..k - 1 {
-                out.push((n >> (16 - 8 * i)) as u8);
-            }
-        }
-        out
     }
 }
