@@ -10,8 +10,8 @@ use tracer_common::{
 use crate::btf::{BtfError, KernelBtf};
 
 /// Kernels that work: the probe needs the `block_io_start` tracepoint (Linux 6.5) and
-/// `enum rqf_flags` in BTF (Linux 6.10).
-pub const KERNEL_REQUIREMENT: &str = "Linux 6.10 or newer with CONFIG_DEBUG_INFO_BTF=y (the block_io_start tracepoint and enum rqf_flags in BTF)";
+/// the request flags as an enum in BTF (`__RQF_*`, Linux 6.11; `#define`s before).
+pub const KERNEL_REQUIREMENT: &str = "Linux 6.11 or newer with CONFIG_DEBUG_INFO_BTF=y (the block_io_start tracepoint and the request flags enum in BTF)";
 
 #[derive(Clone, Debug)]
 pub struct OpDecoder {
