@@ -207,18 +207,18 @@ fn text(v: &Value, out: &mut dyn Write) -> std::io::Result<()> {
     Ok(())
 }
 
-fn html(v: &Value, h: &mut String) {
-    let Some(m) = model(v) else { return };
-    let _ = write!(
+fn html(v: &Value, h: &mut String) -> std::fmt::Result {
+    let Some(m) = model(v) else { return Ok(()) };
+    write!(
         h,
         "<h3>Access pattern</h3><p>Sequential: an IO that starts where one of the {} before it of its op on the device ended, or up to {} after.</p>\
 <table><tr><th class='l'>device</th><th class='l'>op</th><th>IOs</th><th>sequential IOs %</th><th>sequential bytes %</th></tr>",
         m.recent,
         escape(&crate::sizes::human(m.gap_bytes))
-    );
+    )?;
     for d in &m.devices {
         for o in &d.ops {
-            let _ = write!(
+            write!(
                 h,
                 "<tr><td class='l'>{}</td><td class='l'>{}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td></tr>",
                 escape(&d.name),
@@ -226,8 +226,9 @@ fn html(v: &Value, h: &mut String) {
                 o.ios,
                 o.pct_sequential_ios,
                 o.pct_sequential_bytes
-            );
+            )?;
         }
     }
     h.push_str("</table>");
+    Ok(())
 }

@@ -22,7 +22,7 @@ pub struct SectionDef {
     pub text: fn(&Value, &mut dyn Write) -> std::io::Result<()>,
     /// The HTML report's part for it (after the devices'); escape every string from the trace
     /// with [`crate::html::escape`].
-    pub html: fn(&Value, &mut String),
+    pub html: fn(&Value, &mut String) -> std::fmt::Result,
 }
 
 /// A running analysis.
