@@ -617,8 +617,7 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
 
 /// RFC 3339 wall-clock time of a CLOCK_MONOTONIC instant of the trace.
 pub fn wall_time(header: &TraceHeader, mono_ns: u64) -> String {
-    let off = mono_ns as i128 - header.monotonic_base_ns as i128;
-    rfc3339((header.wall_clock_start_ns as i128 + off) as i64)
+    rfc3339(header.wall_ns(mono_ns))
 }
 
 /// What the trace knows it missed.
@@ -1098,8 +1097,7 @@ impl Summary {
         let Some(d) = self.devices.values().next() else {
             return Vec::new();
         };
-        let wall0 = self.header.wall_clock_start_ns as i128 - self.header.monotonic_base_ns as i128;
-        let to_mono = |w: i64| (w as i128 - wall0).max(0) as u64;
+        let to_mono = |w: i64| self.header.mono_ns(w);
         let mut out = Vec::new();
         for run in &self.context.stress {
             let timed: Vec<_> = run
@@ -1226,7 +1224,6 @@ impl Summary {
 impl Summary {
     /// The discards that followed each compaction of the application's log, per device.
     pub fn compaction_discards(&self) -> Vec<(String, CompactionDiscards)> {
-        let wall0 = self.header.wall_clock_start_ns as i128 - self.header.monotonic_base_ns as i128;
         let mut comps: Vec<crate::stress::Compaction> = self
             .context
             .logs
@@ -1237,8 +1234,8 @@ impl Summary {
         self.devices
             .values()
             .filter_map(|d| {
-                let lo = (wall0 + d.first_ns as i128) as i64;
-                let hi = (wall0 + d.last_ns as i128) as i64;
+                let lo = self.header.wall_ns(d.first_ns);
+                let hi = self.header.wall_ns(d.last_ns);
                 let inside: Vec<&crate::stress::Compaction> = comps
                     .iter()
                     .filter(|c| c.end_ns >= lo && c.end_ns <= hi)
@@ -1254,7 +1251,7 @@ impl Summary {
                 for (i, c) in inside.iter().enumerate() {
                     let next = inside.get(i + 1).map_or(i64::MAX, |n| n.end_ns);
                     let until = next.min(c.end_ns + COMPACTION_DISCARD_WINDOW_NS);
-                    let mono = |w: i64| (i128::from(w) - wall0).max(0) as u64;
+                    let mono = |w: i64| self.header.mono_ns(w);
                     let (a, b) = (mono(c.end_ns), mono(until));
                     let from = d.discards.partition_point(|r| r.complete_ns < a);
                     let to = d.discards.partition_point(|r| r.complete_ns < b);
@@ -1283,15 +1280,11 @@ impl Summary {
     /// The trace's wall-clock span (Unix ns): its start, and its end from the trailer or, in a
     /// trace cut short, its last completion.
     pub fn wall_span(&self) -> (i64, i64) {
-        let wall0 = self.header.wall_clock_start_ns as i128 - self.header.monotonic_base_ns as i128;
         match &self.trailer {
             Some(t) => (self.header.wall_clock_start_ns, t.wall_clock_end_ns),
             None => {
                 let last = self.devices.values().map(|d| d.last_ns).max().unwrap_or(0);
-                (
-                    self.header.wall_clock_start_ns,
-                    (wall0 + last as i128) as i64,
-                )
+                (self.header.wall_clock_start_ns, self.header.wall_ns(last))
             }
         }
     }
@@ -1305,12 +1298,11 @@ impl Summary {
 
     /// A device's write bursts on the wall clock, for matching with the log's flushes.
     fn burst_spans(&self, d: &DeviceStats) -> Vec<crate::stress::BurstSpan> {
-        let wall0 = self.header.wall_clock_start_ns as i128 - self.header.monotonic_base_ns as i128;
         d.bursts
             .iter()
             .map(|b| crate::stress::BurstSpan {
-                start_ns: (wall0 + b.start_ns as i128) as i64,
-                end_ns: (wall0 + b.end_ns as i128) as i64,
+                start_ns: self.header.wall_ns(b.start_ns),
+                end_ns: self.header.wall_ns(b.end_ns),
                 start: b.start.clone(),
                 writers: crate::bursts::writers_text(&b.writers),
                 main_writer: b

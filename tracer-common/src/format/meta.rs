@@ -172,6 +172,23 @@ pub struct TraceHeader {
     pub time_zone: String,
 }
 
+impl TraceHeader {
+    /// Unix ns of a CLOCK_MONOTONIC instant of the run (the header pairs the two clocks at its
+    /// start), clamped to i64's range.
+    pub fn wall_ns(&self, mono_ns: u64) -> i64 {
+        let w = i128::from(self.wall_clock_start_ns) + i128::from(mono_ns)
+            - i128::from(self.monotonic_base_ns);
+        w.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
+    }
+
+    /// The CLOCK_MONOTONIC instant of a Unix ns time, clamped to 0 before the clock's origin.
+    pub fn mono_ns(&self, wall_ns: i64) -> u64 {
+        let m = i128::from(wall_ns) - i128::from(self.wall_clock_start_ns)
+            + i128::from(self.monotonic_base_ns);
+        m.clamp(0, i128::from(u64::MAX)) as u64
+    }
+}
+
 /// Periodic counters, so a file cut short still knows its losses up to its last frame.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StatsFrame {
