@@ -329,11 +329,30 @@ fn import(
     output: &std::path::Path,
     skip_bad: bool,
 ) -> Result<(), Fail> {
+    // Written beside the output and renamed into place when complete: a failed import leaves
+    // no half-written trace, and never clobbers a file that was there.
+    let mut part = output.as_os_str().to_owned();
+    part.push(".part");
+    let part = std::path::PathBuf::from(part);
     let st = match from {
-        ImportFrom::Msr => analyzer::import::import_msr(input, output, skip_bad),
-        ImportFrom::Blk => analyzer::import::import_blk(input, output, skip_bad),
+        ImportFrom::Msr => analyzer::import::import_msr(input, &part, skip_bad),
+        ImportFrom::Blk => analyzer::import::import_blk(input, &part, skip_bad),
     }
-    .map_err(Fail::input)?;
+    .and_then(|st| {
+        std::fs::rename(&part, output).map(|()| st).map_err(|e| {
+            analyzer::import::ImportError::Write(tracer_common::format::FormatError::Io {
+                path: output.to_path_buf(),
+                source: e,
+            })
+        })
+    });
+    let st = match st {
+        Ok(st) => st,
+        Err(e) => {
+            let _ignored = std::fs::remove_file(&part);
+            return Err(Fail::input(e));
+        }
+    };
     eprintln!(
         "blkprof: imported {} IOs into {}",
         st.records,

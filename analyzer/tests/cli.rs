@@ -233,3 +233,47 @@ fn check_takes_several_baselines() {
         .unwrap();
     assert_eq!(o.status.code(), Some(1));
 }
+
+/// A failed import leaves no half-written trace behind and does not clobber a file that was
+/// there; a successful one replaces it.
+#[test]
+fn a_failed_import_leaves_no_partial_trace_and_keeps_the_old_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.csv");
+    std::fs::write(
+        &good,
+        "128166372003061629,hm,0,Read,3154137088,4096,1497\n128166372003071629,hm,0,Write,3154137088,4096,1497\n",
+    )
+    .unwrap();
+    let bad = dir.path().join("bad.csv");
+    std::fs::write(
+        &bad,
+        "128166372003061629,hm,0,Read,3154137088,4096,1497\n12816637200306X629,hm,0,Read,1,4096,1\n",
+    )
+    .unwrap();
+    let out = dir.path().join("t.blkp");
+    let import = |input: &std::path::Path| {
+        blkprof()
+            .args(["import", "--from", "msr"])
+            .arg(input)
+            .arg("-o")
+            .arg(&out)
+            .output()
+            .unwrap()
+    };
+    // No file before: a failure leaves none.
+    let o = import(&bad);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(!out.exists(), "a half-written trace was left");
+    assert!(!dir.path().join("t.blkp.part").exists());
+    // A file before: a failure keeps it as it was.
+    std::fs::write(&out, b"what was there").unwrap();
+    assert_eq!(import(&bad).status.code(), Some(2));
+    assert_eq!(std::fs::read(&out).unwrap(), b"what was there");
+    // Success replaces it with a readable trace.
+    let o = import(&good);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = blkprof().arg("report").arg(&out).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("read"));
+}
