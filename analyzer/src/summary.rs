@@ -199,6 +199,21 @@ pub fn op_key(op: Op, fl: u16) -> String {
 /// 45 bytes each, so at most about 190 MB whatever the trace says of its own length.
 pub const SERIES_BIN_BUDGET: u64 = 1 << 22;
 
+/// A file gets at most this many fine bins per byte of it (and at least [`MIN_SERIES_BINS`]):
+/// a tiny file that claims a span of years (a damaged or hostile one) is not worth 190 MB of
+/// empty bins, so memory follows the input. A record takes at least a byte, so a real trace
+/// is never coarsened by this before it is by [`SERIES_BIN_BUDGET`] unless it is sparse.
+const SERIES_BINS_PER_BYTE: u64 = 16;
+/// 1.8 hours at 100 ms.
+const MIN_SERIES_BINS: u64 = 1 << 16;
+
+/// The series budget of a file of `file_bytes`.
+pub fn series_budget(file_bytes: u64) -> u64 {
+    file_bytes
+        .saturating_mul(SERIES_BINS_PER_BYTE)
+        .clamp(MIN_SERIES_BINS, SERIES_BIN_BUDGET)
+}
+
 /// How far outside the run (header start to trailer end) a record's completion may lie and still
 /// count as part of it: records come from the ring a little after the clocks were read.
 const WINDOW_SLACK_NS: u64 = 60_000_000_000;
@@ -209,6 +224,8 @@ const WINDOW_SLACK_NS: u64 = 60_000_000_000;
 pub struct Window {
     pub lo_ns: u64,
     pub hi_ns: u64,
+    /// Fine bins all devices' series may hold together ([`series_budget`]).
+    pub budget: u64,
     /// Fine bins each announced device's series may need.
     pub bins_per_device: u64,
     /// The options actually used (intervals and resolution scaled up for very long traces).
@@ -222,7 +239,8 @@ impl Window {
     /// its last stats frame (the tracer writes one every interval); with neither, as far as the
     /// series budget reaches at the chosen resolution. `devices`: how many devices the trace
     /// announces (each gets a series).
-    pub fn of(header: &TraceHeader, scan: &Scan, opts: &Options) -> Window {
+    pub fn of(header: &TraceHeader, scan: &Scan, opts: &Options, file_bytes: u64) -> Window {
+        let budget = series_budget(file_bytes);
         let t0 = header.monotonic_base_ns;
         let ndev = scan.devices.len().max(1) as u64;
         let interval_ns = header.interval_ms.clamp(1, 3_600_000) * 1_000_000;
@@ -239,7 +257,7 @@ impl Window {
             Some(e) => {
                 let hi = e.max(t0).saturating_add(WINDOW_SLACK_NS);
                 let bins = (hi - t0) / opts.fine_ns + 1;
-                let k = (bins * ndev).div_ceil(SERIES_BIN_BUDGET);
+                let k = bins.saturating_mul(ndev).div_ceil(budget);
                 if k > 1 {
                     opts.fine_ns *= k;
                     opts.interval_ns *= k;
@@ -254,9 +272,10 @@ impl Window {
                 }
                 hi
             }
-            None => t0.saturating_add((SERIES_BIN_BUDGET / ndev) * opts.fine_ns - 1),
+            None => t0.saturating_add((budget / ndev) * opts.fine_ns - 1),
         };
         Window {
+            budget,
             lo_ns,
             hi_ns,
             bins_per_device: (hi_ns.saturating_sub(t0)) / opts.fine_ns + 1,
@@ -278,9 +297,10 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
     let mut r = TraceReader::open(path)?;
     let header = r.header().clone();
     let t0 = header.monotonic_base_ns;
-    let window = Window::of(&header, &r.scan()?, opts);
+    let file_bytes = std::fs::metadata(path).map_or(u64::MAX, |m| m.len());
+    let window = Window::of(&header, &r.scan()?, opts, file_bytes);
     let opts = &window.opts;
-    let mut bins_left = SERIES_BIN_BUDGET;
+    let mut bins_left = window.budget;
     let mut outside_window = 0u64;
     let mut devices_without_series = 0u64;
     // (dev, stats, per-op-slot tallies)
@@ -1499,3 +1519,19 @@ impl Summary {
 
 /// A write burst matches a flush it overlaps within this tolerance.
 pub const FLUSH_MATCH_TOLERANCE_NS: i64 = 1_000_000_000;
+
+#[cfg(test)]
+mod budget_tests {
+    use super::*;
+
+    #[test]
+    fn the_series_budget_follows_the_file_size() {
+        // A 1.4 KB file (a damaged import of 19 IOs claiming 2.5 years): the floor, 3 MB of bins.
+        assert_eq!(series_budget(1_412), 1 << 16);
+        // The golden traces (about 200 KB): far more than their minute needs at 100 ms.
+        assert_eq!(series_budget(205_695), 205_695 * 16);
+        // Big traces: the global bound.
+        assert_eq!(series_budget(1 << 30), SERIES_BIN_BUDGET);
+        assert_eq!(series_budget(u64::MAX), SERIES_BIN_BUDGET);
+    }
+}
