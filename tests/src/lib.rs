@@ -272,7 +272,17 @@ impl Tracer {
         Finished {
             status,
             stdout,
-            stderr: self.stderr,
+            stderr: std::mem::take(&mut self.stderr),
+        }
+    }
+}
+
+impl Drop for Tracer {
+    /// A test that panics leaves no tracer attached behind it.
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
         }
     }
 }

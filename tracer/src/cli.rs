@@ -20,7 +20,8 @@ Needs root (or CAP_BPF + CAP_PERFMON) and a kernel with BTF (Linux 6.11+).",
     after_help = "Examples:\n  \
 blkprof-trace --device loop3 --duration 30s --output run.blkp\n  \
 blkprof-trace --device nvme0n1 --json --interval 5s\n  \
-blkprof-trace --device sdb --output /var/log/blkprof/db.blkp --rotate-size 1G --keep 48\n\n\
+blkprof-trace --device sdb --output /var/log/blkprof/db.blkp --rotate-size 1G --keep 48\n  \
+blkprof-trace --device nvme0n1 --quiet --metrics-addr 127.0.0.1:9755   (an agent: metrics only)\n\n\
 Then: blkprof report run.blkp"
 )]
 pub struct Args {
@@ -65,6 +66,33 @@ pub struct Args {
     /// Size of the kernel ring buffer (power of two, at least 4K). Larger rides out longer stalls.
     #[arg(long, default_value = "16M", value_name = "SIZE", value_parser = parse_size)]
     pub ring_size: u64,
+    /// Serve Prometheus metrics at http://ADDR/metrics (OpenMetrics when the scraper asks):
+    /// exact per-device IO and byte counters, latency histograms per op and phase, request
+    /// sizes, in-flight gauges, losses and the probe's own cost. A bare port (9755) listens on
+    /// 127.0.0.1 only; give an address (0.0.0.0:9755) to listen beyond this machine.
+    /// Works with or without --output.
+    #[arg(long, value_name = "ADDR", value_parser = parse_listen)]
+    pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Latency histogram buckets per power of two (1, 2, 4 or 8): a quantile from them is off
+    /// by at most 1/N of its value (25% at 4). More buckets: finer quantiles, more series.
+    #[arg(long, default_value_t = 4, value_name = "N", value_parser = parse_per_octave)]
+    pub metrics_buckets_per_octave: u32,
+}
+
+fn parse_listen(s: &str) -> Result<std::net::SocketAddr, String> {
+    if let Ok(port) = s.parse::<u16>() {
+        return Ok(std::net::SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    s.parse().map_err(|_| {
+        format!("{s:?} is not an address to listen on (try 127.0.0.1:9755, [::1]:9755 or 9755)")
+    })
+}
+
+fn parse_per_octave(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(n @ (1 | 2 | 4 | 8)) => Ok(n),
+        _ => Err(format!("{s:?}: one of 1, 2, 4, 8")),
+    }
 }
 
 pub use tracer_common::units::parse_duration;
@@ -114,6 +142,8 @@ pub struct Config {
     pub rotate_time: Option<Duration>,
     pub keep: Option<usize>,
     pub ring_bytes: u32,
+    pub metrics_addr: Option<std::net::SocketAddr>,
+    pub metrics_per_octave: u32,
 }
 
 impl Args {
@@ -172,6 +202,8 @@ impl Args {
             rotate_time: self.rotate_time,
             keep: self.keep,
             ring_bytes: self.ring_size as u32,
+            metrics_addr: self.metrics_addr,
+            metrics_per_octave: self.metrics_buckets_per_octave,
         })
     }
 }
@@ -203,5 +235,17 @@ mod tests {
         assert!(a.into_config().unwrap_err().contains("unknown operation"));
         let a = Args::parse_from(["blkprof-trace", "--ring-size", "5000"]);
         assert!(a.into_config().unwrap_err().contains("power of two"));
+        assert!(Args::try_parse_from(["blkprof-trace", "--metrics-addr", "localhost"]).is_err());
+        assert!(
+            Args::try_parse_from(["blkprof-trace", "--metrics-buckets-per-octave", "3"]).is_err()
+        );
+    }
+
+    #[test]
+    fn a_bare_port_listens_on_localhost_only() {
+        let a = Args::parse_from(["blkprof-trace", "--metrics-addr", "9755"]);
+        assert_eq!(a.metrics_addr, Some("127.0.0.1:9755".parse().unwrap()));
+        let a = Args::parse_from(["blkprof-trace", "--metrics-addr", "0.0.0.0:9100"]);
+        assert_eq!(a.metrics_addr, Some("0.0.0.0:9100".parse().unwrap()));
     }
 }

@@ -25,6 +25,7 @@ use tracer_common::{
 use crate::cli::Config;
 use crate::clock;
 use crate::devices;
+use crate::metrics::{self, Ask, Metrics, Scrape};
 use crate::probe::{Probe, ProbeOptions};
 use crate::stats::{HlogWriter, Stats, print_header, print_line};
 
@@ -105,6 +106,8 @@ struct Run {
     run_diskstats_start: Vec<DiskStats>,
     /// Records of IOs that completed before the start's instant (not part of the run).
     before_start: u64,
+    /// The histograms behind `--metrics-addr`.
+    metrics: Option<Metrics>,
 }
 
 /// How far ahead of now a cut's instant is set: long enough for the write to reach every
@@ -491,6 +494,9 @@ impl Run {
             return;
         }
         self.stats.record(&r);
+        if let Some(m) = &mut self.metrics {
+            m.record(&r);
+        }
         if next_file {
             self.held.push((r, ev.comm));
         } else {
@@ -505,6 +511,71 @@ impl Run {
         {
             self.write_error = Some(e.to_string());
         }
+    }
+
+    /// The metrics endpoint's text, from the probe's counters read now.
+    fn scrape(&mut self, openmetrics: bool) -> String {
+        let Some(m) = &self.metrics else {
+            return String::new();
+        };
+        let aggregates = self.probe.aggregates().unwrap_or_default();
+        let counters = self.probe.counters().unwrap_or_default();
+        let mut inflight: Vec<(u32, u64, u64)> = self
+            .probe
+            .device_states()
+            .into_iter()
+            .map(|(d, st)| (d, st.os_inflight, st.dev_inflight))
+            .collect();
+        // Every traced device has its series from the first scrape, IO or not.
+        let mut zeros = Vec::new();
+        for d in &self.devices {
+            let dev = d.dev();
+            if !inflight.iter().any(|x| x.0 == dev) {
+                inflight.push((dev, 0, 0));
+            }
+            for g in StatGroup::ALL {
+                if !aggregates.iter().any(|a| {
+                    a.major == d.major && a.minor == d.minor && a.group() == g && !a.not_accounted
+                }) {
+                    zeros.push(AggregateSnapshot {
+                        major: d.major,
+                        minor: d.minor,
+                        op: Some(match g {
+                            StatGroup::Read => tracer_common::op::Op::Read,
+                            StatGroup::Write => tracer_common::op::Op::Write,
+                            StatGroup::Discard => tracer_common::op::Op::Discard,
+                            StatGroup::Flush => tracer_common::op::Op::Flush,
+                        }),
+                        flush_rq: g == StatGroup::Flush,
+                        ..AggregateSnapshot::default()
+                    });
+                }
+            }
+        }
+        inflight.sort_unstable();
+        let mut all = aggregates;
+        all.extend(zeros);
+        let names = &self.names;
+        let name_of = |dev: u32| {
+            names.get(&dev).cloned().unwrap_or_else(|| {
+                let (ma, mi) = dev_split(dev);
+                devices::name_of(ma, mi).unwrap_or_else(|| format!("{ma}:{mi}"))
+            })
+        };
+        metrics::render(
+            m,
+            &Scrape {
+                aggregates: &all,
+                counters: &counters,
+                inflight: &inflight,
+                name_of: &name_of,
+                records: self.received_total,
+                filtered_out: self.filtered_out,
+                bpf_stats_enabled: read_file("/proc/sys/kernel/bpf_stats_enabled") == "1",
+                kernel: &self.kernel,
+            },
+            openmetrics,
+        )
     }
 
     fn new_device(&mut self, dev: u32) {
@@ -596,6 +667,11 @@ pub async fn run(cfg: Config) -> Result<i32> {
             parent.display()
         );
     }
+    // Listen before the probe attaches: a taken port fails the start, not the run.
+    let listener = match cfg.metrics_addr {
+        Some(a) => Some(metrics::bind(a).await?),
+        None => None,
+    };
     let mut probe = Probe::load(&ProbeOptions {
         ring_bytes: cfg.ring_bytes,
         devices: devices.iter().map(DeviceInfo::dev).collect(),
@@ -647,6 +723,7 @@ pub async fn run(cfg: Config) -> Result<i32> {
         run_diskstats_start: Vec::new(),
         start_counters: None,
         before_start: 0,
+        metrics: None,
     };
     run.probe.attach()?;
     // The start: IOs completing after this instant belong to the run, in the records, the
@@ -682,6 +759,23 @@ pub async fn run(cfg: Config) -> Result<i32> {
             .collect::<Vec<_>>()
             .join(", ")
     };
+    let mut asks = None;
+    if let Some(l) = listener {
+        let mut m = Metrics::new(run.cfg.metrics_per_octave, run.wall_start_ns);
+        for d in &run.devices {
+            m.add_device(d.dev());
+        }
+        run.metrics = Some(m);
+        let (tx, rx) = tokio::sync::mpsc::channel::<Ask>(16);
+        let addr = l.local_addr()?;
+        tokio::spawn(async move {
+            if let Err(e) = metrics::serve(l, tx).await {
+                eprintln!("blkprof-trace: the metrics endpoint stopped: {e}");
+            }
+        });
+        asks = Some(rx);
+        eprintln!("blkprof-trace: metrics at http://{addr}/metrics");
+    }
     eprintln!("blkprof-trace: tracing {what}; Ctrl-C to stop");
     if !run.cfg.quiet && !run.cfg.json {
         print_header(&mut run.stdout.lock());
@@ -730,6 +824,20 @@ pub async fn run(cfg: Config) -> Result<i32> {
                 });
                 if rotate && run.write_error.is_none() {
                     run.rotate(ring.get_mut())?;
+                }
+            }
+            Some(ask) = async {
+                match &mut asks {
+                    Some(rx) => rx.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                // The histograms up to now, then the kernel's counters.
+                drain_ring(ring.get_mut(), &mut run);
+                match ask {
+                    Ask::Metrics(open, reply) => {
+                        let _ = reply.send(run.scrape(open));
+                    }
                 }
             }
             _ = sleep => break "duration",

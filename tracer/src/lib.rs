@@ -7,5 +7,6 @@ pub mod clock;
 pub mod daemon;
 pub mod devices;
 pub mod kernel;
+pub mod metrics;
 pub mod probe;
 pub mod stats;

@@ -125,6 +125,9 @@ fn packages() -> Result<()> {
         ("losetup", "mount"),
         ("mkfs.ext4", "e2fsprogs"),
         ("chromium", "chromium"),
+        // The metrics test scrapes the tracer with a real server; promtool checks the format.
+        ("prometheus", "prometheus"),
+        ("promtool", "prometheus"),
     ];
     let missing: Vec<&str> = wanted
         .iter()
