@@ -358,6 +358,51 @@ impl Trace {
     }
 }
 
+/// A trace cut at one instant at each end (a rotated file, a flight-recorder dump): per
+/// diskstats group its records equal its exact aggregates, and those equal the kernel's
+/// counters between the cuts, less the misses the trace reports. Returns the records per group.
+pub fn assert_cut_exact(trace: &Trace, dev: &str, what: &str) -> BTreeMap<StatGroup, u64> {
+    let tr = trace.trailer.as_ref().expect("trailer");
+    let misses = tr
+        .counters_end
+        .reported_misses()
+        .saturating_sub(trace.header.counters_start.reported_misses());
+    let cov = tracer_common::coverage::coverage(&trace.header, tr);
+    let d = cov
+        .iter()
+        .find(|d| d.name == dev)
+        .unwrap_or_else(|| panic!("{what}: no coverage of {dev}"));
+    let groups = trace.groups();
+    let mut out = BTreeMap::new();
+    for g in &d.groups {
+        let grp = g.group.expect("a group");
+        let rec = groups.get(&grp).copied().unwrap_or((0, 0));
+        assert_eq!(
+            rec.0, g.aggregate_ios,
+            "{what} {grp:?}: records vs aggregates"
+        );
+        assert_eq!(
+            g.unaccounted(misses),
+            0,
+            "{what} {grp:?}: kernel {} at the cut (raw {}, +-{} during the reads), traced {}, misses {misses}",
+            g.kernel_at_cut_ios(),
+            g.kernel_ios,
+            g.cut_during_read_end_ios + g.cut_during_read_start_ios,
+            g.aggregate_ios
+        );
+        assert_eq!(
+            g.excess(),
+            0,
+            "{what} {grp:?}: counted more than the kernel (kernel {} at the cut, raw {}, traced {})",
+            g.kernel_at_cut_ios(),
+            g.kernel_ios,
+            g.aggregate_ios
+        );
+        out.insert(grp, rec.0);
+    }
+    out
+}
+
 pub fn delta(a: &DiskStats, b: &DiskStats) -> BTreeMap<StatGroup, (u64, u64)> {
     StatGroup::ALL
         .iter()

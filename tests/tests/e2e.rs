@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use blkprof_e2e::{
-    FtraceBlk, Scratch, TestDir, Trace, Tracer, blk_action, delta, fio, fio_iolog, quantile, sh,
+    FtraceBlk, Scratch, TestDir, Trace, Tracer, assert_cut_exact, blk_action, delta, fio,
+    fio_iolog, quantile, sh,
 };
 use tracer_common::format::{Ending, IoRecord};
 use tracer_common::op::{Op, StatGroup, flags};
@@ -1128,39 +1129,8 @@ fn rotation_cuts_files_at_one_instant() {
             start.at_ns,
             end.at_ns
         );
-        let misses = tr
-            .counters_end
-            .reported_misses()
-            .saturating_sub(trace.header.counters_start.reported_misses());
-        let cov = tracer_common::coverage::coverage(&trace.header, tr);
-        let d = cov.iter().find(|d| d.name == dev.name).unwrap();
-        let groups = trace.groups();
-        for g in &d.groups {
-            let grp = g.group.unwrap();
-            let rec = groups.get(&grp).copied().unwrap_or((0, 0));
-            assert_eq!(
-                rec.0, g.aggregate_ios,
-                "file {k} {grp:?}: records vs aggregates"
-            );
-            assert_eq!(
-                g.unaccounted(misses),
-                0,
-                "file {k} {grp:?}: kernel {} at the cut (raw {}, +-{} during the reads), traced {}, misses {misses}",
-                g.kernel_at_cut_ios(),
-                g.kernel_ios,
-                g.cut_during_read_end_ios + g.cut_during_read_start_ios,
-                g.aggregate_ios
-            );
-            assert_eq!(
-                g.excess(),
-                0,
-                "file {k} {grp:?}: counted more than the kernel (kernel {} at the cut, raw {}, traced {})",
-                g.kernel_at_cut_ios(),
-                g.kernel_ios,
-                g.aggregate_ios
-            );
-        }
-        if d.groups[0].aggregate_ios > 1000 {
+        let d = assert_cut_exact(&trace, &dev.name, &format!("file {k}"));
+        if d[&StatGroup::Read] > 1000 {
             busy += 1;
         }
     }

@@ -77,6 +77,28 @@ pub struct Args {
     /// by at most 1/N of its value (25% at 4). More buckets: finer quantiles, more series.
     #[arg(long, default_value_t = 4, value_name = "N", value_parser = parse_per_octave)]
     pub metrics_buckets_per_octave: u32,
+    /// Keep the last DURATION of per-IO records in memory (about 10 bytes per IO, bounded by
+    /// --flight-recorder-size) and write them as a trace file on SIGUSR1, on POST /dump to the
+    /// metrics endpoint, or when a --trigger fires. Instead of --output.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub flight_recorder: Option<Duration>,
+    /// The flight recorder's memory bound; beyond it the oldest records go first (and the dump
+    /// says its window is shorter).
+    #[arg(long, default_value = "512M", value_name = "SIZE", value_parser = parse_size)]
+    pub flight_recorder_size: u64,
+    /// Where the flight recorder writes its dumps (flight-YYYYMMDDTHHMMSSZ.blkp).
+    #[arg(long, default_value = ".", value_name = "DIR")]
+    pub dump_dir: PathBuf,
+    /// Dump when this holds for a device in an interval: OP.PHASE.pQ > DURATION (OP read,
+    /// write, discard, flush or any; PHASE total or device; Q 50, 90, 99, 999 or 9999), e.g.
+    /// 'read.total.p99 > 20ms', or 'queue_depth > 256' (the most requests in the OS).
+    /// Repeatable; any one fires.
+    #[arg(long = "trigger", value_name = "RULE", value_parser = crate::recorder::parse_trigger)]
+    pub triggers: Vec<crate::recorder::Trigger>,
+    /// After a trigger fires, keep recording this long before the dump, so it holds what
+    /// came after as well as the window before.
+    #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = parse_duration)]
+    pub dump_after: Duration,
 }
 
 fn parse_listen(s: &str) -> Result<std::net::SocketAddr, String> {
@@ -144,6 +166,16 @@ pub struct Config {
     pub ring_bytes: u32,
     pub metrics_addr: Option<std::net::SocketAddr>,
     pub metrics_per_octave: u32,
+    pub flight_recorder: Option<FlightRecorder>,
+}
+
+#[derive(Debug, Clone)]
+pub struct FlightRecorder {
+    pub window: Duration,
+    pub max_bytes: u64,
+    pub dir: PathBuf,
+    pub triggers: Vec<crate::recorder::Trigger>,
+    pub after: Duration,
 }
 
 impl Args {
@@ -185,6 +217,33 @@ impl Args {
         if self.interval < Duration::from_millis(10) {
             return Err("--interval must be at least 10ms".into());
         }
+        let flight_recorder = match self.flight_recorder {
+            Some(window) => {
+                if self.output.is_some() {
+                    return Err(
+                        "--flight-recorder keeps the records in memory and dumps them on demand: it does not go with --output"
+                            .into(),
+                    );
+                }
+                if !self.dump_dir.is_dir() {
+                    return Err(format!(
+                        "--dump-dir {}: no such directory",
+                        self.dump_dir.display()
+                    ));
+                }
+                Some(FlightRecorder {
+                    window,
+                    max_bytes: self.flight_recorder_size,
+                    dir: self.dump_dir,
+                    triggers: self.triggers,
+                    after: self.dump_after,
+                })
+            }
+            None if !self.triggers.is_empty() => {
+                return Err("--trigger needs --flight-recorder DURATION".into());
+            }
+            None => None,
+        };
         let targets = crate::devices::targets(&self.devices).map_err(|e| e.to_string())?;
         Ok(Config {
             devices: self.devices,
@@ -204,6 +263,7 @@ impl Args {
             ring_bytes: self.ring_size as u32,
             metrics_addr: self.metrics_addr,
             metrics_per_octave: self.metrics_buckets_per_octave,
+            flight_recorder,
         })
     }
 }

@@ -27,6 +27,7 @@ use crate::clock;
 use crate::devices;
 use crate::metrics::{self, Ask, Metrics, Scrape};
 use crate::probe::{Probe, ProbeOptions};
+use crate::recorder::{Recorder, Segment};
 use crate::stats::{HlogWriter, Stats, print_header, print_line};
 
 /// Decode one ring record; None if it is too short (never happens with a matching probe).
@@ -52,9 +53,42 @@ impl Filter {
     }
 }
 
-/// One open trace file (and its .hlog), with rotation bookkeeping.
+/// Where the records go: a trace file, or the flight recorder's open segment in memory.
+enum Writer {
+    File(TraceWriter),
+    Memory(TraceWriter<Vec<u8>>),
+}
+
+impl Writer {
+    fn push(&mut self, r: &IoRecord, comm: &[u8; 16]) -> Result<(), FormatError> {
+        match self {
+            Writer::File(w) => w.push(r, comm),
+            Writer::Memory(w) => w.push(r, comm),
+        }
+    }
+    fn write_device(&mut self, d: &DeviceInfo) -> Result<(), FormatError> {
+        match self {
+            Writer::File(w) => w.write_device(d),
+            Writer::Memory(w) => w.write_device(d),
+        }
+    }
+    fn records_in_file(&self) -> u64 {
+        match self {
+            Writer::File(w) => w.records_in_file(),
+            Writer::Memory(w) => w.records_in_file(),
+        }
+    }
+    fn bytes_written(&self) -> u64 {
+        match self {
+            Writer::File(w) => w.bytes_written(),
+            Writer::Memory(w) => w.bytes_written(),
+        }
+    }
+}
+
+/// One open trace file (and its .hlog) or recorder segment, with rotation bookkeeping.
 struct Output {
-    writer: TraceWriter,
+    writer: Writer,
     hlog: Option<HlogWriter>,
     opened: Instant,
 }
@@ -108,6 +142,9 @@ struct Run {
     before_start: u64,
     /// The histograms behind `--metrics-addr`.
     metrics: Option<Metrics>,
+    recorder: Option<Recorder>,
+    /// A trigger fired: dump at this instant, saying why.
+    pending_dump: Option<(tokio::time::Instant, String)>,
 }
 
 /// How far ahead of now a cut's instant is set: long enough for the write to reach every
@@ -158,9 +195,10 @@ impl Run {
     }
 
     fn open_output(&mut self) -> Result<()> {
-        let Some(path) = self.file_path(self.seq) else {
+        let path = self.file_path(self.seq);
+        if path.is_none() && self.recorder.is_none() {
             return Ok(());
-        };
+        }
         self.header = TraceHeader {
             format_version: tracer_common::format::FORMAT_VERSION,
             tracer_version: env!("CARGO_PKG_VERSION").into(),
@@ -209,6 +247,16 @@ impl Run {
         // Each file its own: a rotated file may start after a daylight-saving change.
         (self.header.utc_offset_s, self.header.time_zone) =
             clock::local_zone(self.header.wall_clock_start_ns);
+        let Some(path) = path else {
+            // The flight recorder's next segment: frames in memory, the header kept beside.
+            self.output = Some(Output {
+                writer: Writer::Memory(TraceWriter::in_memory()),
+                hlog: None,
+                opened: Instant::now(),
+            });
+            self.filtered_out_file = 0;
+            return Ok(());
+        };
         let writer = TraceWriter::create(&path, &self.header).map_err(|e| match e {
             FormatError::Io { path, source } => anyhow::anyhow!(
                 "cannot write the trace file {}: {source} (choose a writable --output path)",
@@ -220,7 +268,7 @@ impl Run {
         let hlog = HlogWriter::create(&hlog_path, self.header.wall_clock_start_ns)
             .with_context(|| format!("cannot write {}", hlog_path.display()))?;
         self.output = Some(Output {
-            writer,
+            writer: Writer::File(writer),
             hlog: Some(hlog),
             opened: Instant::now(),
         });
@@ -238,7 +286,6 @@ impl Run {
         counters_end: ProbeCounters,
     ) -> Option<(PathBuf, u64, u64)> {
         let out = self.output.take()?;
-        let path = out.writer.path().to_owned();
         let records = out.writer.records_in_file();
         let (w, m) = clock::clock_pair();
         let trailer = TraceTrailer {
@@ -260,7 +307,28 @@ impl Run {
         {
             eprintln!("blkprof-trace: warning: writing the .hlog failed: {e}");
         }
-        match out.writer.finish(&trailer) {
+        let w = match out.writer {
+            Writer::File(w) => w,
+            Writer::Memory(w) => {
+                match w.into_frames() {
+                    Ok(frames) => {
+                        if let Some(rec) = &mut self.recorder {
+                            let seg = Segment {
+                                header: self.header.clone(),
+                                frames,
+                                trailer,
+                                records,
+                            };
+                            rec.push(seg, m);
+                        }
+                    }
+                    Err(e) => eprintln!("blkprof-trace: flight recorder: {e}"),
+                }
+                return None;
+            }
+        };
+        let path = w.path().to_owned();
+        match w.finish(&trailer) {
             Ok(bytes) => Some((path, records, bytes)),
             Err(e) => {
                 eprintln!("blkprof-trace: {e}; the file is readable up to its last complete chunk");
@@ -513,6 +581,42 @@ impl Run {
         }
     }
 
+    /// Cut the flight recorder's open segment and write everything it holds as a trace file.
+    fn dump(&mut self, ring: &mut RingBuf<MapData>, why: &str) -> Result<PathBuf, String> {
+        if self.recorder.is_none() {
+            return Err(
+                "no flight recorder: start blkprof-trace with --flight-recorder DURATION".into(),
+            );
+        }
+        self.rotate(ring).map_err(|e| e.to_string())?;
+        let rec = self.recorder.as_mut().ok_or("no flight recorder")?;
+        let path = crate::recorder::dump_name(&rec.dir, clock::realtime_ns());
+        match rec.dump(&path, why) {
+            Ok((records, bytes, from, to)) => {
+                eprintln!(
+                    "blkprof-trace: flight recorder: wrote {} ({} IOs over {:.1} s, {} bytes; {why}){}",
+                    path.display(),
+                    thousands(records),
+                    to.saturating_sub(from) as f64 / 1e9,
+                    thousands(bytes),
+                    if rec.shortened > 0 {
+                        format!(
+                            "; the window is shorter than asked: {} segments went for --flight-recorder-size",
+                            rec.shortened
+                        )
+                    } else {
+                        String::new()
+                    }
+                );
+                Ok(path)
+            }
+            Err(e) => {
+                eprintln!("blkprof-trace: flight recorder: cannot dump: {e}");
+                Err(e.to_string())
+            }
+        }
+    }
+
     /// The metrics endpoint's text, from the probe's counters read now.
     fn scrape(&mut self, openmetrics: bool) -> String {
         let Some(m) = &self.metrics else {
@@ -611,9 +715,25 @@ impl Run {
             })
         };
         let hlog = self.output.as_mut().and_then(|o| o.hlog.as_mut());
-        let lines = self
-            .stats
-            .end_interval(interval_start_wall, t_s, len_ns, &name_of, hlog);
+        let triggers = self
+            .recorder
+            .as_ref()
+            .map_or(&[][..], |r| r.triggers.as_slice());
+        let (lines, fired) =
+            self.stats
+                .end_interval(interval_start_wall, t_s, len_ns, &name_of, hlog, triggers);
+        if !fired.is_empty()
+            && self.pending_dump.is_none()
+            && let Some(rec) = &mut self.recorder
+        {
+            rec.hold(clock::monotonic_ns());
+            let why = format!("trigger {}", fired.join("; "));
+            eprintln!(
+                "blkprof-trace: flight recorder: {why}; dumping in {}",
+                tracer_common::units::format_duration_ns(rec.after.as_nanos() as u64)
+            );
+            self.pending_dump = Some((tokio::time::Instant::now() + rec.after, why));
+        }
         if !self.cfg.quiet {
             let mut out = self.stdout.lock();
             for l in &lines {
@@ -629,14 +749,15 @@ impl Run {
         // Bound what a SIGKILL can lose to one interval, and record losses so far.
         if let Ok(counters) = self.probe.counters()
             && let Some(o) = &mut self.output
+            && let Writer::File(w) = &mut o.writer
         {
             let stats = StatsFrame {
                 at_ns: clock::monotonic_ns(),
                 counters,
-                records_in_file: o.writer.records_in_file(),
+                records_in_file: w.records_in_file(),
                 filtered_out: self.filtered_out_file,
             };
-            if let Err(e) = o.writer.write_stats(&stats) {
+            if let Err(e) = w.write_stats(&stats) {
                 self.write_error.get_or_insert(e.to_string());
             }
         }
@@ -724,6 +845,8 @@ pub async fn run(cfg: Config) -> Result<i32> {
         start_counters: None,
         before_start: 0,
         metrics: None,
+        recorder: None,
+        pending_dump: None,
     };
     run.probe.attach()?;
     // The start: IOs completing after this instant belong to the run, in the records, the
@@ -736,7 +859,16 @@ pub async fn run(cfg: Config) -> Result<i32> {
     let (w, m) = clock::clock_pair();
     run.wall_start_ns = w;
     run.mono_base_ns = m;
-    if run.cfg.output.is_some() {
+    if let Some(f) = &run.cfg.flight_recorder {
+        run.recorder = Some(Recorder::new(
+            f.window,
+            f.max_bytes,
+            f.dir.clone(),
+            f.after,
+            f.triggers.clone(),
+        ));
+    }
+    if run.cfg.output.is_some() || run.recorder.is_some() {
         run.open_output()?;
     } else {
         let (utc_offset_s, time_zone) = clock::local_zone(w);
@@ -786,6 +918,7 @@ pub async fn run(cfg: Config) -> Result<i32> {
         .map_err(|e| anyhow::anyhow!("polling the ring buffer: {e}"))?;
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut sigterm = signal(SignalKind::terminate())?;
+    let mut sigusr1 = signal(SignalKind::user_defined1())?;
     let started = Instant::now();
     let deadline = run.cfg.duration.map(|d| tokio::time::Instant::now() + d);
     let mut ticker = tokio::time::interval_at(
@@ -821,6 +954,7 @@ pub async fn run(cfg: Config) -> Result<i32> {
                 let rotate = run.output.as_ref().is_some_and(|o| {
                     run.cfg.rotate_size.is_some_and(|s| o.writer.bytes_written() >= s)
                         || run.cfg.rotate_time.is_some_and(|t| o.opened.elapsed() >= t)
+                        || run.recorder.as_ref().is_some_and(|r| o.opened.elapsed() >= r.segment)
                 });
                 if rotate && run.write_error.is_none() {
                     run.rotate(ring.get_mut())?;
@@ -838,6 +972,26 @@ pub async fn run(cfg: Config) -> Result<i32> {
                     Ask::Metrics(open, reply) => {
                         let _ = reply.send(run.scrape(open));
                     }
+                    Ask::Dump(reply) => {
+                        let _ = reply.send(run.dump(ring.get_mut(), "POST /dump"));
+                    }
+                }
+            }
+            _ = sigusr1.recv() => {
+                if run.recorder.is_some() {
+                    let _ = run.dump(ring.get_mut(), "SIGUSR1");
+                } else {
+                    eprintln!("blkprof-trace: SIGUSR1: no flight recorder to dump (start with --flight-recorder DURATION)");
+                }
+            }
+            _ = async {
+                match run.pending_dump.as_ref().map(|p| p.0) {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                if let Some((_, why)) = run.pending_dump.take() {
+                    let _ = run.dump(ring.get_mut(), &why);
                 }
             }
             _ = sleep => break "duration",
@@ -856,6 +1010,13 @@ pub async fn run(cfg: Config) -> Result<i32> {
         }
     };
 
+    // A trigger fired and its dump is still waiting: write it now, with what there is.
+    if let Some((_, why)) = run.pending_dump.take() {
+        let _ = run.dump(
+            ring.get_mut(),
+            &format!("{why}; the tracer stopped before its time after"),
+        );
+    }
     // The end: IOs completing by this instant belong to the run. The programs stay attached
     // while the IOs in flight at the cut complete (tallied, not stored), so nothing submitted
     // later is mistaken for an IO of before the start, and the ones that never complete are

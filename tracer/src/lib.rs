@@ -9,4 +9,5 @@ pub mod devices;
 pub mod kernel;
 pub mod metrics;
 pub mod probe;
+pub mod recorder;
 pub mod stats;

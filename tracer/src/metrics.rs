@@ -446,6 +446,8 @@ pub fn render(m: &Metrics, sc: &Scrape, openmetrics: bool) -> String {
 pub enum Ask {
     /// The exposition text; `true`: OpenMetrics.
     Metrics(bool, oneshot::Sender<String>),
+    /// A flight-recorder dump now: the file written, or why not.
+    Dump(oneshot::Sender<Result<std::path::PathBuf, String>>),
 }
 
 /// Serve `addr` until the daemon's loop goes away. Each connection is a task; each scrape is
@@ -514,6 +516,22 @@ async fn handle(
                 ),
             }
         }
+        (&Method::POST, "/dump") => {
+            let (tx, rx) = oneshot::channel();
+            let answer = match asks.send(Ask::Dump(tx)).await {
+                Ok(()) => rx.await.unwrap_or_else(|_| Err("blkprof-trace is stopping".into())),
+                Err(_) => Err("blkprof-trace is stopping".into()),
+            };
+            match answer {
+                Ok(p) => reply(StatusCode::OK, "text/plain", format!("{}\n", p.display())),
+                Err(e) => reply(StatusCode::CONFLICT, "text/plain", format!("{e}\n")),
+            }
+        }
+        (_, "/dump") => reply(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain",
+            "POST /dump\n".into(),
+        ),
         (_, "/metrics") => reply(
             StatusCode::METHOD_NOT_ALLOWED,
             "text/plain",

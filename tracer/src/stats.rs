@@ -13,6 +13,8 @@ use tracer_common::format::IoRecord;
 use tracer_common::hdrfast::HdrCounts;
 use tracer_common::op::StatGroup;
 
+use crate::recorder::Trigger;
+
 /// Histograms of one (device, group).
 pub struct Hists {
     pub size_bytes: Histogram<u64>,
@@ -150,8 +152,8 @@ impl Stats {
         d.max_dev_inflight = d.max_dev_inflight.max(r.dev_inflight);
     }
 
-    /// Close the interval [start, start+len): live lines for devices with IO, and the
-    /// interval histograms to the .hlog.
+    /// Close the interval [start, start+len): live lines for devices with IO, the interval
+    /// histograms to the .hlog, and which `triggers` held for a device (described).
     pub fn end_interval(
         &mut self,
         start_wall_ns: i64,
@@ -159,9 +161,11 @@ impl Stats {
         len_ns: u64,
         name_of: &dyn Fn(u32) -> String,
         hlog: Option<&mut HlogWriter>,
-    ) -> Vec<IntervalLine> {
+        triggers: &[Trigger],
+    ) -> (Vec<IntervalLine>, Vec<String>) {
         let secs = len_ns as f64 / 1e9;
         let mut lines = Vec::new();
+        let mut fired = Vec::new();
         let mut hlog = hlog;
         for (&dev, d) in &mut self.interval {
             let ios: u64 = d.groups.iter().map(|c| c.ios).sum();
@@ -188,6 +192,37 @@ impl Stats {
                 max: h.max() as f64 / 1e3,
             };
             let name = name_of(dev);
+            for t in triggers {
+                let seen = match t {
+                    Trigger::QueueDepth { above, .. } => (d.max_os_inflight > *above)
+                        .then(|| format!("{} requests", d.max_os_inflight)),
+                    Trigger::Latency {
+                        group,
+                        total,
+                        quantile,
+                        above_ns,
+                        ..
+                    } => {
+                        let h = match group {
+                            Some(g) => d.hists.get(g).map(|h| {
+                                if *total {
+                                    &h.total_latency_ns
+                                } else {
+                                    &h.device_latency_ns
+                                }
+                            }),
+                            None => Some(if *total { &tot_lat } else { &dev_lat }),
+                        };
+                        h.filter(|h| !h.is_empty())
+                            .map(|h| h.value_at_quantile(*quantile))
+                            .filter(|v| v > above_ns)
+                            .map(|v| format!("{:.3} ms", v as f64 / 1e6))
+                    }
+                };
+                if let Some(v) = seen {
+                    fired.push(format!("{name}: {} ({v})", t.text()));
+                }
+            }
             lines.push(IntervalLine {
                 time: tracer_common::format::rfc3339(start_wall_ns),
                 t_s,
@@ -235,7 +270,7 @@ impl Stats {
             d.max_os_inflight = 0;
             d.max_dev_inflight = 0;
         }
-        lines
+        (lines, fired)
     }
 }
 

@@ -86,6 +86,57 @@ fn round_trip_is_exact_across_chunks() {
     assert_eq!(r.trailer().unwrap().records_in_file, n);
 }
 
+/// The flight recorder's way: stretches written in memory, then put into one file after its
+/// header, read back as if written straight.
+#[test]
+fn frames_written_in_memory_append_into_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.blkp");
+    let n = DEFAULT_CHUNK_RECORDS as u64 + 500;
+    let mut stretches = Vec::new();
+    for part in 0..3u64 {
+        let mut m = TraceWriter::in_memory();
+        if part == 1 {
+            m.write_device(&DeviceInfo {
+                name: "loop1".into(),
+                major: 7,
+                minor: 1,
+                logical_block_size: 512,
+            })
+            .unwrap();
+        }
+        for i in part * n..(part + 1) * n {
+            m.push(&sample(i), &comm_bytes("t")).unwrap();
+        }
+        assert_eq!(m.records_in_file(), n);
+        stretches.push(m.into_frames().unwrap());
+    }
+    let mut w = TraceWriter::create(&path, &header()).unwrap();
+    for f in &stretches {
+        w.append_frames(f, n).unwrap();
+    }
+    assert_eq!(w.records_in_file(), 3 * n);
+    w.finish(&TraceTrailer {
+        records_in_file: 3 * n,
+        ..Default::default()
+    })
+    .unwrap();
+    let mut r = TraceReader::open(&path).unwrap();
+    let mut all = Vec::new();
+    let mut buf = Vec::new();
+    while r.next_chunk(&mut buf).unwrap() {
+        all.extend_from_slice(&buf);
+    }
+    assert_eq!(*r.ending(), Ending::Complete);
+    assert_eq!(all.len() as u64, 3 * n);
+    for (i, got) in all.iter().enumerate() {
+        let mut want = sample(i as u64);
+        want.task = got.task;
+        assert_eq!(*got, want, "record {i}");
+    }
+    assert!(r.devices().iter().any(|d| d.name == "loop1"));
+}
+
 /// Values that need every bit width up to 64: times running backwards, sectors at the
 /// ends of the u64 range, odd sizes, negative errors, a lone record in the last block.
 #[test]

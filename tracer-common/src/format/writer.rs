@@ -13,11 +13,30 @@ use super::meta::{DeviceInfo, StatsFrame, TraceHeader, TraceTrailer};
 use super::record::IoRecord;
 use super::{DEFAULT_CHUNK_RECORDS, FORMAT_VERSION, FormatError, v2};
 
+/// Where a [`TraceWriter`]'s frames go: a file, or memory (the tracer's flight recorder keeps
+/// the frames of its recent past and writes them out as a file on demand).
+pub trait Sink: Write {
+    /// Make what was written durable (fsync for a file).
+    fn sync(&mut self) -> io::Result<()>;
+}
+
+impl Sink for BufWriter<File> {
+    fn sync(&mut self) -> io::Result<()> {
+        self.get_ref().sync_all()
+    }
+}
+
+impl Sink for Vec<u8> {
+    fn sync(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Streams a trace file. Frames are written whole; call [`TraceWriter::flush_chunk`] to bound
 /// what a SIGKILL can lose.
-pub struct TraceWriter {
+pub struct TraceWriter<S: Sink = BufWriter<File>> {
     path: PathBuf,
-    out: BufWriter<File>,
+    out: S,
     /// The current chunk, one vector per column (see [`NCOLS`]).
     cols: [Vec<u64>; NCOLS],
     /// Error and requeue values of the current chunk, varints in record order.
@@ -38,9 +57,36 @@ impl TraceWriter {
             source,
         };
         let file = File::create(path).map_err(io_err)?;
-        let mut w = TraceWriter {
+        let mut w = TraceWriter::with_sink(path, BufWriter::with_capacity(1 << 20, file));
+        let start = file_start(FORMAT_VERSION);
+        w.out.write_all(&start).map_err(io_err)?;
+        w.bytes_written += start.len() as u64;
+        let mut header = header.clone();
+        header.format_version = FORMAT_VERSION;
+        w.write_json(FrameKind::Header, &header)?;
+        Ok(w)
+    }
+}
+
+impl TraceWriter<Vec<u8>> {
+    /// Frames in memory, without the file's start and header: a stretch of a trace that
+    /// [`TraceWriter::append_frames`] puts into a file later.
+    pub fn in_memory() -> TraceWriter<Vec<u8>> {
+        TraceWriter::with_sink(Path::new("(memory)"), Vec::new())
+    }
+
+    /// The frames written, the open chunk included.
+    pub fn into_frames(mut self) -> Result<Vec<u8>, FormatError> {
+        self.flush_chunk()?;
+        Ok(self.out)
+    }
+}
+
+impl<S: Sink> TraceWriter<S> {
+    fn with_sink(path: &Path, out: S) -> TraceWriter<S> {
+        TraceWriter {
             path: path.to_owned(),
-            out: BufWriter::with_capacity(1 << 20, file),
+            out,
             cols: std::array::from_fn(|_| Vec::with_capacity(DEFAULT_CHUNK_RECORDS)),
             extras: Vec::new(),
             count: 0,
@@ -50,14 +96,17 @@ impl TraceWriter {
             body: Vec::with_capacity(1 << 20),
             records_in_file: 0,
             bytes_written: 0,
-        };
-        let start = file_start(FORMAT_VERSION);
-        w.out.write_all(&start).map_err(io_err)?;
-        w.bytes_written += start.len() as u64;
-        let mut header = header.clone();
-        header.format_version = FORMAT_VERSION;
-        w.write_json(FrameKind::Header, &header)?;
-        Ok(w)
+        }
+    }
+
+    /// Append frames written by an in-memory writer (see [`TraceWriter::in_memory`]) holding
+    /// `records` records, after this writer's own.
+    pub fn append_frames(&mut self, frames: &[u8], records: u64) -> Result<(), FormatError> {
+        self.flush_chunk()?;
+        self.out.write_all(frames).map_err(|e| self.io_err(e))?;
+        self.bytes_written += frames.len() as u64;
+        self.records_in_file += records;
+        Ok(())
     }
 
     pub fn path(&self) -> &Path {
@@ -167,7 +216,7 @@ impl TraceWriter {
         self.flush_chunk()?;
         self.write_json(FrameKind::Trailer, trailer)?;
         self.out.flush().map_err(|e| self.io_err(e))?;
-        self.out.get_ref().sync_all().map_err(|e| self.io_err(e))?;
+        self.out.sync().map_err(|e| self.io_err(e))?;
         Ok(self.bytes_written)
     }
 }

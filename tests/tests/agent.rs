@@ -309,3 +309,146 @@ fn prometheus_sees_exact_counters_and_the_reports_p99() {
     }
     eprintln!("p99, Prometheus vs report: {}", compared.join("; "));
 }
+
+fn wall_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i64
+}
+
+#[test]
+fn flight_recorder_dumps_the_window_around_a_triggered_burst() {
+    // A light reader for 24 s; 13 s in, a burst of 64 KB writes at queue depth 64 trips
+    // `queue_depth > 16`. The dump, 4 s later, holds the 8 s before the trigger (not the
+    // whole run: the recorder drops what is older) and the 4 s after, and it is exact
+    // against the kernel's counters between its first and last cut.
+    let dir = TestDir::new();
+    let dev = Scratch::new("flight", 512, false, true);
+    let dumps = dir.join("dumps");
+    std::fs::create_dir_all(&dumps).unwrap();
+    let t = Tracer::start(&[
+        "--device",
+        &dev.name,
+        "--quiet",
+        "--interval",
+        "500ms",
+        "--flight-recorder",
+        "8s",
+        "--dump-dir",
+        dumps.to_str().unwrap(),
+        "--trigger",
+        "queue_depth > 16",
+        "--dump-after",
+        "4s",
+    ]);
+    let started = wall_ns();
+    let path = dev.path.clone();
+    let reader = std::thread::spawn(move || {
+        fio(&[
+            "--name=reader",
+            &format!("--filename={path}"),
+            "--rw=randread",
+            "--bs=4k",
+            "--direct=1",
+            "--ioengine=psync",
+            "--rate_iops=500",
+            "--runtime=24",
+            "--time_based",
+        ])
+    });
+    std::thread::sleep(Duration::from_secs(13));
+    let burst_start = wall_ns();
+    fio(&[
+        "--name=burst",
+        &format!("--filename={}", dev.path),
+        "--rw=randwrite",
+        "--bs=64k",
+        "--direct=1",
+        "--ioengine=libaio",
+        "--iodepth=64",
+        "--runtime=2",
+        "--time_based",
+    ]);
+    let burst_end = wall_ns();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let dump = loop {
+        let found: Vec<_> = std::fs::read_dir(&dumps)
+            .unwrap()
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == "blkp"))
+            .collect();
+        if let Some(p) = found.first() {
+            assert_eq!(found.len(), 1, "one trigger, one dump: {found:?}");
+            break p.clone();
+        }
+        assert!(Instant::now() < deadline, "no dump in {}", dumps.display());
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    reader.join().unwrap();
+    let f = t.stop();
+    assert!(f.status.success(), "{}", f.stderr);
+    assert!(
+        f.stderr.contains("trigger") && f.stderr.contains("queue_depth > 16"),
+        "{}",
+        f.stderr
+    );
+
+    let trace = Trace::read(&dump);
+    let tr = trace.trailer.as_ref().expect("a complete trace file");
+    assert!(tr.reason.contains("queue_depth > 16"), "{}", tr.reason);
+    let (from, to) = (trace.header.wall_clock_start_ns, tr.wall_clock_end_ns);
+    let s = |ns: i64| (ns - burst_start) as f64 / 1e9;
+    eprintln!(
+        "dump {} .. {} s around the burst's start (burst ends at {:.1} s, tracer started at {:.1} s); {} records",
+        s(from),
+        s(to),
+        s(burst_end),
+        s(started),
+        trace.records.len()
+    );
+    // The trigger fires within an interval (0.5 s) of the burst's start; the window before
+    // it is kept whole, to the segment (1 s) that holds its beginning.
+    assert!(
+        from <= burst_start + 500_000_000 - 8_000_000_000,
+        "the 8 s before the trigger"
+    );
+    assert!(
+        from >= burst_start - 11_000_000_000,
+        "nothing older than the window needs"
+    );
+    assert!(from > started, "the start of the run was dropped");
+    assert!(
+        to >= burst_end,
+        "the 4 s after the trigger hold the burst's end"
+    );
+    let big_writes = trace
+        .records
+        .iter()
+        .filter(|r| r.stat_group() == StatGroup::Write && r.bytes == 65536)
+        .count();
+    assert!(big_writes > 1000, "the burst is in the dump ({big_writes})");
+    let reads_before = trace
+        .records
+        .iter()
+        .filter(|r| {
+            r.stat_group() == StatGroup::Read
+                && trace.header.wall_ns(r.complete_ns) < burst_start - 6_000_000_000
+        })
+        .count();
+    assert!(
+        reads_before > 500,
+        "the minutes before are in it ({reads_before} reads)"
+    );
+    blkprof_e2e::assert_cut_exact(&trace, &dev.name, "the dump");
+    let report = Command::new(bin("blkprof"))
+        .arg("report")
+        .arg(&dump)
+        .output()
+        .unwrap();
+    assert!(
+        report.status.success(),
+        "{}",
+        String::from_utf8_lossy(&report.stderr)
+    );
+}
