@@ -254,6 +254,38 @@ fn prometheus_sees_exact_counters_and_the_reports_p99() {
     }
     eprintln!("{}", rows.join("; "));
 
+    // Every expression of the Grafana dashboard runs on this Prometheus and finds series, and
+    // names only metrics the endpoint serves.
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/agent/grafana-dashboard.json");
+    let dash: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).expect("dashboard JSON");
+    let mid = t1 + 4.0;
+    let mut exprs = 0;
+    for p in dash["panels"].as_array().unwrap() {
+        for tg in p["targets"].as_array().unwrap() {
+            let e = tg["expr"].as_str().unwrap();
+            for name in e
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .filter(|w| w.starts_with("blkprof_"))
+            {
+                let base = name.strip_suffix("_bucket").unwrap_or(name);
+                assert!(
+                    text.contains(&format!("\n{name}{{"))
+                        || text.contains(&format!("# TYPE {base} ")),
+                    "{}: {name} is not served",
+                    p["title"]
+                );
+            }
+            let q = e
+                .replace("$__rate_interval", "4s")
+                .replace("$device", &dev.name);
+            let r = prom.query(&q, mid);
+            assert!(!r.is_empty(), "{}: {q} found nothing", p["title"]);
+            exprs += 1;
+        }
+    }
+    assert!(exprs >= 10, "{exprs}");
+
     let f = t.stop();
     assert!(f.status.success(), "{}\n{}", f.stderr, f.stdout);
     let tr = Trace::read(&trace);
