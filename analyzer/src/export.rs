@@ -371,6 +371,7 @@ mod tests {
                 requeues: 0,
                 flags: 0,
                 op: Op::Read,
+                cgroup: 0,
             };
             w.push(&rec, &comm_bytes(comm)).unwrap();
         }

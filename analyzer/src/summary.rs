@@ -615,9 +615,16 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
             |d| d.name.clone(),
         )
     };
+    let cgroup = |id: u64| r.cgroup_path(id).map(str::to_string);
+    let names = crate::sections::Names {
+        device: &name,
+        cgroup: &cgroup,
+    };
+    // A section with nothing to say (Null) leaves no key.
     let sections = sections
         .into_iter()
-        .map(|(n, sec)| (n.to_string(), sec.finish(&name)))
+        .map(|(n, sec)| (n.to_string(), sec.finish(&names)))
+        .filter(|(_, v)| !v.is_null())
         .collect();
     Ok(Summary {
         sections,

@@ -75,6 +75,7 @@ pub fn write_trace(path: &Path, ios: &mut [Io]) -> Result<(), FormatError> {
             requeues: 0,
             flags: io.flags,
             op: io.op,
+            cgroup: 0,
         };
         w.push(&r, &comm)?;
         let b = u64::from(io.bytes);

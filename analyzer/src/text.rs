@@ -22,7 +22,7 @@ fn bytes(b: u64) -> String {
     }
 }
 
-fn fmt_us(us: f64) -> String {
+pub(crate) fn fmt_us(us: f64) -> String {
     if us >= 1000.0 {
         format!("{:.1}ms", us / 1000.0)
     } else {

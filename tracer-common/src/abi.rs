@@ -198,8 +198,10 @@ pub struct IoEvent {
     pub _pad: [u8; 6],
     /// Command of the submitting task, NUL-padded.
     pub comm: [u8; 16],
+    /// The submitting task's cgroup v2 id at submission (0 if unknown).
+    pub cgroup: u64,
 }
-const _: () = assert!(core::mem::size_of::<IoEvent>() == 88);
+const _: () = assert!(core::mem::size_of::<IoEvent>() == 96);
 
 /// Number of log2 buckets in the in-kernel histograms.
 pub const HIST_BUCKETS: usize = 64;
@@ -334,7 +336,9 @@ pub struct RequestState {
     pub in_os: u8,
     pub _pad: [u8; 2],
     pub comm: [u8; 16],
+    pub cgroup: u64,
 }
+const _: () = assert!(core::mem::size_of::<RequestState>() == 88);
 
 /// log2 bucket of `v`, clamped to the histogram.
 #[inline(always)]

@@ -26,7 +26,10 @@
 use core::intrinsics::{AtomicOrdering, atomic_cxchg, atomic_xadd};
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, generated::bpf_get_current_comm},
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_ktime_get_ns,
+        generated::{bpf_get_current_cgroup_id, bpf_get_current_comm},
+    },
     macros::{btf_tracepoint, map},
     maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
     programs::BtfTracePointContext,
@@ -160,6 +163,13 @@ fn init_state(p: *mut RequestState, enter_ns: u64, dev: u32, in_os: u8, flags: u
         core::ptr::write_volatile((&raw mut (*p).comm).cast::<u64>(), 0);
         core::ptr::write_volatile((&raw mut (*p).comm).cast::<u64>().add(1), 0);
         bpf_get_current_comm((*p).comm.as_mut_ptr().cast(), 16);
+        // The submitter's cgroup: unknown for a request met after it was submitted.
+        let cgroup = if flags & EV_STARTED_BEFORE_ATTACH != 0 {
+            0
+        } else {
+            bpf_get_current_cgroup_id()
+        };
+        core::ptr::write_volatile(&raw mut (*p).cgroup, cgroup);
     }
 }
 
@@ -711,6 +721,7 @@ fn finish(cfg: &ProbeConfig, rq: *const u8, st: &mut RequestState, kind: u16, cm
         flags,
         _pad: [0; 6],
         comm: st.comm,
+        cgroup: st.cgroup,
     });
     let pending = EVENTS.query(BPF_RB_AVAIL_DATA);
     entry.submit(if pending >= u64::from(cfg_u32(&cfg.wakeup_bytes)) {

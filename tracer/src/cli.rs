@@ -36,6 +36,12 @@ pub struct Args {
     /// Keep only IOs submitted by a task with this command name (exact, as in /proc/PID/comm). Repeatable.
     #[arg(long = "comm", value_name = "COMM")]
     pub comms: Vec<String>,
+    /// Keep only IOs submitted from this cgroup or below it (cgroup v2; a path below the
+    /// unified hierarchy's mount, like /system.slice/cassandra.service, or the same with the
+    /// mount in front). Repeatable. Written-back pages count where their writer (a kernel
+    /// thread) is, not where they were dirtied.
+    #[arg(long = "cgroup", value_name = "PATH")]
+    pub cgroups: Vec<String>,
     /// Keep only these operations: read, write, flush, discard, write-zeroes, secure-erase, ... Repeatable.
     #[arg(long = "op", value_name = "OP")]
     pub ops: Vec<String>,
@@ -154,6 +160,8 @@ pub struct Config {
     pub device_notes: Vec<String>,
     pub pids: Vec<u32>,
     pub comms: Vec<String>,
+    /// `--cgroup`, as paths below the cgroup2 mount.
+    pub cgroups: Vec<String>,
     pub ops: Vec<Op>,
     pub duration: Option<Duration>,
     pub interval: Duration,
@@ -244,6 +252,15 @@ impl Args {
             }
             None => None,
         };
+        let cgroups = if self.cgroups.is_empty() {
+            Vec::new()
+        } else {
+            let cg = crate::cgroups::Cgroups::new();
+            self.cgroups
+                .iter()
+                .map(|c| cg.resolve_filter(c))
+                .collect::<Result<Vec<_>, _>>()?
+        };
         let targets = crate::devices::targets(&self.devices).map_err(|e| e.to_string())?;
         Ok(Config {
             devices: self.devices,
@@ -251,6 +268,7 @@ impl Args {
             device_notes: targets.notes,
             pids: self.pids,
             comms: self.comms,
+            cgroups,
             ops,
             duration: self.duration,
             interval: self.interval,

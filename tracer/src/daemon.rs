@@ -13,8 +13,8 @@ use tokio::signal::unix::{SignalKind, signal};
 use tracer_common::coverage::{GroupCoverage, coverage, describe, thousands};
 use tracer_common::format::Cut;
 use tracer_common::format::{
-    AggregateSnapshot, DeviceInfo, DiskStats, Filters, FormatError, IoRecord, ProbeCounters,
-    StatsFrame, TraceHeader, TraceTrailer, TraceWriter,
+    AggregateSnapshot, CgroupInfo, DeviceInfo, DiskStats, Filters, FormatError, IoRecord,
+    ProbeCounters, StatsFrame, TraceHeader, TraceTrailer, TraceWriter,
 };
 use tracer_common::op::{StatGroup, flags};
 use tracer_common::{
@@ -22,6 +22,7 @@ use tracer_common::{
     IoEvent, KIND_FLUSH_RQ, dev_split,
 };
 
+use crate::cgroups::{Cgroups, within};
 use crate::cli::Config;
 use crate::clock;
 use crate::devices;
@@ -70,6 +71,12 @@ impl Writer {
         match self {
             Writer::File(w) => w.write_device(d),
             Writer::Memory(w) => w.write_device(d),
+        }
+    }
+    fn write_cgroup(&mut self, c: &CgroupInfo) -> Result<(), FormatError> {
+        match self {
+            Writer::File(w) => w.write_cgroup(c),
+            Writer::Memory(w) => w.write_cgroup(c),
         }
     }
     fn records_in_file(&self) -> u64 {
@@ -143,6 +150,12 @@ struct Run {
     /// The histograms behind `--metrics-addr`.
     metrics: Option<Metrics>,
     recorder: Option<Recorder>,
+    /// cgroup ids to paths, and the ids the open file (or segment) has named.
+    cgroups: Cgroups,
+    cgroups_named: std::collections::HashSet<u64>,
+    last_cgroup_named: Option<u64>,
+    /// `--cgroup`: whether each id seen is inside one of them.
+    cgroup_keep: HashMap<u64, bool>,
     /// A trigger fired: dump at this instant, saying why.
     pending_dump: Option<(tokio::time::Instant, String)>,
 }
@@ -195,6 +208,9 @@ impl Run {
     }
 
     fn open_output(&mut self) -> Result<()> {
+        // Each file (and recorder segment) names the cgroups of its own records.
+        self.cgroups_named.clear();
+        self.last_cgroup_named = None;
         let path = self.file_path(self.seq);
         if path.is_none() && self.recorder.is_none() {
             return Ok(());
@@ -212,6 +228,7 @@ impl Run {
                 pids: self.cfg.pids.clone(),
                 comms: self.cfg.comms.clone(),
                 ops: self.cfg.ops.iter().map(|o| o.name().to_string()).collect(),
+                cgroups: self.cfg.cgroups.clone(),
             },
             interval_ms: self.cfg.interval.as_millis() as u64,
             ring_bytes: u64::from(self.cfg.ring_bytes),
@@ -530,6 +547,7 @@ impl Run {
             requeues: ev.requeues,
             flags: fl,
             op,
+            cgroup: ev.cgroup,
         };
         self.received_total += 1;
         // Per device and diskstats group; devices are few, and consecutive records mostly
@@ -552,7 +570,9 @@ impl Run {
         e.0 += 1;
         e.1 += u64::from(r.bytes);
         let next_file = self.hold_after.is_some_and(|t| r.complete_ns > t);
-        if !self.filter.keep(&r, &ev.comm) {
+        if !self.filter.keep(&r, &ev.comm)
+            || (!self.cfg.cgroups.is_empty() && !self.cgroup_kept(r.cgroup))
+        {
             self.filtered_out += 1;
             if next_file {
                 self.held_filtered_out += 1;
@@ -573,12 +593,48 @@ impl Run {
     }
 
     fn write(&mut self, r: &IoRecord, comm: &[u8; 16]) {
+        if self.last_cgroup_named != Some(r.cgroup) && r.cgroup != 0 {
+            self.name_cgroup(r.cgroup);
+        }
         if let Some(out) = &mut self.output
             && self.write_error.is_none()
             && let Err(e) = out.writer.push(r, comm)
         {
             self.write_error = Some(e.to_string());
         }
+    }
+
+    /// Write the cgroup's path before the first record of it in the open file.
+    #[cold]
+    fn name_cgroup(&mut self, id: u64) {
+        self.last_cgroup_named = Some(id);
+        if !self.cgroups_named.insert(id) {
+            return;
+        }
+        let Some(out) = &mut self.output else {
+            return;
+        };
+        let path = self
+            .cgroups
+            .path(id)
+            .map_or_else(|| "(gone)".to_string(), str::to_string);
+        if let Err(e) = out.writer.write_cgroup(&CgroupInfo { id, path }) {
+            self.write_error.get_or_insert(e.to_string());
+        }
+    }
+
+    /// `--cgroup`: is this id inside one of them?
+    #[cold]
+    fn cgroup_kept(&mut self, id: u64) -> bool {
+        if let Some(&k) = self.cgroup_keep.get(&id) {
+            return k;
+        }
+        let k = self
+            .cgroups
+            .path(id)
+            .is_some_and(|p| self.cfg.cgroups.iter().any(|c| within(p, c)));
+        self.cgroup_keep.insert(id, k);
+        k
     }
 
     /// Cut the flight recorder's open segment and write everything it holds as a trace file.
@@ -846,6 +902,10 @@ pub async fn run(cfg: Config) -> Result<i32> {
         before_start: 0,
         metrics: None,
         recorder: None,
+        cgroups: Cgroups::new(),
+        cgroups_named: Default::default(),
+        last_cgroup_named: None,
+        cgroup_keep: HashMap::new(),
         pending_dump: None,
     };
     run.probe.attach()?;

@@ -2,6 +2,7 @@
 //! trace files (format in `tracer_common::format`).
 
 pub mod btf;
+pub mod cgroups;
 pub mod cli;
 pub mod clock;
 pub mod daemon;

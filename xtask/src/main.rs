@@ -67,6 +67,13 @@ enum Cmd {
         /// Only the analyzer's benchmark (no root needed).
         #[arg(long)]
         analyzer_only: bool,
+        /// Only the agent's benchmark: the daemon's CPU per IO and peak RSS writing a trace
+        /// file, serving metrics only, and with the flight recorder, at a fixed IO rate.
+        #[arg(long, conflicts_with = "analyzer_only")]
+        agent: bool,
+        /// The agent benchmark's IO rate (IOPS).
+        #[arg(long, default_value_t = 20_000)]
+        agent_rate: u64,
     },
     /// Set up, then the seeds' experiment for real: a Cassandra 5.0 node (from Maven Central)
     /// with its data on a scratch loop device (ext4, mounted with discard), YCSB workload A
@@ -125,7 +132,13 @@ fn main() -> Result<()> {
             rounds,
             analyzer_ios,
             analyzer_only,
+            agent,
+            agent_rate,
         } => {
+            if agent {
+                setup::setup()?;
+                return bench::bench_agent(seconds, rounds as usize, agent_rate);
+            }
             if !analyzer_only {
                 setup::setup()?;
                 bench::bench(seconds, rounds as usize)?;

@@ -140,7 +140,8 @@ impl Section for Access {
         }
     }
 
-    fn finish(self: Box<Self>, name: &dyn Fn(u32) -> String) -> Value {
+    fn finish(self: Box<Self>, cx: &super::Names) -> Value {
+        let name = cx.device;
         let pct = |a: u64, b: u64| {
             if b == 0 {
                 0.0

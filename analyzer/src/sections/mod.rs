@@ -12,6 +12,7 @@ use tracer_common::format::IoRecord;
 use crate::series::Options;
 
 mod access;
+mod cgroups;
 
 /// One kind of section: how to make it and how to show what it made.
 pub struct SectionDef {
@@ -30,12 +31,20 @@ pub trait Section {
     /// The records of one chunk, in file order (nearly completion order), without those whose
     /// times cannot belong to the run.
     fn chunk(&mut self, records: &[IoRecord]);
-    /// Its part of the report; `name` gives a device's name from its `dev_t`.
-    fn finish(self: Box<Self>, name: &dyn Fn(u32) -> String) -> Value;
+    /// Its part of the report.
+    fn finish(self: Box<Self>, cx: &Names) -> Value;
+}
+
+/// What a section may name by the trace's tables once all records are read.
+pub struct Names<'a> {
+    /// A device's name from its `dev_t`.
+    pub device: &'a dyn Fn(u32) -> String,
+    /// A cgroup's path from its id, if the trace named it.
+    pub cgroup: &'a dyn Fn(u64) -> Option<String>,
 }
 
 /// Every section, in the order the reports show them.
-pub const SECTIONS: &[SectionDef] = &[access::DEF];
+pub const SECTIONS: &[SectionDef] = &[access::DEF, cgroups::DEF];
 
 /// A new instance of every section.
 pub fn start(opts: &Options) -> Vec<(&'static str, Box<dyn Section>)> {

@@ -1,23 +1,26 @@
-//! The start of a records body, the same in versions 1 and 2: the record count (u32 LE), the
-//! chunk's base time (u64 LE), the device table (count, then each `dev` as a varint) and the
-//! task table (count, then each pid as a varint, the comm's length as a byte and the comm).
-//! Records store indexes into these tables.
+//! The start of a records body: the record count (u32 LE), the chunk's base time (u64 LE), the
+//! device table (count, then each `dev` as a varint) and the task table (count, then each pid
+//! as a varint, the comm's length as a byte and the comm, and from version 3 the cgroup id as
+//! a varint). Records store indexes into these tables.
 
 use std::collections::HashMap;
 
 use super::codec::{Cursor, put_varint};
 use super::record::Task;
 
+/// A task as the writer tells them apart: pid, NUL-padded comm, cgroup.
+type TaskKey = (u32, [u8; 16], u64);
+
 /// The tables of the chunk being written, built as records arrive.
 #[derive(Default)]
 pub(super) struct TableBuilder {
     devs: Vec<u32>,
     dev_index: HashMap<u32, u32>,
-    tasks: Vec<(u32, [u8; 16])>,
-    task_index: HashMap<(u32, [u8; 16]), u32>,
+    tasks: Vec<TaskKey>,
+    task_index: HashMap<TaskKey, u32>,
     /// Consecutive records mostly share device and task: skip the hash lookups then.
     last_dev: Option<(u32, u32)>,
-    last_task: Option<((u32, [u8; 16]), u32)>,
+    last_task: Option<(TaskKey, u32)>,
 }
 
 impl TableBuilder {
@@ -42,10 +45,11 @@ impl TableBuilder {
         }
     }
 
-    /// The index of the task (`pid`, NUL-padded `comm`) in the task table, added if new.
+    /// The index of the task (`pid`, NUL-padded `comm`, `cgroup`) in the task table, added if
+    /// new.
     #[inline]
-    pub(super) fn task(&mut self, pid: u32, comm: &[u8; 16]) -> u32 {
-        let key = (pid, *comm);
+    pub(super) fn task(&mut self, pid: u32, comm: &[u8; 16], cgroup: u64) -> u32 {
+        let key = (pid, *comm, cgroup);
         match self.last_task {
             Some((k, i)) if k == key => i,
             _ => {
@@ -64,8 +68,9 @@ impl TableBuilder {
         }
     }
 
-    /// Append the start of a records body of `count` records.
-    pub(super) fn write(&self, body: &mut Vec<u8>, count: u32, base_ns: u64) {
+    /// Append the start of a records body of `count` records (`cgroups`: version 3's task
+    /// table, with each task's cgroup).
+    pub(super) fn write(&self, body: &mut Vec<u8>, count: u32, base_ns: u64, cgroups: bool) {
         body.extend_from_slice(&count.to_le_bytes());
         body.extend_from_slice(&base_ns.to_le_bytes());
         put_varint(body, self.devs.len() as u64);
@@ -73,11 +78,14 @@ impl TableBuilder {
             put_varint(body, u64::from(d));
         }
         put_varint(body, self.tasks.len() as u64);
-        for (pid, comm) in &self.tasks {
+        for (pid, comm, cgroup) in &self.tasks {
             put_varint(body, u64::from(*pid));
             let n = comm.iter().position(|&c| c == 0).unwrap_or(16);
             body.push(n as u8);
             body.extend_from_slice(&comm[..n]);
+            if cgroups {
+                put_varint(body, *cgroup);
+            }
         }
     }
 
@@ -92,21 +100,24 @@ impl TableBuilder {
     }
 }
 
-/// A reader's tasks, over all the chunks it has read: each (pid, comm) gets one id.
+/// A reader's tasks, over all the chunks it has read: each (pid, comm, cgroup) gets one id.
 #[derive(Default)]
 pub(super) struct TaskIds {
     pub(super) tasks: Vec<Task>,
-    ids: HashMap<(u32, Vec<u8>), u32>,
+    pub(super) ids: HashMap<(u32, Vec<u8>, u64), u32>,
+    /// The file's task tables hold cgroups (version 3 on).
+    pub(super) cgroups: bool,
 }
 
 impl TaskIds {
-    fn id(&mut self, pid: u32, comm: &[u8]) -> u32 {
+    fn id(&mut self, pid: u32, comm: &[u8], cgroup: u64) -> u32 {
         let next = self.tasks.len() as u32;
-        let id = *self.ids.entry((pid, comm.to_vec())).or_insert(next);
+        let id = *self.ids.entry((pid, comm.to_vec(), cgroup)).or_insert(next);
         if id == next {
             self.tasks.push(Task {
                 pid,
                 comm: String::from_utf8_lossy(comm).into_owned(),
+                cgroup,
             });
         }
         id
@@ -118,8 +129,8 @@ pub(super) struct ChunkTables {
     pub(super) count: u32,
     pub(super) base: u64,
     pub(super) devs: Vec<u32>,
-    /// (reader's task id, pid) per entry of the chunk's task table.
-    pub(super) tasks: Vec<(u32, u32)>,
+    /// (reader's task id, pid, cgroup) per entry of the chunk's task table.
+    pub(super) tasks: Vec<(u32, u32, u64)>,
 }
 
 /// "records frame: `what`", the reason a damaged records frame is reported with.
@@ -162,7 +173,12 @@ pub(super) fn read_tables(c: &mut Cursor, ids: &mut TaskIds) -> Result<ChunkTabl
             .and_then(|b| b.first())
             .ok_or_else(|| bad("short task table"))? as usize;
         let comm = c.bytes(n.min(16)).ok_or_else(|| bad("short task table"))?;
-        tasks.push((ids.id(pid, comm), pid));
+        let cgroup = if ids.cgroups {
+            c.varint().ok_or_else(|| bad("short task table"))?
+        } else {
+            0
+        };
+        tasks.push((ids.id(pid, comm, cgroup), pid, cgroup));
     }
     Ok(ChunkTables {
         count,

@@ -153,7 +153,7 @@ pub(super) fn from_row(
         (0, complete.wrapping_sub(col(COL_DEVICE_NS)))
     };
     let bytes = size_of_code(col(COL_SIZE))?;
-    let &(task, pid) = t.tasks.get(col(COL_TASK) as usize)?;
+    let &(task, pid, cgroup) = t.tasks.get(col(COL_TASK) as usize)?;
     let (error, requeues) = read_extras(fl, extras)?;
     let r = IoRecord {
         complete_ns: complete,
@@ -170,6 +170,7 @@ pub(super) fn from_row(
         requeues,
         flags: fl & !EXTRAS_FLAGS,
         op: Op::from_code((head & 0xf) as u8),
+        cgroup,
     };
     d.advance(&r);
     Some(r)

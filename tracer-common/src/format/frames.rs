@@ -17,6 +17,8 @@ pub enum FrameKind {
     Device = 3,
     Stats = 4,
     Trailer = 5,
+    /// A cgroup the records name: its v2 id and path, written before the first record of it.
+    Cgroup = 6,
 }
 
 impl FrameKind {
@@ -27,6 +29,7 @@ impl FrameKind {
             3 => FrameKind::Device,
             4 => FrameKind::Stats,
             5 => FrameKind::Trailer,
+            6 => FrameKind::Cgroup,
             _ => return None,
         })
     }

@@ -7,6 +7,14 @@ use serde::{Deserialize, Serialize};
 use crate::diskstats::DiskStats;
 use crate::op::{Op, StatGroup, flags};
 
+/// A cgroup of the trace's records: its v2 id (the directory's inode number) and path below
+/// the cgroup2 mount ("/" for the root, "/system.slice/cassandra.service").
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CgroupInfo {
+    pub id: u64,
+    pub path: String,
+}
+
 /// One traced block device.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeviceInfo {
@@ -29,6 +37,9 @@ pub struct Filters {
     pub pids: Vec<u32>,
     pub comms: Vec<String>,
     pub ops: Vec<String>,
+    /// `--cgroup` paths (below the cgroup2 mount); absent before format version 3.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cgroups: Vec<String>,
 }
 
 /// Exact in-kernel aggregate of one (device, op), as snapshotted by the tracer.

@@ -37,15 +37,15 @@ pub use crate::diskstats::{DiskStats, parse_diskstats};
 pub use crate::time::rfc3339;
 pub use frames::FrameKind;
 pub use meta::{
-    AggregateSnapshot, Cut, CutDevice, DeviceInfo, Filters, ProbeCounters, ProgramStats,
-    StatsFrame, TraceHeader, TraceTrailer,
+    AggregateSnapshot, CgroupInfo, Cut, CutDevice, DeviceInfo, Filters, ProbeCounters,
+    ProgramStats, StatsFrame, TraceHeader, TraceTrailer,
 };
 pub use reader::{Ending, Scan, TraceReader};
 pub use record::{IoRecord, Task, comm_bytes, comm_str};
 pub use writer::TraceWriter;
 
 pub const MAGIC: &[u8; 8] = b"BLKPTRC\0";
-pub const FORMAT_VERSION: u16 = 2;
+pub const FORMAT_VERSION: u16 = 3;
 /// The oldest version this build still reads (records as zstd-compressed varints).
 pub const OLDEST_READABLE_VERSION: u16 = 1;
 /// Largest frame payload a reader accepts (guards against a corrupt length).

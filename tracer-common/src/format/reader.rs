@@ -9,7 +9,7 @@ use serde::Deserialize;
 
 use super::chunk::TaskIds;
 use super::frames::{FrameHead, FrameKind, HEAD_BYTES, START_BYTES, version_of_start};
-use super::meta::{DeviceInfo, StatsFrame, TraceHeader, TraceTrailer};
+use super::meta::{CgroupInfo, DeviceInfo, StatsFrame, TraceHeader, TraceTrailer};
 use super::record::{IoRecord, Task};
 use super::{FORMAT_VERSION, FormatError, MAX_FRAME_BYTES, OLDEST_READABLE_VERSION, v1, v2};
 
@@ -53,6 +53,7 @@ pub struct TraceReader {
     frame_no: u64,
     header: TraceHeader,
     devices: Vec<DeviceInfo>,
+    cgroups: std::collections::BTreeMap<u64, String>,
     trailer: Option<TraceTrailer>,
     last_stats: Option<StatsFrame>,
     task_ids: TaskIds,
@@ -113,9 +114,13 @@ impl TraceReader {
             frame_no: 0,
             header: TraceHeader::default(),
             devices: Vec::new(),
+            cgroups: Default::default(),
             trailer: None,
             last_stats: None,
-            task_ids: TaskIds::default(),
+            task_ids: TaskIds {
+                cgroups: version >= 3,
+                ..TaskIds::default()
+            },
             ending: Ending::Unread,
             payload: Vec::new(),
             raw: Vec::new(),
@@ -152,6 +157,16 @@ impl TraceReader {
     /// Devices from the header and from device frames read so far.
     pub fn devices(&self) -> &[DeviceInfo] {
         &self.devices
+    }
+
+    /// The path of a cgroup the records read so far name, if the trace gave it.
+    pub fn cgroup_path(&self, id: u64) -> Option<&str> {
+        self.cgroups.get(&id).map(String::as_str)
+    }
+
+    /// Every cgroup named so far: (id, path).
+    pub fn cgroups(&self) -> &std::collections::BTreeMap<u64, String> {
+        &self.cgroups
     }
     pub fn tasks(&self) -> &[Task] {
         &self.task_ids.tasks
@@ -386,6 +401,10 @@ impl TraceReader {
                         }),
                         FrameKind::Trailer => self.parse_json::<TraceTrailer>().map(|t| {
                             self.trailer = Some(t);
+                            false
+                        }),
+                        FrameKind::Cgroup => self.parse_json::<CgroupInfo>().map(|c| {
+                            self.cgroups.insert(c.id, c.path);
                             false
                         }),
                         FrameKind::Header => Err(self.corrupt("a second header frame")),

@@ -27,6 +27,9 @@ pub struct IoRecord {
     /// [`crate::op::flags`] bits.
     pub flags: u16,
     pub op: Op,
+    /// The submitting task's cgroup (v2 id, the cgroup directory's inode number) at
+    /// submission; 0 if unknown (files before version 3). Kept in the chunk's task table.
+    pub cgroup: u64,
 }
 
 impl IoRecord {
@@ -45,11 +48,13 @@ impl IoRecord {
     }
 }
 
-/// A (pid, comm) pair.
+/// A (pid, comm, cgroup) triple.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Task {
     pub pid: u32,
     pub comm: String,
+    /// cgroup v2 id; 0 if unknown.
+    pub cgroup: u64,
 }
 
 pub fn comm_bytes(comm: &str) -> [u8; 16] {

@@ -1,4 +1,5 @@
-//! Version 2 records frames: the chunk's tables, its extras (each record's error and requeue
+//! Version 2 and 3 records frames (3 adds each task's cgroup to the task table): the chunk's
+//! tables, its extras (each record's error and requeue
 //! count when not 0, as varints in record order: a length then the bytes), then blocks of
 //! [`BLOCK_RECORDS`] records (the last one shorter), each holding the [`NCOLS`] columns in
 //! order, bit-packed ([`pack_block`]). Not compressed: the packing is smaller than zstd over
@@ -20,7 +21,7 @@ pub(super) fn encode(
     extras: &[u8],
     cols: &[Vec<u64>; NCOLS],
 ) {
-    tables.write(body, count, base_ns);
+    tables.write(body, count, base_ns, true);
     put_varint(body, extras.len() as u64);
     body.extend_from_slice(extras);
     let n = count as usize;

@@ -9,7 +9,7 @@ use serde::Serialize;
 use super::chunk::TableBuilder;
 use super::columns::{Deltas, NCOLS, to_row};
 use super::frames::{FrameHead, FrameKind, file_start};
-use super::meta::{DeviceInfo, StatsFrame, TraceHeader, TraceTrailer};
+use super::meta::{CgroupInfo, DeviceInfo, StatsFrame, TraceHeader, TraceTrailer};
 use super::record::IoRecord;
 use super::{DEFAULT_CHUNK_RECORDS, FORMAT_VERSION, FormatError, v2};
 
@@ -163,7 +163,7 @@ impl<S: Sink> TraceWriter<S> {
             self.deltas = Deltas::start(r.complete_ns);
         }
         let dev = self.tables.dev(r.dev);
-        let task = self.tables.task(r.pid, comm);
+        let task = self.tables.task(r.pid, comm, r.cgroup);
         let row = to_row(r, dev, task, &mut self.deltas, &mut self.extras);
         for (col, v) in self.cols.iter_mut().zip(row) {
             col.push(v);
@@ -203,6 +203,11 @@ impl<S: Sink> TraceWriter<S> {
 
     pub fn write_device(&mut self, dev: &DeviceInfo) -> Result<(), FormatError> {
         self.write_json(FrameKind::Device, dev)
+    }
+
+    /// Name a cgroup before the records of it that follow (frames are read in order).
+    pub fn write_cgroup(&mut self, cg: &CgroupInfo) -> Result<(), FormatError> {
+        self.write_json(FrameKind::Cgroup, cg)
     }
 
     pub fn write_stats(&mut self, stats: &StatsFrame) -> Result<(), FormatError> {

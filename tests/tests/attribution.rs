@@ -1,0 +1,177 @@
+//! Attribution end to end: IOs charged to the cgroup of the task that submitted them, on real
+//! fio processes placed in fresh cgroups of this machine's unified (v2) hierarchy.
+
+use std::process::Command;
+
+use blkprof_e2e::{Scratch, TestDir, Trace, Tracer, bin};
+
+/// The unified hierarchy's mount point (from /proc/self/mountinfo).
+fn cgroup2_root() -> std::path::PathBuf {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    info.lines()
+        .find_map(|l| {
+            let (pre, post) = l.split_once(" - ")?;
+            (post.starts_with("cgroup2 ")).then(|| pre.split_whitespace().nth(4).map(Into::into))?
+        })
+        .expect("a cgroup2 (unified) hierarchy is mounted")
+}
+
+/// A fresh cgroup, removed on drop (once its processes have exited).
+struct Cgroup {
+    dir: std::path::PathBuf,
+    rel: String,
+}
+
+impl Cgroup {
+    fn new(tag: &str) -> Cgroup {
+        let name = format!("blkprof-e2e-{tag}-{}", std::process::id());
+        let dir = cgroup2_root().join(&name);
+        std::fs::create_dir(&dir).unwrap();
+        Cgroup {
+            dir,
+            rel: format!("/{name}"),
+        }
+    }
+
+    /// fio inside this cgroup (the shell moves itself in, then becomes fio).
+    fn fio(&self, args: &[&str]) -> std::process::Child {
+        Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "echo $$ > {}/cgroup.procs && exec fio \"$@\"",
+                self.dir.display()
+            ))
+            .arg("fio")
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+fn job(dev: &Scratch, rw: &str, bs: &str, n: u64) -> Vec<String> {
+    vec![
+        format!("--name={rw}"),
+        format!("--filename={}", dev.path),
+        format!("--rw={rw}"),
+        format!("--bs={bs}"),
+        "--direct=1".into(),
+        "--ioengine=libaio".into(),
+        "--iodepth=4".into(),
+        format!("--number_ios={n}"),
+        "--size=64m".into(),
+    ]
+}
+
+fn run(dev: &Scratch, out: &std::path::Path, extra: &[&str], a: &Cgroup, b: &Cgroup) -> Trace {
+    let out_s = out.to_str().unwrap();
+    let mut args = vec!["--device", dev.name.as_str(), "--output", out_s, "--quiet"];
+    args.extend_from_slice(extra);
+    let t = Tracer::start(&args);
+    let ja = job(dev, "randread", "4k", 3000);
+    let jb = job(dev, "randwrite", "8k", 2000);
+    let mut pa = a.fio(&ja.iter().map(String::as_str).collect::<Vec<_>>());
+    let mut pb = b.fio(&jb.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(pa.wait().unwrap().success());
+    assert!(pb.wait().unwrap().success());
+    let f = t.stop();
+    assert!(f.status.success(), "{}", f.stderr);
+    Trace::read(out)
+}
+
+#[test]
+fn ios_are_charged_to_the_submitters_cgroup_and_filtered_by_it() {
+    let dir = TestDir::new();
+    let dev = Scratch::new("cgroup", 256, true, false);
+    dev.set_nomerges(2);
+    let (a, b) = (Cgroup::new("a"), Cgroup::new("b"));
+
+    // Both jobs at once: every one of each job's IOs under its own cgroup's path.
+    let out = dir.join("both.blkp");
+    let tr = run(&dev, &out, &[], &a, &b);
+    let report = Command::new(bin("blkprof"))
+        .args(["report", "--json"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(report.status.success());
+    let j: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+    let d = j["sections"]["cgroups"]["devices"]
+        .as_array()
+        .expect("a cgroups section")
+        .iter()
+        .find(|d| d["name"] == dev.name.as_str())
+        .expect("the device")
+        .clone();
+    let row = |path: &str| {
+        d["cgroups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["path"] == path)
+            .unwrap_or_else(|| panic!("{path} in {d}"))
+            .clone()
+    };
+    // Exact, but for the completions the probe reports it missed (this machine's vendor
+    // kernel misses about 1 in 10,000 under fio).
+    let misses = |tr: &Trace| {
+        tr.trailer.as_ref().unwrap().counters_end.reported_misses()
+            - tr.header.counters_start.reported_misses()
+    };
+    let (ra, rb) = (row(&a.rel), row(&b.rel));
+    let n = |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap();
+    assert_eq!(n(&ra, "read_ios"), n(&ra, "ios"), "{ra}");
+    assert_eq!(n(&rb, "write_ios"), n(&rb, "ios"), "{rb}");
+    assert_eq!(n(&ra, "bytes"), n(&ra, "ios") * 4096);
+    assert_eq!(n(&rb, "bytes"), n(&rb, "ios") * 8192);
+    assert!(n(&ra, "ios") <= 3000 && n(&rb, "ios") <= 2000, "{ra} {rb}");
+    assert_eq!(
+        (3000 - n(&ra, "ios")) + (2000 - n(&rb, "ios")),
+        misses(&tr),
+        "A {ra}, B {rb}: short by more than the reported misses"
+    );
+    assert_eq!(
+        d["cgroups"].as_array().unwrap().len(),
+        2,
+        "no IO charged elsewhere: {d}"
+    );
+    let text = Command::new(bin("blkprof"))
+        .arg("report")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains(&a.rel) && text.contains(&b.rel), "{text}");
+    assert_eq!(
+        tr.records.len() as u64 + misses(&tr),
+        5000,
+        "nothing else ran on the device"
+    );
+
+    // --cgroup keeps exactly one of them.
+    let out = dir.join("only-a.blkp");
+    let tr = run(&dev, &out, &["--cgroup", &a.rel], &a, &b);
+    assert_eq!(tr.records.len(), 3000);
+    assert!(
+        tr.records
+            .iter()
+            .all(|r| r.stat_group() == tracer_common::op::StatGroup::Read && r.bytes == 4096)
+    );
+    assert_eq!(tr.header.filters.cgroups, vec![a.rel.clone()]);
+    let t = tr.trailer.as_ref().unwrap();
+    assert_eq!(t.filtered_out, 2000, "B's IOs were seen and left out");
+
+    // A cgroup that does not exist is refused before tracing.
+    let o = Command::new(bin("blkprof-trace"))
+        .args(["--cgroup", "/no/such/cgroup", "--duration", "1s"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no such cgroup"));
+}
