@@ -38,7 +38,8 @@ use crate::summary::{Lost, Window, op_key};
 const BATCH_ROWS: usize = 65_536;
 
 /// Rows per row group by default: the unit engines skip by statistics and read in parallel.
-/// Chosen by measurement (BENCHMARKS.md): 1 Mi rows is about 15 MB of Parquet per group.
+/// Not yet measured against the others: `cargo xtask bench --analyzer-only` compares 128 Ki,
+/// 1 Mi and 4 Mi rows (and the codecs) and its figures belong in BENCHMARKS.md.
 pub const DEFAULT_ROW_GROUP_ROWS: usize = 1 << 20;
 
 /// Key of the file's key-value metadata that holds the run's description ([`RunMeta`], JSON).
@@ -49,7 +50,7 @@ const NS_PER_DAY: i64 = 86_400_000_000_000;
 /// `blkprof export --compression`: the Parquet codec of every column.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Codec {
-    /// Zstandard level 1 (the default: smallest files at about the same speed as lz4).
+    /// Zstandard (the default; `cargo xtask bench --analyzer-only` compares the codecs).
     Zstd,
     /// Snappy: what Spark writes by default.
     Snappy,
