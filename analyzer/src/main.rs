@@ -147,9 +147,15 @@ enum Cmd {
     /// and the trace's coverage of the kernel's own counters.
     Report(ReportArgs),
     /// Export a trace: a fio iolog (version 3, with timing: `fio --read_iolog FILE` replays the
-    /// pattern; fio 3.33 replays reads, writes and syncs but not trims), CSV, or JSON lines.
+    /// pattern; fio 3.33 replays reads, writes and syncs but not trims), CSV, JSON lines, or
+    /// Parquet for SQL engines (one row per IO; recipes for DuckDB and Spark in docs/fleet.md).
+    #[command(
+        after_help = "Parquet examples:\n  blkprof export run.blkp --format parquet -o run.parquet\n  blkprof export node1/*.blkp node2/*.blkp --format parquet -o fleet/\n      (several traces: fleet/host=H/date=YYYY-MM-DD/part-N.parquet, N the trace's position)\n  duckdb -c \"SELECT host, op, count(*) FROM read_parquet('fleet/**/*.parquet', hive_partitioning = true) GROUP BY ALL\"\n\nColumns: host, device, op (the report's op), flags, complete_time, issue_time, enter_time\n(UTC timestamps, ns), device_latency_ns, total_latency_ns, queue_ns, bytes, sector (512-byte\nunits), pid, comm, dev_inflight, os_inflight, error, requeues. The run (kernel, losses, coverage\nagainst /proc/diskstats) is in each file's key-value metadata under blkprof.run."
+    )]
     Export {
-        trace: PathBuf,
+        /// Trace files written by blkprof-trace (several only with --format parquet).
+        #[arg(required = true, num_args = 1..)]
+        traces: Vec<PathBuf>,
         /// Output format.
         #[arg(long, value_enum, default_value_t = analyzer::export::Format::Iolog)]
         format: analyzer::export::Format,
@@ -159,9 +165,23 @@ enum Cmd {
         /// For iologs: the file or device the replay should use (default: the traced device).
         #[arg(long)]
         target: Option<String>,
-        /// Write here instead of standard output.
+        /// Write here instead of standard output. Parquet: a file, or with several traces or
+        /// --partition a new directory.
         #[arg(short, long)]
         output: Option<PathBuf>,
+        /// Parquet: the host column and partition (default: the host name in the trace).
+        #[arg(long, value_name = "NAME", help_heading = "Parquet")]
+        host: Option<String>,
+        /// Parquet: write a directory partitioned as host=H/date=YYYY-MM-DD (UTC, of the
+        /// completion) even for one trace.
+        #[arg(long, help_heading = "Parquet")]
+        partition: bool,
+        /// Parquet: compression codec.
+        #[arg(long, value_enum, default_value_t = analyzer::export::parquet::Codec::Zstd, help_heading = "Parquet")]
+        compression: analyzer::export::parquet::Codec,
+        /// Parquet: rows per row group (the unit engines skip by time and device).
+        #[arg(long, default_value_t = analyzer::export::parquet::DEFAULT_ROW_GROUP_ROWS as u64, value_parser = clap::value_parser!(u64).range(1..=(1 << 30)), help_heading = "Parquet")]
+        row_group_rows: u64,
     },
     /// Gate CI on a trace: compare its summary with a saved baseline (`blkprof report --json`)
     /// or with rules (docs/check-rules.md). Exit 0 on pass, 1 on fail, 2 on bad input.
@@ -290,18 +310,43 @@ fn main() -> ExitCode {
             r => r.map(drop),
         },
         Cmd::Export {
-            trace,
+            traces,
             format,
             device,
             target,
             output,
-        } => export(
-            &trace,
-            format,
-            device.as_deref(),
-            target.as_deref(),
-            output.as_deref(),
-        ),
+            host,
+            partition,
+            compression,
+            row_group_rows,
+        } => {
+            if format == analyzer::export::Format::Parquet {
+                let opts = analyzer::export::parquet::ParquetOptions {
+                    host,
+                    partition,
+                    device,
+                    codec: compression,
+                    row_group_rows: row_group_rows as usize,
+                };
+                export_parquet(&traces, output.as_deref(), &opts)
+            } else if traces.len() > 1 {
+                Err(Fail::input(
+                    "only --format parquet exports several traces (into a directory); export the others one at a time",
+                ))
+            } else if host.is_some() || partition {
+                Err(Fail::input(
+                    "--host and --partition are for --format parquet",
+                ))
+            } else {
+                export(
+                    &traces[0],
+                    format,
+                    device.as_deref(),
+                    target.as_deref(),
+                    output.as_deref(),
+                )
+            }
+        }
         Cmd::Compare {
             traces,
             device,
@@ -407,6 +452,35 @@ fn export(
         eprintln!(
             "blkprof: {} IOs an iolog cannot express were left out",
             st.skipped
+        );
+    }
+    Ok(())
+}
+
+fn export_parquet(
+    traces: &[PathBuf],
+    output: Option<&std::path::Path>,
+    opts: &analyzer::export::parquet::ParquetOptions,
+) -> Result<(), Fail> {
+    let out = output.ok_or_else(|| {
+        Fail::input("Parquet is written to a file or directory: give it with -o OUT")
+    })?;
+    let st = analyzer::export::parquet::export_parquet(traces, out, opts).map_err(|e| match e {
+        analyzer::export::ExportError::Output(_)
+        | analyzer::export::ExportError::Parquet { .. } => Fail::Output(e.to_string()),
+        e => Fail::input(e),
+    })?;
+    eprintln!(
+        "blkprof: wrote {} IOs into {} Parquet file{} at {}",
+        st.written,
+        st.files.len(),
+        if st.files.len() == 1 { "" } else { "s" },
+        out.display()
+    );
+    if st.outside_window > 0 {
+        eprintln!(
+            "blkprof: left out {} records whose times cannot belong to their run (damaged), as the report does",
+            st.outside_window
         );
     }
     Ok(())

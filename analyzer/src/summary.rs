@@ -664,42 +664,56 @@ pub struct Lost {
     pub filtered_out: u64,
 }
 
+/// What a trace knows it missed, from its header, its trailer (else its last stats frame: a file
+/// cut short still knows its losses up to there) and its coverage check.
+pub fn lost(
+    header: &TraceHeader,
+    trailer: Option<&TraceTrailer>,
+    last_stats: Option<&StatsFrame>,
+    coverage: &[DeviceCoverage],
+) -> Lost {
+    let c = match (trailer, last_stats) {
+        (Some(t), _) => t.counters_end.clone(),
+        (None, Some(st)) => st.counters.clone(),
+        (None, None) => ProbeCounters::default(),
+    };
+    let c0 = &header.counters_start;
+    let drops = c.ring_drops.saturating_sub(c0.ring_drops);
+    let missed = c.missed_completions.saturating_sub(c0.missed_completions);
+    let rec = c.recursion_misses().saturating_sub(c0.recursion_misses());
+    let untracked = c.request_map_full.saturating_sub(c0.request_map_full);
+    // IOs recorded but missing from the aggregates (their key did not fit): not lost from
+    // the trace, but they explain a gap in the coverage check.
+    let unaggregated = c.aggregate_map_full.saturating_sub(c0.aggregate_map_full);
+    let reported = missed.saturating_add(rec).saturating_add(untracked);
+    let unaccounted: u64 = coverage
+        .iter()
+        .flat_map(|d| d.groups.iter())
+        .map(|g| g.unaccounted(reported.saturating_add(unaggregated)))
+        .fold(0, u64::saturating_add);
+    Lost {
+        total: reported.saturating_add(drops).saturating_add(unaccounted),
+        ring_drops: drops,
+        missed_completions: missed,
+        recursion_misses: rec,
+        untracked,
+        unaccounted,
+        filtered_out: match (trailer, last_stats) {
+            (Some(t), _) => t.filtered_out,
+            (None, Some(st)) => st.filtered_out,
+            (None, None) => 0,
+        },
+    }
+}
+
 impl Summary {
     pub fn lost(&self) -> Lost {
-        // A file cut short still knows its losses up to its last stats frame.
-        let c = match (&self.trailer, &self.last_stats) {
-            (Some(t), _) => t.counters_end.clone(),
-            (None, Some(st)) => st.counters.clone(),
-            (None, None) => ProbeCounters::default(),
-        };
-        let c0 = &self.header.counters_start;
-        let drops = c.ring_drops.saturating_sub(c0.ring_drops);
-        let missed = c.missed_completions.saturating_sub(c0.missed_completions);
-        let rec = c.recursion_misses().saturating_sub(c0.recursion_misses());
-        let untracked = c.request_map_full.saturating_sub(c0.request_map_full);
-        // IOs recorded but missing from the aggregates (their key did not fit): not lost from
-        // the trace, but they explain a gap in the coverage check.
-        let unaggregated = c.aggregate_map_full.saturating_sub(c0.aggregate_map_full);
-        let reported = missed.saturating_add(rec).saturating_add(untracked);
-        let unaccounted: u64 = self
-            .coverage
-            .iter()
-            .flat_map(|d| d.groups.iter())
-            .map(|g| g.unaccounted(reported.saturating_add(unaggregated)))
-            .fold(0, u64::saturating_add);
-        Lost {
-            total: reported.saturating_add(drops).saturating_add(unaccounted),
-            ring_drops: drops,
-            missed_completions: missed,
-            recursion_misses: rec,
-            untracked,
-            unaccounted,
-            filtered_out: match (&self.trailer, &self.last_stats) {
-                (Some(t), _) => t.filtered_out,
-                (None, Some(st)) => st.filtered_out,
-                (None, None) => 0,
-            },
-        }
+        lost(
+            &self.header,
+            self.trailer.as_ref(),
+            self.last_stats.as_ref(),
+            &self.coverage,
+        )
     }
 
     pub fn wall(&self, mono_ns: u64) -> String {

@@ -12,7 +12,7 @@ fn an_unknown_format_or_importer_is_rejected_with_the_choices() {
     for (args, choices) in [
         (
             &["export", "x.blkp", "--format", "xml"][..],
-            "[possible values: iolog, iolog2, csv, jsonl]",
+            "[possible values: iolog, iolog2, csv, jsonl, parquet]",
         ),
         (
             &["import", "--from", "foo", "in.txt", "-o", "out.blkp"][..],
@@ -39,6 +39,7 @@ fn help_lists_each_format_with_what_it_is() {
         "- iolog2:",
         "- csv:",
         "- jsonl:",
+        "- parquet:",
         "[default: iolog]",
     ] {
         assert!(help.contains(v), "{v} missing from\n{help}");

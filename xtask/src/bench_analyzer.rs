@@ -201,9 +201,11 @@ pub fn bench(ios: u64) -> Result<()> {
         reads.push((wall, cpu));
         reports.push(rep);
     }
+    let parquet = bench_parquet(&blkprof, &path, n, size);
     if keep.is_none() {
         let _ = std::fs::remove_file(&path);
     }
+    let parquet = parquet?;
     let (read_wall, read_cpu) = (
         median(reads.iter().map(|r| r.0).collect()),
         median(reads.iter().map(|r| r.1).collect()),
@@ -243,6 +245,7 @@ pub fn bench(ios: u64) -> Result<()> {
         "| peak RSS of the report (max of the rounds) | {rss:.0} MiB | <= 200 MiB: {} |",
         check(rss <= 200.0)
     );
+    print!("{parquet}");
     if let Some(b) = &baseline {
         let cpu = median(base_reports.iter().map(|r| r.cpu_s).collect());
         let rss = base_reports.iter().map(|r| r.rss_mib).fold(0.0, f64::max);
@@ -255,4 +258,79 @@ pub fn bench(ios: u64) -> Result<()> {
         println!("| baseline peak RSS | {rss:.0} MiB | |");
     }
     Ok(())
+}
+
+/// `blkprof export --format parquet`: the codecs and row-group sizes on a 10 M-IO prefix of the
+/// same workload, then the default on the whole trace (rate on one core, bytes per IO against
+/// the .blkp's, peak RSS at both lengths). Returns the table's rows.
+fn bench_parquet(blkprof: &Path, path: &Path, n: u64, size: u64) -> Result<String> {
+    let dir = std::env::temp_dir().join(format!("blkprof-bench-parquet-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let result = (|| -> Result<String> {
+        let small_n = n.min(10_000_000);
+        let small = dir.join("small.blkp");
+        write_big(&small, small_n)?;
+        let small_size = std::fs::metadata(&small)?.len();
+        let out = dir.join("out.parquet");
+        let export = |trace: &Path, args: &[&str]| -> Result<(Cost, u64)> {
+            let _ = std::fs::remove_file(&out);
+            let c = timed(
+                Command::new(blkprof)
+                    .arg("export")
+                    .arg(trace)
+                    .args(["--format", "parquet", "-o"])
+                    .arg(&out)
+                    .args(args)
+                    .stderr(std::process::Stdio::null()),
+            )?;
+            Ok((c, std::fs::metadata(&out)?.len()))
+        };
+        let mut rows = String::new();
+        for codec in ["zstd", "snappy", "lz4", "none"] {
+            for rg in ["131072", "1048576", "4194304"] {
+                if codec != "zstd" && rg != "1048576" {
+                    continue;
+                }
+                let (c, bytes) = export(&small, &["--compression", codec, "--row-group-rows", rg])?;
+                eprintln!(
+                    "parquet {codec} row groups {rg}: {:.2} s CPU, {:.2} bytes/IO, {:.0} MiB",
+                    c.cpu_s,
+                    bytes as f64 / small_n as f64,
+                    c.rss_mib
+                );
+                rows += &format!(
+                    "| Parquet export, {small_n} IOs, {codec}, row groups of {rg} | {:.2} s CPU, {:.1} M IOs/s; {:.2} bytes/IO ({:.2}x the .blkp's {:.2}); {:.0} MiB peak RSS | |\n",
+                    c.cpu_s,
+                    small_n as f64 / c.cpu_s / 1e6,
+                    bytes as f64 / small_n as f64,
+                    bytes as f64 / small_size as f64,
+                    small_size as f64 / small_n as f64,
+                    c.rss_mib
+                );
+            }
+        }
+        let (c, bytes) = export(path, &[])?;
+        let rate = n as f64 / c.cpu_s / 1e6;
+        let ratio = bytes as f64 / size as f64;
+        let check = |ok: bool| if ok { "met" } else { "NOT met" };
+        rows += &format!(
+            "| Parquet export (default: zstd, 1 Mi-row groups), {n} IOs, CPU time (one thread) | {:.2} s, {rate:.1} M IOs/s ({:.2} s wall) | >= 10 M IOs/s: {} |\n",
+            c.cpu_s,
+            c.wall_s,
+            check(rate >= 10.0)
+        );
+        rows += &format!(
+            "| Parquet bytes per IO vs .blkp | {:.2} vs {:.2} bytes/IO: {ratio:.2}x | <= 2x: {} |\n",
+            bytes as f64 / n as f64,
+            size as f64 / n as f64,
+            check(ratio <= 2.0)
+        );
+        rows += &format!(
+            "| Parquet export peak RSS, {n} IOs (zstd, 1 Mi-row groups at {small_n} IOs above) | {:.0} MiB | bounded |\n",
+            c.rss_mib
+        );
+        Ok(rows)
+    })();
+    let _ = std::fs::remove_dir_all(&dir);
+    result
 }

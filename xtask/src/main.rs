@@ -8,12 +8,14 @@
 //!   cargo xtask cassandra  a real Cassandra node under YCSB workload A, traced, and its report
 //!   cargo xtask fuzz    the fuzz targets of fuzz/ (cargo-fuzz, nightly), N seconds each
 //!   cargo xtask gate-stability  does `blkprof check` pass reruns of a workload and fail changes?
+//!   cargo xtask fleet-check  docs/fleet.md's SQL on DuckDB and Spark, against the report
 //!   cargo xtask vm -- CMD  run CMD as root in a nested VM (stock 6.12 or 6.1 kernel, NVMe disks)
 
 mod bench;
 mod bench_analyzer;
 mod cassandra;
 mod demo;
+mod fleet;
 mod fuzz;
 mod gate;
 mod setup;
@@ -114,6 +116,9 @@ enum Cmd {
         #[command(flatten)]
         opts: vm::Options,
     },
+    /// The recipes of docs/fleet.md on DuckDB and Spark (local mode) over the golden traces
+    /// exported to Parquet, checked against `blkprof report --json`; no root.
+    FleetCheck,
 }
 
 fn main() -> Result<()> {
@@ -161,5 +166,6 @@ fn main() -> Result<()> {
             gate::gate_stability(opts)
         }
         Cmd::Vm { opts } => vm::vm(opts),
+        Cmd::FleetCheck => fleet::fleet_check(),
     }
 }

@@ -11,6 +11,7 @@ pub fn setup() -> Result<()> {
     nightly()?;
     bpf_linker()?;
     packages()?;
+    crate::fleet::venv()?;
     tracefs();
     Ok(())
 }

@@ -1,12 +1,16 @@
 //! `blkprof export`: a trace as a fio iolog (version 3, timed, so `fio --read_iolog` replays
-//! the pattern with its timing), CSV, or JSON lines.
+//! the pattern with its timing), CSV, JSON lines (here), or Parquet ([`parquet`]: one row per
+//! IO, for SQL engines; docs/fleet.md).
+
+mod csv;
+pub mod parquet;
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::io::Write;
 use std::path::Path;
 
-use tracer_common::format::{DeviceInfo, FormatError, IoRecord, TraceReader};
+use tracer_common::format::{FormatError, IoRecord, TraceReader};
 use tracer_common::op::{Op, StatGroup, flags};
 
 /// Also `blkprof export --format`: the variant names are the values, their docs the help.
@@ -20,6 +24,9 @@ pub enum Format {
     Csv,
     /// One JSON object per IO and line.
     Jsonl,
+    /// Apache Parquet, one row per IO, for SQL engines (DuckDB, Spark, ...): needs -o; with
+    /// several traces or --partition, -o is a directory of host=H/date=D/part-N.parquet.
+    Parquet,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -32,6 +39,15 @@ pub enum ExportError {
     SeveralDevices(String),
     #[error("the trace has no device {0}")]
     NoDevice(String),
+    #[error("Parquet is written to a file or directory: give it with -o OUT")]
+    ParquetNeedsFile,
+    #[error("writing Parquet {path}: {source}")]
+    Parquet {
+        path: std::path::PathBuf,
+        source: ::parquet::errors::ParquetError,
+    },
+    #[error("{0}")]
+    Output(String),
 }
 
 #[derive(Default, Debug, Clone, PartialEq, Eq)]
@@ -78,7 +94,7 @@ pub fn export(
         .unwrap_or_else(|| "/dev/unknown".into());
     let mut stats = ExportStats::default();
     if format == Format::Csv {
-        write_csv(&mut r, dev.as_ref(), out, &mut stats)?;
+        csv::write(&mut r, dev.as_ref(), out, &mut stats)?;
         return Ok(stats);
     }
     let mut buf = Vec::new();
@@ -94,6 +110,7 @@ pub fn export(
             writeln!(out, "{target} open")?;
         }
         Format::Csv | Format::Jsonl => {}
+        Format::Parquet => return Err(ExportError::ParquetNeedsFile),
     }
     // (enter_ns, arrival sequence, op code, offset, length), earliest submission first.
     type Pending = Reverse<(u64, u64, u8, u64, u32)>;
@@ -167,7 +184,7 @@ pub fn export(
                         stats.written += 1;
                     }
                 }
-                Format::Csv => unreachable!("written by write_csv"),
+                Format::Csv | Format::Parquet => unreachable!("written before the loop"),
                 Format::Jsonl => {
                     let v = serde_json::json!({
                         "complete_ns": rec.complete_ns, "enter_ns": rec.enter_ns, "issue_ns": rec.issue_ns,
@@ -201,7 +218,7 @@ pub fn export(
     Ok(stats)
 }
 
-fn dev_name(r: &TraceReader, rec: &IoRecord) -> String {
+pub(crate) fn dev_name(r: &TraceReader, rec: &IoRecord) -> String {
     r.devices().iter().find(|d| d.dev() == rec.dev).map_or_else(
         || {
             let (a, b) = tracer_common::dev_split(rec.dev);
@@ -211,97 +228,13 @@ fn dev_name(r: &TraceReader, rec: &IoRecord) -> String {
     )
 }
 
-fn flag_names(f: u16) -> String {
+pub(crate) fn flag_names(f: u16) -> String {
     flags::NAMES
         .iter()
         .filter(|(b, _)| f & b != 0)
         .map(|(_, n)| *n)
         .collect::<Vec<_>>()
         .join("|")
-}
-
-/// One row per record, quoted by the csv crate as RFC 4180 says (a field holding a comma, a
-/// quote, a CR or a LF is quoted; a task name can hold any of them), rows ending in LF.
-fn write_csv(
-    r: &mut TraceReader,
-    dev: Option<&DeviceInfo>,
-    out: &mut dyn Write,
-    stats: &mut ExportStats,
-) -> Result<(), ExportError> {
-    let mut w = csv::Writer::from_writer(out);
-    w.write_record([
-        "complete_ns",
-        "enter_ns",
-        "issue_ns",
-        "device",
-        "op",
-        "flags",
-        "sector",
-        "bytes",
-        "queue_us",
-        "device_us",
-        "total_us",
-        "pid",
-        "comm",
-        "dev_inflight",
-        "os_inflight",
-        "error",
-    ])
-    .map_err(io_error)?;
-    // Numbers are formatted into one reused buffer, not a String per field.
-    let mut num = String::new();
-    let mut field = |w: &mut csv::Writer<&mut dyn Write>, v: std::fmt::Arguments| {
-        use std::fmt::Write as _;
-        num.clear();
-        let _ = num.write_fmt(v); // writing into a String cannot fail
-        w.write_field(&num)
-    };
-    let mut buf = Vec::new();
-    while r.next_chunk(&mut buf)? {
-        for rec in &buf {
-            if dev.is_some_and(|d| d.dev() != rec.dev) {
-                stats.other_devices += 1;
-                continue;
-            }
-            (|| {
-                field(&mut w, format_args!("{}", rec.complete_ns))?;
-                field(&mut w, format_args!("{}", rec.enter_ns))?;
-                field(&mut w, format_args!("{}", rec.issue_ns))?;
-                w.write_field(dev_name(r, rec))?;
-                w.write_field(rec.op.name())?;
-                w.write_field(flag_names(rec.flags))?;
-                field(&mut w, format_args!("{}", rec.sector))?;
-                field(&mut w, format_args!("{}", rec.bytes))?;
-                let us = |ns: u64| ns as f64 / 1e3;
-                let queue_ns = rec.issue_ns.saturating_sub(rec.enter_ns);
-                field(&mut w, format_args!("{:.3}", us(queue_ns)))?;
-                field(&mut w, format_args!("{:.3}", us(rec.device_ns())))?;
-                field(&mut w, format_args!("{:.3}", us(rec.total_ns())))?;
-                field(&mut w, format_args!("{}", rec.pid))?;
-                w.write_field(&r.tasks()[rec.task as usize].comm)?;
-                field(&mut w, format_args!("{}", rec.dev_inflight))?;
-                field(&mut w, format_args!("{}", rec.os_inflight))?;
-                field(&mut w, format_args!("{}", rec.error))?;
-                w.write_record(None::<&[u8]>)
-            })()
-            .map_err(io_error)?;
-            stats.written += 1;
-        }
-    }
-    w.flush()?;
-    Ok(())
-}
-
-/// The csv crate's writing error as the io error under it, so that a closed pipe stays
-/// BrokenPipe (a normal end for `| head`); its From<csv::Error> would make every kind Other.
-fn io_error(e: csv::Error) -> std::io::Error {
-    if !e.is_io_error() {
-        return std::io::Error::other(e);
-    }
-    match e.into_kind() {
-        csv::ErrorKind::Io(e) => e,
-        k => std::io::Error::other(format!("{k:?}")),
-    }
 }
 
 #[cfg(test)]
@@ -341,7 +274,9 @@ mod tests {
     /// A task can name itself anything (prctl PR_SET_NAME): a CSV reader must get it back.
     #[test]
     fn csv_comm_with_comma_quote_cr_and_lf_reads_back_unchanged() {
-        use tracer_common::format::{TraceHeader, TraceTrailer, TraceWriter, comm_bytes};
+        use tracer_common::format::{
+            DeviceInfo, TraceHeader, TraceTrailer, TraceWriter, comm_bytes,
+        };
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("t.blkp");
         let comms = ["a,b \"c\"\r\nd", "\r", "plain"];
@@ -379,7 +314,7 @@ mod tests {
         let mut out = Vec::new();
         let st = export(&p, Format::Csv, None, None, &mut out).unwrap();
         assert_eq!(st.written, 3);
-        let mut rd = csv::Reader::from_reader(&out[..]);
+        let mut rd = ::csv::Reader::from_reader(&out[..]);
         assert_eq!(&rd.headers().unwrap()[12], "comm");
         let back: Vec<String> = rd
             .records()
