@@ -57,7 +57,7 @@ impl Filter {
 /// Where the records go: a trace file, or the flight recorder's open segment in memory.
 enum Writer {
     File(TraceWriter),
-    Memory(TraceWriter<Vec<u8>>),
+    Memory(TraceWriter<tracer_common::format::Blocks>),
 }
 
 impl Writer {

@@ -11,13 +11,13 @@ use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use tracer_common::format::{FormatError, TraceHeader, TraceTrailer, TraceWriter};
+use tracer_common::format::{Blocks, FormatError, TraceHeader, TraceTrailer, TraceWriter};
 use tracer_common::op::StatGroup;
 
 /// A stretch of the trace between two cuts.
 pub struct Segment {
     pub header: TraceHeader,
-    pub frames: Vec<u8>,
+    pub frames: Blocks,
     pub trailer: TraceTrailer,
     pub records: u64,
 }

@@ -42,7 +42,7 @@ pub use meta::{
 };
 pub use reader::{Ending, Scan, TraceReader};
 pub use record::{IoRecord, Task, comm_bytes, comm_str};
-pub use writer::TraceWriter;
+pub use writer::{Blocks, TraceWriter};
 
 pub const MAGIC: &[u8; 8] = b"BLKPTRC\0";
 pub const FORMAT_VERSION: u16 = 3;

