@@ -128,15 +128,18 @@ fn spawn_tracer(bin: &Path, args: &[&str]) -> Result<Child> {
     bail!("blkprof-trace did not attach")
 }
 
+/// CPU time of all of a process's threads, in seconds, from each thread's schedstat (time on
+/// CPU in ns; /proc/PID/stat counts in jiffies, 50 ns per IO at 20k IOPS over 10 s).
 fn proc_cpu_s(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let after = stat.rsplit(')').next().unwrap_or("");
-    let f: Vec<&str> = after.split_whitespace().collect();
-    // Fields 14 and 15 (utime, stime) are 12 and 13 after the ')'.
-    let ticks: f64 = f.get(11).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0)
-        + f.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    // SAFETY: sysconf has no preconditions.
-    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0.0;
+    };
+    tasks
+        .filter_map(Result::ok)
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum::<u64>() as f64
+        / 1e9
 }
 
 fn proc_hwm_mib(pid: u32) -> f64 {
