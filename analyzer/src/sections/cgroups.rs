@@ -10,6 +10,7 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tracer_common::format::IoRecord;
+use tracer_common::hdrfast::HdrCounts;
 use tracer_common::op::StatGroup;
 
 use super::{Names, Section, SectionDef};
@@ -56,31 +57,24 @@ struct CgroupModel {
     p99_total_us: f64,
 }
 
+#[derive(Default)]
 struct Tally {
     ios: u64,
     bytes: u64,
     read_ios: u64,
     write_ios: u64,
-    total_ns: Histogram<u64>,
-}
-
-impl Default for Tally {
-    fn default() -> Tally {
-        // 1 ns to an hour (longer ones count as an hour), 3 significant digits.
-        let h = Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid bounds");
-        Tally {
-            ios: 0,
-            bytes: 0,
-            read_ios: 0,
-            write_ios: 0,
-            total_ns: h,
-        }
-    }
+    /// Total latencies in the HDR histogram's buckets (3 significant digits), counted on the
+    /// per-record path without the histogram's own bookkeeping.
+    total_ns: HdrCounts,
 }
 
 #[derive(Default)]
 struct Cgroups {
-    by: HashMap<(u32, u64), Tally>,
+    /// Per (device, cgroup): its tally's index.
+    index: HashMap<(u32, u64), usize>,
+    tallies: Vec<((u32, u64), Tally)>,
+    /// The last record's key and tally: consecutive records mostly share them.
+    last: Option<((u32, u64), usize)>,
     any_known: bool,
 }
 
@@ -92,7 +86,20 @@ impl Section for Cgroups {
     fn chunk(&mut self, records: &[IoRecord]) {
         for r in records {
             self.any_known |= r.cgroup != 0;
-            let t = self.by.entry((r.dev, r.cgroup)).or_default();
+            let key = (r.dev, r.cgroup);
+            let i = match self.last {
+                Some((k, i)) if k == key => i,
+                _ => {
+                    let n = self.tallies.len();
+                    let i = *self.index.entry(key).or_insert(n);
+                    if i == n {
+                        self.tallies.push((key, Tally::default()));
+                    }
+                    self.last = Some((key, i));
+                    i
+                }
+            };
+            let t = &mut self.tallies[i].1;
             t.ios += 1;
             t.bytes += u64::from(r.bytes);
             match r.stat_group() {
@@ -100,7 +107,7 @@ impl Section for Cgroups {
                 StatGroup::Write => t.write_ios += 1,
                 _ => {}
             }
-            t.total_ns.saturating_record(r.total_ns().max(1));
+            t.total_ns.record(r.total_ns().max(1));
         }
     }
 
@@ -109,7 +116,7 @@ impl Section for Cgroups {
             return Value::Null;
         }
         let mut per_dev: HashMap<u32, Vec<(u64, Tally)>> = HashMap::new();
-        for ((dev, id), t) in self.by {
+        for ((dev, id), t) in self.tallies {
             per_dev.entry(dev).or_default().push((id, t));
         }
         let mut devices: Vec<DeviceModel> = per_dev
@@ -126,44 +133,45 @@ impl Section for Cgroups {
                         a as f64 * 100.0 / b as f64
                     }
                 };
-                let row = |path: String, id: u64, t: &Tally| {
-                    let p99 = if t.total_ns.is_empty() {
+                let row = |path: String, id: u64, t: &Tally, h: &Histogram<u64>| CgroupModel {
+                    path,
+                    id,
+                    ios: t.ios,
+                    bytes: t.bytes,
+                    read_ios: t.read_ios,
+                    write_ios: t.write_ios,
+                    pct_ios: pct(t.ios, ios),
+                    pct_bytes: pct(t.bytes, bytes),
+                    p99_total_us: if h.is_empty() {
                         0.0
                     } else {
-                        t.total_ns.value_at_quantile(0.99) as f64 / 1e3
-                    };
-                    CgroupModel {
-                        path,
-                        id,
-                        ios: t.ios,
-                        bytes: t.bytes,
-                        read_ios: t.read_ios,
-                        write_ios: t.write_ios,
-                        pct_ios: pct(t.ios, ios),
-                        pct_bytes: pct(t.bytes, bytes),
-                        p99_total_us: p99,
-                    }
+                        h.value_at_quantile(0.99) as f64 / 1e3
+                    },
                 };
+                let new_hist = || Histogram::<u64>::new(3).expect("3 significant digits");
                 let mut rows = Vec::new();
                 let mut rest = Tally::default();
+                let mut rest_h = new_hist();
                 let n = list.len();
-                for (i, (id, t)) in list.into_iter().enumerate() {
+                for (i, (id, mut t)) in list.into_iter().enumerate() {
                     if i < TOP || n == TOP + 1 {
                         let path = match id {
                             0 => "(unknown: submitted before tracing or by an older tracer)".into(),
                             _ => (cx.cgroup)(id).unwrap_or_else(|| format!("(id {id})")),
                         };
-                        rows.push(row(path, id, &t));
+                        let mut h = new_hist();
+                        t.total_ns.drain_into(&mut h);
+                        rows.push(row(path, id, &t, &h));
                     } else {
                         rest.ios += t.ios;
                         rest.bytes += t.bytes;
                         rest.read_ios += t.read_ios;
                         rest.write_ios += t.write_ios;
-                        let _ = rest.total_ns.add(&t.total_ns);
+                        t.total_ns.drain_into(&mut rest_h);
                     }
                 }
                 if rest.ios > 0 {
-                    rows.push(row(format!("({} others)", n - TOP), 0, &rest));
+                    rows.push(row(format!("({} others)", n - TOP), 0, &rest, &rest_h));
                 }
                 DeviceModel {
                     name: (cx.device)(dev),
