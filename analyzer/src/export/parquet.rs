@@ -166,6 +166,8 @@ pub fn schema() -> SchemaRef {
         Field::new("os_inflight", DataType::Int32, false),
         Field::new("error", DataType::Int32, false),
         Field::new("requeues", DataType::Int32, false),
+        // The submitter's cgroup (v2) path; null when the trace has none (before format 3).
+        Field::new("cgroup", dict(), true),
     ]))
 }
 
@@ -301,6 +303,11 @@ struct Columns {
     /// Task table index -> this batch's comm key, or -1; `comm_tasks` lists the ones set.
     comm_of_task: Vec<i32>,
     comm_tasks: Vec<usize>,
+    /// The same for the task's cgroup path (-1 in `cgroup` for null, when the task's cgroup
+    /// is unknown); `cgroup_of_task` is set with `comm_of_task`.
+    cgroup: Vec<i32>,
+    cgroup_values: Vec<String>,
+    cgroup_of_task: Vec<i32>,
     dev_inflight: Vec<i32>,
     os_inflight: Vec<i32>,
     error: Vec<i32>,
@@ -338,18 +345,31 @@ impl Columns {
         if t >= self.comm_of_task.len() {
             self.comm_of_task.resize(t + 1, -1);
         }
+        if t >= self.cgroup_of_task.len() {
+            self.cgroup_of_task.resize(t + 1, -1);
+        }
         let mut k = self.comm_of_task[t];
         if k < 0 {
-            self.comm_values.push(
-                r.tasks()
-                    .get(t)
-                    .map_or_else(String::new, |x| x.comm.clone()),
-            );
+            let task = r.tasks().get(t);
+            self.comm_values
+                .push(task.map_or_else(String::new, |x| x.comm.clone()));
             k = (self.comm_values.len() - 1) as i32;
             self.comm_of_task[t] = k;
             self.comm_tasks.push(t);
+            // A cgroup's path, as the trace named it (one value per task, as the comm).
+            self.cgroup_of_task[t] = match task.map(|x| x.cgroup) {
+                Some(id) if id != 0 => {
+                    self.cgroup_values.push(
+                        r.cgroup_path(id)
+                            .map_or_else(|| format!("(id {id})"), str::to_string),
+                    );
+                    (self.cgroup_values.len() - 1) as i32
+                }
+                _ => -1,
+            };
         }
         self.comm.push(k);
+        self.cgroup.push(self.cgroup_of_task[t]);
         let u32_col = |v: u32| i32::try_from(v).unwrap_or(i32::MAX);
         self.dev_inflight.push(u32_col(rec.dev_inflight));
         self.os_inflight.push(u32_col(rec.os_inflight));
@@ -417,12 +437,32 @@ impl Columns {
             i32s(&mut self.os_inflight),
             i32s(&mut self.error),
             i32s(&mut self.requeues),
+            {
+                let keys = std::mem::take(&mut self.cgroup);
+                let valid: Vec<bool> = keys.iter().map(|&k| k >= 0).collect();
+                let keys: Vec<i32> = keys.into_iter().map(|k| k.max(0)).collect();
+                let valid = NullBuffer::from(valid);
+                let keys = Int32Array::new(
+                    ScalarBuffer::from(keys),
+                    (valid.null_count() > 0).then_some(valid),
+                );
+                // A dictionary needs a value for its null keys to point at.
+                if self.cgroup_values.is_empty() {
+                    self.cgroup_values.push(String::new());
+                }
+                let values: ArrayRef = Arc::new(StringArray::from_iter_values(
+                    self.cgroup_values.iter().map(String::as_str),
+                ));
+                Arc::new(DictionaryArray::<Int32Type>::new(keys, values))
+            },
         ];
         for &t in &self.comm_tasks {
             self.comm_of_task[t] = -1;
+            self.cgroup_of_task[t] = -1;
         }
         self.comm_tasks.clear();
         self.comm_values.clear();
+        self.cgroup_values.clear();
         RecordBatch::try_new(schema.clone(), columns).map_err(|e| e.to_string())
     }
 }
@@ -816,6 +856,61 @@ mod tests {
             batches.extend(b.build().unwrap().map(Result::unwrap));
         }
         (batches, meta.unwrap())
+    }
+
+    #[test]
+    fn the_cgroup_column_names_each_ios_cgroup_as_the_trace_did() {
+        use tracer_common::format::{
+            CgroupInfo, IoRecord, TraceHeader, TraceTrailer, TraceWriter, comm_bytes,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.blkp");
+        let mut w = TraceWriter::create(&p, &TraceHeader::default()).unwrap();
+        w.write_cgroup(&CgroupInfo {
+            id: 77,
+            path: "/system.slice/cassandra.service".into(),
+        })
+        .unwrap();
+        // Cgroups 77 (named), 0 (unknown: null) and 78 (never named), in turn.
+        let ids = [77u64, 0, 78];
+        for i in 0..30u64 {
+            let r = IoRecord {
+                complete_ns: 1_000_000 + i * 1000,
+                enter_ns: 999_000 + i * 1000,
+                issue_ns: 999_500 + i * 1000,
+                bytes: 4096,
+                pid: 10 + (i % 3) as u32,
+                cgroup: ids[(i % 3) as usize],
+                ..IoRecord::default()
+            };
+            w.push(&r, &comm_bytes("java")).unwrap();
+        }
+        w.finish(&TraceTrailer::default()).unwrap();
+        let out = dir.path().join("t.parquet");
+        let st = export_parquet(&[p], &out, &ParquetOptions::default()).unwrap();
+        let (batches, _) = read_back(&st.files);
+        let mut got = Vec::new();
+        for b in &batches {
+            let col = b.column_by_name("cgroup").unwrap();
+            let d = arrow_array::cast::AsArray::as_dictionary::<Int32Type>(&**col);
+            let values = d.values().as_any().downcast_ref::<StringArray>().unwrap();
+            for r in 0..b.num_rows() {
+                got.push(if d.is_null(r) {
+                    None
+                } else {
+                    Some(values.value(d.keys().value(r) as usize).to_string())
+                });
+            }
+        }
+        assert_eq!(got.len(), 30);
+        for (i, g) in got.iter().enumerate() {
+            let want = match i % 3 {
+                0 => Some("/system.slice/cassandra.service".to_string()),
+                1 => None,
+                _ => Some("(id 78)".to_string()),
+            };
+            assert_eq!(*g, want, "row {i}");
+        }
     }
 
     #[test]
