@@ -619,6 +619,7 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
     let names = crate::sections::Names {
         device: &name,
         cgroup: &cgroup,
+        arrays: &r.header().arrays,
     };
     // A section with nothing to say (Null) leaves no key.
     let sections = sections

@@ -259,9 +259,36 @@ fn md_raid0_members_are_traced_exactly() {
             biggest <= chunk_kb * 1024,
             "chunk {chunk_kb} KB: a member write of {biggest} bytes"
         );
+        // The header records the layout, and the report groups the members by it.
+        let arr = trace
+            .header
+            .arrays
+            .iter()
+            .find(|a| a.name == "md0")
+            .expect("md0's layout in the header");
+        assert_eq!(
+            (arr.level.as_str(), arr.chunk_bytes),
+            ("raid0", u64::from(chunk_kb) * 1024)
+        );
+        let mut listed: Vec<&str> = arr.members.iter().map(|m| m.disk.as_str()).collect();
+        listed.sort_unstable();
+        assert_eq!(
+            listed,
+            members.iter().map(String::as_str).collect::<Vec<_>>()
+        );
+        let report = std::process::Command::new(blkprof_e2e::bin("blkprof"))
+            .args(["report", "--json", &out])
+            .output()
+            .unwrap();
+        assert!(report.status.success());
+        let j: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+        let a = &j["sections"]["arrays"]["arrays"][0];
+        assert_eq!(a["name"], "md0");
+        assert_eq!(a["ios"].as_u64(), Some(per_member.iter().sum::<u64>()));
         eprintln!(
-            "md0 RAID0 chunk {chunk_kb} KB on {}: IOs per member {per_member:?}, {misses} reported misses",
-            trace.header.kernel
+            "md0 RAID0 chunk {chunk_kb} KB on {}: IOs per member {per_member:?}, {misses} reported misses; busiest member {:.2}x the mean",
+            trace.header.kernel,
+            a["imbalance_ios"].as_f64().unwrap_or(0.0)
         );
     }
 }

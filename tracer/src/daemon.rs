@@ -149,6 +149,8 @@ struct Run {
     before_start: u64,
     /// The histograms behind `--metrics-addr`.
     metrics: Option<Metrics>,
+    /// The md arrays over the traced disks, read at the start.
+    arrays: Vec<tracer_common::format::ArrayInfo>,
     recorder: Option<Recorder>,
     /// cgroup ids to paths, and the ids the open file (or segment) has named.
     cgroups: Cgroups,
@@ -253,6 +255,7 @@ impl Run {
             // Set below, once this file's start time is known.
             utc_offset_s: 0,
             time_zone: String::new(),
+            arrays: self.arrays.clone(),
         };
         if self.seq > 0 {
             // A rotated file starts at its cut's instant, on the same clocks.
@@ -834,6 +837,7 @@ fn is_disk_full(msg: &str) -> bool {
 
 pub async fn run(cfg: Config) -> Result<i32> {
     let devices = cfg.targets.clone();
+    let devices_for_arrays = devices.clone();
     if let Some(out) = &cfg.output
         && let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty())
         && !parent.is_dir()
@@ -901,6 +905,7 @@ pub async fn run(cfg: Config) -> Result<i32> {
         start_counters: None,
         before_start: 0,
         metrics: None,
+        arrays: devices::arrays_of(&devices_for_arrays),
         recorder: None,
         cgroups: Cgroups::new(),
         cgroups_named: Default::default(),

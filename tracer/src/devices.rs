@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use tracer_common::format::{DeviceInfo, DiskStats};
+use tracer_common::format::{ArrayInfo, ArrayMember, DeviceInfo, DiskStats};
 
 /// The sysfs tree every lookup reads (tests build a fake one).
 const SYSFS: &str = "/sys";
@@ -235,6 +235,61 @@ fn disks_under(
     }
 }
 
+/// The md arrays with a member on one of the traced `disks` (all arrays over request-based
+/// disks when `disks` is empty: tracing every device), with their level, chunk size and
+/// members in slot order.
+pub fn arrays_of(disks: &[DeviceInfo]) -> Vec<ArrayInfo> {
+    arrays_in(Path::new(SYSFS), disks)
+}
+
+fn arrays_in(sys: &Path, disks: &[DeviceInfo]) -> Vec<ArrayInfo> {
+    let Ok(rd) = std::fs::read_dir(sys.join("block")) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = rd
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| sys.join("block").join(n).join("md").is_dir())
+        .collect();
+    names.sort();
+    let mut out = Vec::new();
+    for name in names {
+        let (mut found, mut dead) = (Vec::new(), Vec::new());
+        disks_under(sys, &name, &[], &mut found, &mut dead);
+        found.retain(|u| u.through.is_empty());
+        if found.is_empty()
+            || (!disks.is_empty() && !found.iter().any(|u| disks.iter().any(|d| d.name == u.disk)))
+        {
+            continue;
+        }
+        let md = sys.join("block").join(&name).join("md");
+        let read = |f: &str| {
+            std::fs::read_to_string(md.join(f))
+                .map(|s| s.trim().to_string())
+                .unwrap_or_default()
+        };
+        let mut members: Vec<ArrayMember> = found
+            .into_iter()
+            .map(|u| {
+                let member = u.partition.clone().unwrap_or_else(|| u.disk.clone());
+                ArrayMember {
+                    slot: read(&format!("dev-{member}/slot")).parse().ok(),
+                    disk: u.disk,
+                    partition: u.partition,
+                }
+            })
+            .collect();
+        members.sort_by(|a, b| (a.slot, &a.disk).cmp(&(b.slot, &b.disk)));
+        out.push(ArrayInfo {
+            level: read("level"),
+            chunk_bytes: read("chunk_size").parse().unwrap_or(0),
+            name,
+            members,
+        });
+    }
+    out
+}
+
 /// What `--device` arguments come to: the request-based whole disks to trace, and notes for
 /// the user about bio-based devices traced through the disks under them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -418,6 +473,37 @@ mod tests {
             let specs: Vec<String> = specs.iter().map(|s| s.to_string()).collect();
             targets_in(self.root(), &specs)
         }
+    }
+
+    #[test]
+    fn arrays_over_traced_disks_are_recorded_with_their_layout() {
+        let s = machine();
+        let md0 = s.root().join("devices/virtual/block/md0/md");
+        std::fs::write(md0.join("level"), "raid0\n").unwrap();
+        std::fs::write(md0.join("chunk_size"), "524288\n").unwrap();
+        for (m, slot) in [("loop1", "1"), ("loop2", "0")] {
+            std::fs::create_dir_all(md0.join(format!("dev-{m}"))).unwrap();
+            std::fs::write(md0.join(format!("dev-{m}/slot")), format!("{slot}\n")).unwrap();
+        }
+        let traced = s.targets(&["md0"]).unwrap().devices;
+        let a = arrays_in(s.root(), &traced);
+        assert_eq!(a.len(), 1);
+        assert_eq!(
+            (a[0].name.as_str(), a[0].level.as_str(), a[0].chunk_bytes),
+            ("md0", "raid0", 524_288)
+        );
+        let m: Vec<(&str, Option<u32>)> = a[0]
+            .members
+            .iter()
+            .map(|m| (m.disk.as_str(), m.slot))
+            .collect();
+        assert_eq!(m, [("loop2", Some(0)), ("loop1", Some(1))], "in slot order");
+        // A member traced on its own brings its array; a disk outside it does not.
+        assert_eq!(
+            arrays_in(s.root(), &s.targets(&["loop1"]).unwrap().devices).len(),
+            1
+        );
+        assert!(arrays_in(s.root(), &s.targets(&["loop3"]).unwrap().devices).is_empty());
     }
 
     fn names(t: &Targets) -> Vec<&str> {

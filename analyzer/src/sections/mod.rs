@@ -12,6 +12,7 @@ use tracer_common::format::IoRecord;
 use crate::series::Options;
 
 mod access;
+mod arrays;
 mod cgroups;
 
 /// One kind of section: how to make it and how to show what it made.
@@ -41,10 +42,12 @@ pub struct Names<'a> {
     pub device: &'a dyn Fn(u32) -> String,
     /// A cgroup's path from its id, if the trace named it.
     pub cgroup: &'a dyn Fn(u64) -> Option<String>,
+    /// The md arrays over the traced disks, from the header.
+    pub arrays: &'a [tracer_common::format::ArrayInfo],
 }
 
 /// Every section, in the order the reports show them.
-pub const SECTIONS: &[SectionDef] = &[access::DEF, cgroups::DEF];
+pub const SECTIONS: &[SectionDef] = &[access::DEF, cgroups::DEF, arrays::DEF];
 
 /// A new instance of every section.
 pub fn start(opts: &Options) -> Vec<(&'static str, Box<dyn Section>)> {

@@ -181,6 +181,35 @@ pub struct TraceHeader {
     /// The host's IANA time zone name ("Europe/Berlin") when known, else "".
     #[serde(default)]
     pub time_zone: String,
+    /// The md arrays the traced disks are members of, as laid out at the start (absent in
+    /// files of tracers before it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub arrays: Vec<ArrayInfo>,
+}
+
+/// An md array over traced disks: what the report groups its members by.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ArrayInfo {
+    /// The array's name (md0).
+    pub name: String,
+    /// As md says it (raid0, raid1, raid10, ...).
+    pub level: String,
+    /// md's chunk size in bytes (0 for levels without chunks).
+    pub chunk_bytes: u64,
+    /// Members in md's slot order where known (else by name).
+    pub members: Vec<ArrayMember>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ArrayMember {
+    /// The whole disk the probe traces (nvme0n1).
+    pub disk: String,
+    /// The partition that is the member, if it is one (nvme0n1p2).
+    pub partition: Option<String>,
+    /// md's slot number of the member (its position in the stripe), if known.
+    pub slot: Option<u32>,
 }
 
 impl TraceHeader {
