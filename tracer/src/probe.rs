@@ -414,11 +414,15 @@ impl Probe {
     }
 }
 
-/// (run_cnt, run_time_ns, recursion_misses) of a loaded program, from `bpf_prog_info`.
-/// run_cnt and run_time_ns are only counted while `kernel.bpf_stats_enabled` is 1.
+/// (run_cnt, run_time_ns, recursion_misses) of a loaded program, from `bpf_prog_info` (aya's
+/// own UAPI binding; aya 0.14's `ProgramInfo` does not expose these three). run_cnt and
+/// run_time_ns are only counted while `kernel.bpf_stats_enabled` is 1; a kernel whose
+/// `bpf_prog_info` ends before a field reports it as 0.
 fn prog_stats(fd: i32) -> (u64, u64, u64) {
-    // bpf_prog_info (UAPI, stable layout): run_time_ns @192, run_cnt @200, recursion_misses @208.
-    let mut info = [0u8; 232];
+    use aya_obj::generated::bpf_prog_info;
+    use std::mem::offset_of;
+    // SAFETY: bpf_prog_info is plain old data (integers and pointers as u64).
+    let mut info: bpf_prog_info = unsafe { std::mem::zeroed() };
     #[repr(C)]
     struct InfoAttr {
         bpf_fd: u32,
@@ -427,8 +431,8 @@ fn prog_stats(fd: i32) -> (u64, u64, u64) {
     }
     let mut attr = InfoAttr {
         bpf_fd: fd as u32,
-        info_len: info.len() as u32,
-        info: info.as_mut_ptr() as u64,
+        info_len: std::mem::size_of::<bpf_prog_info>() as u32,
+        info: (&raw mut info) as u64,
     };
     const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
     // SAFETY: attr and info outlive the call; sizes are passed.
@@ -443,8 +447,15 @@ fn prog_stats(fd: i32) -> (u64, u64, u64) {
     if rc != 0 {
         return (0, 0, 0);
     }
-    let at = |o: usize| u64::from_le_bytes(info[o..o + 8].try_into().expect("8 bytes"));
-    let len = attr.info_len as usize;
-    let get = |o: usize| if len >= o + 8 { at(o) } else { 0 };
-    (get(200), get(192), get(208))
+    // The kernel fills what it knows and says how much.
+    let has = |end: usize| attr.info_len as usize >= end;
+    let get = |off: usize, v: u64| if has(off + 8) { v } else { 0 };
+    (
+        get(offset_of!(bpf_prog_info, run_cnt), info.run_cnt),
+        get(offset_of!(bpf_prog_info, run_time_ns), info.run_time_ns),
+        get(
+            offset_of!(bpf_prog_info, recursion_misses),
+            info.recursion_misses,
+        ),
+    )
 }
