@@ -1,6 +1,6 @@
 #!/bin/bash
 # 32 minutes: blkprof-trace as an agent (metrics + 10-minute flight recorder) next to fio at 20k IOPS.
-# Usage: BLKPROF_TRACE=target/release/blkprof-trace docs/agent/memory-run.sh OUT_DIR (as root; needs fio, curl).
+# Usage: BLKPROF_TRACE=$PWD/target/release/blkprof-trace docs/agent/memory-run.sh OUT_DIR (as root; needs fio, curl).
 # Writes rss.txt (seconds, RSS kB, blkprof_ios_total), peak.txt, the dump and the tracer's summary to OUT_DIR.
 set -u
 cd "${1:-.}"
