@@ -495,7 +495,7 @@ pub fn write(out: &mut dyn Write, j: &JsonReport) -> std::io::Result<()> {
         thousands(l.unaccounted),
         if l.filtered_out > 0 {
             format!(
-                "; {} filtered out by --pid/--comm/--op",
+                "; {} filtered out by --pid/--comm/--cgroup/--op",
                 thousands(l.filtered_out)
             )
         } else {
