@@ -1,8 +1,8 @@
 //! The fleet check's Python side: a project-local virtual environment (target/fleet/venv) with
 //! DuckDB and PySpark from PyPI (and the `perfetto` package, whose compiled protos
-//! tests/tests/perfetto.rs parses the Perfetto export with), made by `cargo xtask setup` (idempotent: a stamp names the
-//! pinned versions), and `cargo xtask fleet-check`, which runs the proof of docs/fleet.md on
-//! both engines (tests/tests/fleet.rs) with timings.
+//! tests/tests/perfetto.rs parses the Perfetto export with), made by `cargo xtask setup`
+//! (idempotent: a stamp names the pinned versions), and `cargo xtask fleet-check`, which runs
+//! the proof of docs/fleet.md on both engines (tests/tests/fleet.rs) with timings.
 
 use std::path::PathBuf;
 use std::process::Command;
