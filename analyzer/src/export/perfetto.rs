@@ -752,6 +752,49 @@ mod tests {
         assert_eq!(slice_name(&rec(Op::Flush, 0)), "F absorbed");
     }
 
+    /// The cuts keep exactly the IOs they say: submitted in [from, to), slow enough, big
+    /// enough; every one of them written once.
+    #[test]
+    fn the_time_range_and_the_cuts_keep_exactly_the_ios_they_name() {
+        use crate::synth::{BASE_NS, cassandra_like, write_trace};
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.blkp");
+        let mut ios = cassandra_like(6, 500, &[(2.0, 1.0, 400.0)]);
+        write_trace(&p, &mut ios).unwrap();
+        let run = |o: PerfettoOptions| {
+            let mut out = Vec::new();
+            let st = export_perfetto(&p, &o, &mut out).unwrap();
+            assert_eq!(st.bytes, out.len() as u64);
+            assert_eq!(st.ios + st.cut, ios.len() as u64);
+            st.ios
+        };
+        assert_eq!(run(PerfettoOptions::default()), ios.len() as u64);
+        let count =
+            |f: &dyn Fn(&crate::synth::Io) -> bool| ios.iter().filter(|i| f(i)).count() as u64;
+        let (from, to) = (BASE_NS + 1_500_000_000, BASE_NS + 4_000_000_000);
+        assert_eq!(
+            run(PerfettoOptions {
+                from_ns: Some(TimePoint::SinceStart(1_500_000_000)),
+                to_ns: Some(TimePoint::SinceStart(4_000_000_000)),
+                ..Default::default()
+            }),
+            count(&|i| i.enter_ns >= from && i.enter_ns < to)
+        );
+        let slow = run(PerfettoOptions {
+            min_latency_ns: 1_000_000,
+            ..Default::default()
+        });
+        assert_eq!(slow, count(&|i| i.complete_ns - i.enter_ns >= 1_000_000));
+        assert!(slow > 0 && slow < ios.len() as u64);
+        assert_eq!(
+            run(PerfettoOptions {
+                min_bytes: 64 << 10,
+                ..Default::default()
+            }),
+            count(&|i| u64::from(i.bytes) >= 64 << 10)
+        );
+    }
+
     #[test]
     fn time_points_parse_as_offsets_or_wall_times() {
         assert_eq!(
