@@ -150,7 +150,7 @@ enum Cmd {
     /// pattern; fio 3.33 replays reads, writes and syncs but not trims), CSV, JSON lines, or
     /// Parquet for SQL engines (one row per IO; recipes for DuckDB and Spark in docs/fleet.md).
     #[command(
-        after_help = "Parquet examples:\n  blkprof export run.blkp --format parquet -o run.parquet\n  blkprof export node1/*.blkp node2/*.blkp --format parquet -o fleet/\n      (several traces: fleet/host=H/date=YYYY-MM-DD/part-N.parquet, N the trace's position)\n  duckdb -c \"SELECT host, op, count(*) FROM read_parquet('fleet/**/*.parquet', hive_partitioning = true) GROUP BY ALL\"\n\nColumns: host, device, op (the report's op), flags, complete_time, issue_time, enter_time\n(UTC timestamps, ns), device_latency_ns, total_latency_ns, queue_ns, bytes, sector (512-byte\nunits), pid, comm, dev_inflight, os_inflight, error, requeues. The run (kernel, losses, coverage\nagainst /proc/diskstats) is in each file's key-value metadata under blkprof.run."
+        after_help = "Parquet examples:\n  blkprof export run.blkp --format parquet -o run.parquet\n  blkprof export node1/*.blkp node2/*.blkp --format parquet -o fleet/\n      (several traces: fleet/host=H/date=YYYY-MM-DD/part-N.parquet, N the trace's position)\n  duckdb -c \"SELECT host, op, count(*) FROM read_parquet('fleet/**/*.parquet', hive_partitioning = true) GROUP BY ALL\"\n\nColumns: host, device, op (the report's op), flags, complete_time, issue_time, enter_time\n(UTC timestamps, ns), device_latency_ns, total_latency_ns, queue_ns, bytes, sector (512-byte\nunits), pid, comm, dev_inflight, os_inflight, error, requeues. The run (kernel, losses, coverage\nagainst /proc/diskstats) is in each file's key-value metadata under blkprof.run.\n\nPerfetto examples (open the file at https://ui.perfetto.dev, docs/perfetto.md):\n  blkprof export run.blkp --format perfetto -o run.pftrace\n  blkprof export run.blkp --format perfetto --from 60 --to 90 -o slice.pftrace\n  blkprof export run.blkp --format perfetto --min-latency 1ms -o slow.pftrace\nPer device: one track of IO slices (submission to completion, with the device time nested;\narguments sector, bytes, flags, pid, comm, in-flight counts) on lanes merged into one, and\ncounters of the report's per-interval series (IOPS, MB/s, p99, in-flight)."
     )]
     Export {
         /// Trace files written by blkprof-trace (several only with --format parquet).
@@ -182,6 +182,21 @@ enum Cmd {
         /// Parquet: rows per row group (the unit engines skip by time and device).
         #[arg(long, default_value_t = analyzer::export::parquet::DEFAULT_ROW_GROUP_ROWS as u64, value_parser = clap::value_parser!(u64).range(1..=(1 << 30)), help_heading = "Parquet")]
         row_group_rows: u64,
+        /// Perfetto: only IOs submitted at or after this time: seconds from the trace's start
+        /// (90, 1.5s, 2m) or an RFC 3339 time (2026-11-22T06:45:03Z). Browsers hold about 2 GB
+        /// of trace: cut long runs (the export writes about 120 bytes per IO).
+        #[arg(long, value_name = "TIME", value_parser = parse_time_point, help_heading = "Perfetto")]
+        from: Option<analyzer::export::perfetto::TimePoint>,
+        /// Perfetto: only IOs submitted before this time (as --from).
+        #[arg(long, value_name = "TIME", value_parser = parse_time_point, help_heading = "Perfetto")]
+        to: Option<analyzer::export::perfetto::TimePoint>,
+        /// Perfetto: only IOs whose total latency (submission to completion) is at least this
+        /// (500us, 1ms, 2s). The counters still count every IO.
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration, help_heading = "Perfetto")]
+        min_latency: Option<u64>,
+        /// Perfetto: only IOs of at least this size (bytes, or 4K, 1M: binary units).
+        #[arg(long, value_name = "SIZE", value_parser = parse_size, help_heading = "Perfetto")]
+        min_size: Option<u64>,
     },
     /// Gate CI on a trace: compare its summary with a saved baseline (`blkprof report --json`)
     /// or with rules (docs/check-rules.md). Exit 0 on pass, 1 on fail, 2 on bad input.
@@ -319,8 +334,31 @@ fn main() -> ExitCode {
             partition,
             compression,
             row_group_rows,
+            from,
+            to,
+            min_latency,
+            min_size,
         } => {
-            if format == analyzer::export::Format::Parquet {
+            let perfetto_only =
+                from.is_some() || to.is_some() || min_latency.is_some() || min_size.is_some();
+            if perfetto_only && format != analyzer::export::Format::Perfetto {
+                Err(Fail::input(
+                    "--from, --to, --min-latency and --min-size are for --format perfetto",
+                ))
+            } else if format == analyzer::export::Format::Perfetto {
+                if traces.len() > 1 {
+                    Err(Fail::input("--format perfetto exports one trace at a time"))
+                } else {
+                    let opts = analyzer::export::perfetto::PerfettoOptions {
+                        device,
+                        from_ns: from,
+                        to_ns: to,
+                        min_latency_ns: min_latency.unwrap_or(0),
+                        min_bytes: min_size.unwrap_or(0),
+                    };
+                    export_perfetto(&traces[0], output.as_deref(), &opts)
+                }
+            } else if format == analyzer::export::Format::Parquet {
                 let opts = analyzer::export::parquet::ParquetOptions {
                     host,
                     partition,
@@ -455,6 +493,76 @@ fn export(
         );
     }
     Ok(())
+}
+
+fn export_perfetto(
+    trace: &std::path::Path,
+    output: Option<&std::path::Path>,
+    opts: &analyzer::export::perfetto::PerfettoOptions,
+) -> Result<(), Fail> {
+    use std::io::IsTerminal as _;
+    let mut out: Box<dyn std::io::Write> = match output {
+        Some(p) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(p)
+                .map_err(|e| Fail::Input(format!("cannot write {}: {e}", p.display())))?,
+        )),
+        None if std::io::stdout().is_terminal() => {
+            return Err(Fail::input(
+                "a Perfetto trace is binary: write it to a file with -o run.pftrace",
+            ));
+        }
+        None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+    };
+    let st = match analyzer::export::perfetto::export_perfetto(trace, opts, &mut out) {
+        Err(analyzer::export::ExportError::Io(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            return Err(Fail::Closed);
+        }
+        r => r.map_err(Fail::input)?,
+    };
+    eprintln!(
+        "blkprof: {} IOs on {} lanes, {} counter samples, {} bytes ({:.0} bytes per IO){}",
+        st.ios,
+        st.lanes,
+        st.counter_samples,
+        st.bytes,
+        st.bytes as f64 / st.ios.max(1) as f64,
+        if st.cut > 0 {
+            format!(
+                "; {} IOs left out by --device, --from/--to or the cuts",
+                st.cut
+            )
+        } else {
+            String::new()
+        }
+    );
+    if st.damaged > 0 {
+        eprintln!(
+            "blkprof: {} records with times outside the run were left out (as the report does)",
+            st.damaged
+        );
+    }
+    Ok(())
+}
+
+fn parse_time_point(s: &str) -> Result<analyzer::export::perfetto::TimePoint, String> {
+    analyzer::export::perfetto::TimePoint::parse(s)
+}
+
+/// Bytes, or with a binary suffix: 4K, 512K, 1M, 2G.
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let t = t.strip_suffix(['B', 'b']).unwrap_or(t);
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, 'K' | 'k')) => (&t[..i], 1u64 << 10),
+        Some((i, 'M' | 'm')) => (&t[..i], 1 << 20),
+        Some((i, 'G' | 'g')) => (&t[..i], 1 << 30),
+        _ => (t, 1),
+    };
+    num.trim()
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .ok_or_else(|| format!("{s:?} is not a size (try 4096, 4K, 512K, 1M)"))
 }
 
 fn export_parquet(

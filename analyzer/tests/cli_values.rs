@@ -12,7 +12,7 @@ fn an_unknown_format_or_importer_is_rejected_with_the_choices() {
     for (args, choices) in [
         (
             &["export", "x.blkp", "--format", "xml"][..],
-            "[possible values: iolog, iolog2, csv, jsonl, parquet]",
+            "[possible values: iolog, iolog2, csv, jsonl, parquet, perfetto]",
         ),
         (
             &["import", "--from", "foo", "in.txt", "-o", "out.blkp"][..],
@@ -40,6 +40,9 @@ fn help_lists_each_format_with_what_it_is() {
         "- csv:",
         "- jsonl:",
         "- parquet:",
+        "- perfetto:",
+        "--min-latency <DURATION>",
+        "ui.perfetto.dev",
         "[default: iolog]",
     ] {
         assert!(help.contains(v), "{v} missing from\n{help}");

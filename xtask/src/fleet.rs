@@ -1,7 +1,8 @@
 //! The fleet check's Python side: a project-local virtual environment (target/fleet/venv) with
-//! DuckDB and PySpark from PyPI, made by `cargo xtask setup` (idempotent: a stamp names the
-//! pinned versions), and `cargo xtask fleet-check`, which runs the proof of docs/fleet.md on
-//! both engines (tests/tests/fleet.rs) with timings.
+//! DuckDB and PySpark from PyPI (and the `perfetto` package, whose compiled protos
+//! tests/tests/perfetto.rs parses the Perfetto export with), made by `cargo xtask setup`
+//! (idempotent: a stamp names the pinned versions), and `cargo xtask fleet-check`, which runs
+//! the proof of docs/fleet.md on both engines (tests/tests/fleet.rs) with timings.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -11,7 +12,14 @@ use anyhow::{Context as _, Result};
 use crate::util::{cargo, root, run};
 
 /// What the recipes are proven on (docs/fleet.md). PySpark 4 runs on Java 17.
-const PACKAGES: [&str; 2] = ["duckdb==2.0.0", "pyspark==4.3.0"];
+const PACKAGES: [&str; 4] = [
+    "duckdb==2.0.0",
+    "pyspark==4.3.0",
+    // Perfetto's compiled trace protos, for tests/tests/perfetto.rs (and the protobuf runtime
+    // they were tried with).
+    "perfetto==0.59.1",
+    "protobuf==7.36.2",
+];
 
 pub fn venv_dir() -> PathBuf {
     root().join("target/fleet/venv")

@@ -1,9 +1,11 @@
 //! `blkprof export`: a trace as a fio iolog (version 3, timed, so `fio --read_iolog` replays
 //! the pattern with its timing), CSV, JSON lines (here), or Parquet ([`parquet`]: one row per
-//! IO, for SQL engines; docs/fleet.md).
+//! IO, for SQL engines; docs/fleet.md), or a Perfetto trace ([`perfetto`]: a timeline of every
+//! IO for ui.perfetto.dev; docs/perfetto.md).
 
 mod csv;
 pub mod parquet;
+pub mod perfetto;
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -27,6 +29,9 @@ pub enum Format {
     /// Apache Parquet, one row per IO, for SQL engines (DuckDB, Spark, ...): needs -o; with
     /// several traces or --partition, -o is a directory of host=H/date=D/part-N.parquet.
     Parquet,
+    /// Perfetto's protobuf trace for ui.perfetto.dev: a slice per IO on lanes per device,
+    /// and the report's per-interval series as counters (docs/perfetto.md).
+    Perfetto,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -111,6 +116,11 @@ pub fn export(
         }
         Format::Csv | Format::Jsonl => {}
         Format::Parquet => return Err(ExportError::ParquetNeedsFile),
+        Format::Perfetto => {
+            return Err(ExportError::Output(
+                "a Perfetto trace is written by export::perfetto::export_perfetto".into(),
+            ));
+        }
     }
     // (enter_ns, arrival sequence, op code, offset, length), earliest submission first.
     type Pending = Reverse<(u64, u64, u8, u64, u32)>;
@@ -184,7 +194,9 @@ pub fn export(
                         stats.written += 1;
                     }
                 }
-                Format::Csv | Format::Parquet => unreachable!("written before the loop"),
+                Format::Csv | Format::Parquet | Format::Perfetto => {
+                    unreachable!("written before the loop")
+                }
                 Format::Jsonl => {
                     let v = serde_json::json!({
                         "complete_ns": rec.complete_ns, "enter_ns": rec.enter_ns, "issue_ns": rec.issue_ns,
