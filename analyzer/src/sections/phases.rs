@@ -214,7 +214,7 @@ impl Device {
         self.run = Some(match self.run {
             Some((s, e)) if p.enter_ns <= e => (s.min(p.enter_ns), e.max(p.complete_ns)),
             Some((s, e)) => {
-                self.active_ns += e - s;
+                self.active_ns = self.active_ns.saturating_add(e - s);
                 (p.enter_ns, p.complete_ns)
             }
             None => (p.enter_ns, p.complete_ns),
@@ -298,7 +298,7 @@ impl Section for Phases {
                     d.take(p);
                 }
                 if let Some((s, e)) = d.run {
-                    d.active_ns += e - s;
+                    d.active_ns = d.active_ns.saturating_add(e - s);
                 }
                 let span_ns = d.last_ns.saturating_sub(d.first_ns);
                 let active_ns = d.active_ns.min(span_ns);

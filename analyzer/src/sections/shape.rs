@@ -134,8 +134,12 @@ fn union(a: &[(u64, u64)], b: &[(u64, u64)]) -> Vec<(u64, u64)> {
     out
 }
 
-fn sectors(set: &[(u64, u64)]) -> u64 {
-    set.iter().map(|(s, e)| e - s).sum()
+/// Bytes of disjoint intervals (saturating: a damaged file's sectors may be anywhere).
+fn bytes(set: &[(u64, u64)]) -> u64 {
+    set.iter()
+        .map(|(s, e)| e - s)
+        .fold(0u64, u64::saturating_add)
+        .saturating_mul(512)
 }
 
 impl Extents {
@@ -239,13 +243,15 @@ impl Device {
         let hi_f = ((self.hi - 1) >> self.shift).min(FINE as u64 - 1).max(lo_f);
         let nf = hi_f - lo_f + 1;
         let per = nf.div_ceil(LBA_BINS);
-        let fine_bytes = 512u64 << self.shift;
+        // Offsets of a damaged file's sectors may pass 2^64 bytes: saturate.
+        let at =
+            |fine: u64| u64::try_from(u128::from(fine) << (self.shift + 9)).unwrap_or(u64::MAX);
         let bins = (0..nf.div_ceil(per))
             .map(|k| {
                 let from = lo_f + k * per;
                 let to = (from + per).min(hi_f + 1);
                 let mut b = LbaBin {
-                    start_bytes: from * fine_bytes,
+                    start_bytes: at(from),
                     ..LbaBin::default()
                 };
                 for f in &self.fine[from as usize..to as usize] {
@@ -258,9 +264,9 @@ impl Device {
             })
             .collect();
         LbaModel {
-            start_bytes: lo_f * fine_bytes,
-            end_bytes: (hi_f + 1) * fine_bytes,
-            bin_bytes: per * fine_bytes,
+            start_bytes: at(lo_f),
+            end_bytes: at(hi_f + 1),
+            bin_bytes: at(per),
             bins,
         }
     }
@@ -326,8 +332,8 @@ impl Section for Shape {
                     e.flush();
                 }
                 let all = union(&d.ext[0].set, &d.ext[1].set);
-                let over = d.ext[0].over_sectors + d.ext[1].over_sectors;
-                let write_set = sectors(&d.ext[1].set) * 512;
+                let over = d.ext[0].over_sectors.saturating_add(d.ext[1].over_sectors);
+                let write_set = bytes(&d.ext[1].set);
                 let ops = OPS
                     .iter()
                     .enumerate()
@@ -336,19 +342,19 @@ impl Section for Shape {
                         op: (*name).to_string(),
                         ios: d.ios[k],
                         bytes: d.bytes[k],
-                        workset_bytes: sectors(&d.ext[k].set) * 512,
+                        workset_bytes: bytes(&d.ext[k].set),
                     })
                     .collect();
                 DeviceModel {
                     name: (cx.device)(d.dev),
-                    workset_bytes: sectors(&all) * 512,
+                    workset_bytes: bytes(&all),
                     write_invalidation_factor: if write_set == 0 {
                         0.0
                     } else {
                         d.bytes[1] as f64 / write_set as f64
                     },
                     approximate: over > 0,
-                    workset_over_bytes: over * 512,
+                    workset_over_bytes: over.saturating_mul(512),
                     ops,
                     lba: d.lba(),
                 }
@@ -523,7 +529,7 @@ mod tests {
         }
         e.flush();
         assert_eq!(e.set, vec![(0, 8), (50, 51), (100, 120)]);
-        assert_eq!(sectors(&e.set), 29);
+        assert_eq!(bytes(&e.set), 29 * 512);
         // 1,000 IOs of 8 sectors 16 apart: a cap of 100 intervals closes gaps of 8, and
         // says by how much the count is over.
         let mut e = Extents::new(100);
@@ -532,7 +538,7 @@ mod tests {
         }
         e.flush();
         assert!(e.set.len() <= 100, "{}", e.set.len());
-        let counted = sectors(&e.set);
+        let counted = bytes(&e.set) / 512;
         assert_eq!(counted - e.over_sectors, 8000);
         assert!(e.over_sectors > 0);
     }
