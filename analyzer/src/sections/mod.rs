@@ -14,8 +14,6 @@ use crate::series::Options;
 mod access;
 mod arrays;
 mod cgroups;
-mod phases;
-mod shape;
 
 /// One kind of section: how to make it and how to show what it made.
 pub struct SectionDef {
@@ -49,13 +47,7 @@ pub struct Names<'a> {
 }
 
 /// Every section, in the order the reports show them.
-pub const SECTIONS: &[SectionDef] = &[
-    access::DEF,
-    phases::DEF,
-    shape::DEF,
-    cgroups::DEF,
-    arrays::DEF,
-];
+pub const SECTIONS: &[SectionDef] = &[access::DEF, cgroups::DEF, arrays::DEF];
 
 /// A new instance of every section.
 pub fn start(opts: &Options) -> Vec<(&'static str, Box<dyn Section>)> {
