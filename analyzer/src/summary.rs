@@ -315,7 +315,7 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
     let mut chunks: Vec<((u64, u64), u64, u64)> = Vec::new();
     // Whether each task's writes count towards bursts (--burst-comm), by pass one's numbering.
     let mut burst_writer: Vec<bool> = Vec::new();
-    let mut sections = crate::sections::start(opts);
+    let mut sections = crate::sections::start(opts, r.header());
     let mut kept: Vec<IoRecord> = Vec::new();
     // Pass one: totals, size mix, latency, time series.
     loop {

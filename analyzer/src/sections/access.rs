@@ -93,7 +93,7 @@ struct Access {
     last: usize,
 }
 
-fn new(_: &Options) -> Box<dyn Section> {
+fn new(_: &Options, _: &tracer_common::format::TraceHeader) -> Box<dyn Section> {
     Box::new(Access {
         devices: Vec::new(),
         last: 0,

@@ -8,7 +8,7 @@ use std::io::Write;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tracer_common::format::IoRecord;
+use tracer_common::format::{IoRecord, TraceHeader};
 use tracer_common::hdrfast::HdrCounts;
 use tracer_common::op::StatGroup;
 
@@ -80,8 +80,22 @@ struct Arrays {
     last: usize,
 }
 
-fn new(_: &Options) -> Box<dyn Section> {
+fn new(_: &Options, header: &TraceHeader) -> Box<dyn Section> {
+    if header.arrays.is_empty() {
+        // Nothing to group: no per-record work.
+        return Box::new(NoArrays);
+    }
     Box::<Arrays>::default()
+}
+
+/// A trace without md arrays.
+struct NoArrays;
+
+impl Section for NoArrays {
+    fn chunk(&mut self, _: &[IoRecord]) {}
+    fn finish(self: Box<Self>, _: &Names) -> Value {
+        Value::Null
+    }
 }
 
 impl Section for Arrays {
@@ -259,7 +273,11 @@ mod tests {
             tracer_common::dev_join(259, 2),
             tracer_common::dev_join(8, 0),
         );
-        let mut s = new(&Options::default());
+        let with_md = TraceHeader {
+            arrays: vec![ArrayInfo::default()],
+            ..TraceHeader::default()
+        };
+        let mut s = new(&Options::default(), &with_md);
         let rec = |dev, op, bytes, q| IoRecord {
             dev,
             op,
@@ -327,7 +345,7 @@ mod tests {
         html(&v, &mut h).unwrap();
         assert!(h.contains("<h3>Array md0"));
         // No arrays in the header: no section.
-        let s = new(&Options::default());
+        let s = new(&Options::default(), &with_md);
         assert!(
             s.finish(&Names {
                 device: &name,

@@ -78,7 +78,7 @@ struct Cgroups {
     any_known: bool,
 }
 
-fn new(_: &Options) -> Box<dyn Section> {
+fn new(_: &Options, _: &tracer_common::format::TraceHeader) -> Box<dyn Section> {
     Box::<Cgroups>::default()
 }
 

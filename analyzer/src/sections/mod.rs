@@ -7,7 +7,7 @@
 use std::io::Write;
 
 use serde_json::Value;
-use tracer_common::format::IoRecord;
+use tracer_common::format::{IoRecord, TraceHeader};
 
 use crate::series::Options;
 
@@ -19,7 +19,8 @@ mod cgroups;
 pub struct SectionDef {
     /// Its key in the report's `sections`.
     pub name: &'static str,
-    pub new: fn(&Options) -> Box<dyn Section>,
+    /// Made once the trace's header is read (before its records).
+    pub new: fn(&Options, &TraceHeader) -> Box<dyn Section>,
     /// The terminal report's lines for it (after the devices').
     pub text: fn(&Value, &mut dyn Write) -> std::io::Result<()>,
     /// The HTML report's part for it (after the devices'); escape every string from the trace
@@ -50,6 +51,9 @@ pub struct Names<'a> {
 pub const SECTIONS: &[SectionDef] = &[access::DEF, cgroups::DEF, arrays::DEF];
 
 /// A new instance of every section.
-pub fn start(opts: &Options) -> Vec<(&'static str, Box<dyn Section>)> {
-    SECTIONS.iter().map(|d| (d.name, (d.new)(opts))).collect()
+pub fn start(opts: &Options, header: &TraceHeader) -> Vec<(&'static str, Box<dyn Section>)> {
+    SECTIONS
+        .iter()
+        .map(|d| (d.name, (d.new)(opts, header)))
+        .collect()
 }
