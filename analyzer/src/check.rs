@@ -206,6 +206,9 @@ pub fn metric(r: &JsonReport, d: &JsonDevice, name: &str) -> Result<Option<f64>,
     if name == "lost.total" {
         return Ok(Some(r.lost.total as f64));
     }
+    if let Some(path) = name.strip_prefix("sections.") {
+        return section_metric(r, d, name, path);
+    }
     let t = &d.throughput;
     let simple = match name {
         "queue_depth_mean" => Some(t.queue_depth_mean),
@@ -260,8 +263,88 @@ pub fn metric(r: &JsonReport, d: &JsonDevice, name: &str) -> Result<Option<f64>,
     Ok(v)
 }
 
+/// A number in a section's part of the report (`sections.NAME.PATH`), in the entry of
+/// `devices[]` named like the device: PATH walks objects by key and picks from an array the
+/// element whose `op` or `name` is the next step, so `sections.access_pattern.ops.write.
+/// pct_sequential_ios` is the write entry's share. None when the section or the device has no
+/// such entry (no IO of that op, a report from before the section); an error for a section
+/// no report has, or a path that does not lead to a number.
+fn section_metric(
+    r: &JsonReport,
+    d: &JsonDevice,
+    name: &str,
+    path: &str,
+) -> Result<Option<f64>, String> {
+    let unknown = || {
+        let names: Vec<&str> = crate::sections::SECTIONS.iter().map(|s| s.name).collect();
+        format!(
+            "unknown metric {name:?}: write sections.SECTION.FIELD with SECTION one of {} (see docs/check-rules.md)",
+            names.join(", ")
+        )
+    };
+    let Some((section, mut rest)) = path.split_once('.') else {
+        return Err(unknown());
+    };
+    if !crate::sections::SECTIONS.iter().any(|s| s.name == section) {
+        return Err(unknown());
+    }
+    let Some(v) = r.sections.get(section) else {
+        return Ok(None);
+    };
+    let Some(mut at) = v["devices"]
+        .as_array()
+        .and_then(|ds| ds.iter().find(|x| x["name"] == d.name.as_str()))
+    else {
+        return Ok(None);
+    };
+    while !rest.is_empty() {
+        let (step, more) = rest.split_once('.').unwrap_or((rest, ""));
+        rest = more;
+        at = match at {
+            serde_json::Value::Object(o) => match o.get(step) {
+                Some(x) => x,
+                None => {
+                    return Err(format!(
+                        "metric {name:?}: the section has no field {step:?} here (fields: {}; see docs/report-json.md)",
+                        o.keys().map(String::as_str).collect::<Vec<_>>().join(", ")
+                    ));
+                }
+            },
+            serde_json::Value::Array(a) => {
+                match a.iter().find(|x| x["op"] == step || x["name"] == step) {
+                    Some(x) => x,
+                    // An op the device had no IO of: nothing to check.
+                    None => return Ok(None),
+                }
+            }
+            _ => {
+                return Err(format!(
+                    "metric {name:?}: {step:?} follows a value that is not an object or list"
+                ));
+            }
+        };
+    }
+    match at.as_f64() {
+        Some(x) => Ok(Some(x)),
+        None => Err(format!(
+            "metric {name:?} is not a number in the report (it is {at}); name a field below it"
+        )),
+    }
+}
+
 /// IOs behind a metric: of its op, or of all ops for a device-wide one.
 fn ios_behind(d: &JsonDevice, name: &str) -> u64 {
+    if name.starts_with("sections.") {
+        // The op a section metric picks (`...ops.write...`), if any.
+        let steps: Vec<&str> = name.split('.').collect();
+        return match steps
+            .windows(2)
+            .find(|w| w[0] == "ops" && OPS.contains(&w[1]))
+        {
+            Some(w) => d.ops.get(w[1]).map_or(0, |o| o.ios),
+            None => d.ops.values().map(|o| o.ios).sum(),
+        };
+    }
     match name.split_once('.') {
         Some((op, _)) if OPS.contains(&op) => d.ops.get(op).map_or(0, |o| o.ios),
         _ => d.ops.values().map(|o| o.ios).sum(),

@@ -2,6 +2,7 @@
 //! the disk did. No root, no eBPF toolchain.
 
 pub mod bursts;
+pub mod busy;
 pub mod check;
 pub mod compare;
 pub mod export;

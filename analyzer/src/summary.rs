@@ -30,9 +30,12 @@ pub struct OpStats {
     last_exact: usize,
     pub device_latency_ns: Histogram<u64>,
     pub total_latency_ns: Histogram<u64>,
-    /// The two latencies as counted on the hot path, drained into the histograms at the end.
+    /// Entry to issue (btt's Q2D), of the IOs issued to the device.
+    pub queue_latency_ns: Histogram<u64>,
+    /// The latencies as counted on the hot path, drained into the histograms at the end.
     device_counts: HdrCounts,
     total_counts: HdrCounts,
+    queue_counts: HdrCounts,
     pub readahead_bytes: u64,
     pub errors: u64,
 }
@@ -52,8 +55,10 @@ impl OpStats {
             last_exact: 0,
             device_latency_ns: h(),
             total_latency_ns: h(),
+            queue_latency_ns: h(),
             device_counts: HdrCounts::default(),
             total_counts: HdrCounts::default(),
+            queue_counts: HdrCounts::default(),
             readahead_bytes: 0,
             errors: 0,
         }
@@ -81,6 +86,7 @@ impl OpStats {
     fn finish(&mut self) {
         self.device_counts.drain_into(&mut self.device_latency_ns);
         self.total_counts.drain_into(&mut self.total_latency_ns);
+        self.queue_counts.drain_into(&mut self.queue_latency_ns);
         for &(b, n) in &self.exact {
             let e = self.sizes.entry(SizeClass::of(u64::from(b))).or_default();
             e.0 += n;
@@ -136,6 +142,8 @@ pub struct DeviceStats {
     pub read_impact: ReadImpact,
     /// Every discard, sorted by completion time (discards are few).
     pub discards: Vec<IoRecord>,
+    /// Time with at least one IO in the OS.
+    pub busy: crate::busy::Busy,
 }
 
 /// What came with the trace: the stress tool's results and the application's logs.
@@ -373,6 +381,7 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
                                 spikes: Vec::new(),
                                 read_impact: ReadImpact::default(),
                                 discards: Vec::new(),
+                                busy: crate::busy::Busy::default(),
                             },
                             (0..SLOTS).map(|_| None).collect(),
                         ));
@@ -384,6 +393,7 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
             d.first_ns = d.first_ns.min(rec.enter_ns.max(window.lo_ns));
             d.last_ns = d.last_ns.max(rec.complete_ns);
             d.max_os_inflight = d.max_os_inflight.max(rec.os_inflight);
+            d.busy.record(rec.enter_ns, rec.complete_ns);
             let g = rec.stat_group();
             if d.has_series {
                 d.series.record(rec, g, burst_writer[rec.task as usize]);
@@ -402,6 +412,8 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
             o.count_size(rec.bytes);
             if rec.issue_ns != 0 {
                 o.device_counts.record(rec.device_ns().max(1));
+                o.queue_counts
+                    .record(rec.issue_ns.saturating_sub(rec.enter_ns).max(1));
             }
             o.total_counts.record(rec.total_ns().max(1));
             if rec.flags & flags::RAHEAD != 0 {
@@ -617,6 +629,7 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
     };
     let cgroup = |id: u64| r.cgroup_path(id).map(str::to_string);
     let names = crate::sections::Names {
+        devices: &devices,
         device: &name,
         cgroup: &cgroup,
         arrays: &r.header().arrays,

@@ -7,7 +7,7 @@ use tracer_common::coverage::{describe, thousands};
 use crate::sizes::human;
 use crate::summary::{JsonLatency, JsonReport};
 
-fn bytes(b: u64) -> String {
+pub(crate) fn bytes(b: u64) -> String {
     const U: [&str; 5] = ["B", "KB", "MB", "GB", "TB"];
     let mut v = b as f64;
     let mut i = 0;

@@ -420,3 +420,244 @@ fn the_access_pattern_section_counts_sequential_and_random_io_as_planted() {
     );
     assert!(analyzer::html::render(&j).contains("<h3>Access pattern</h3>"));
 }
+
+/// An IO at depth one: queued `q2d_ns`, at the device `d2c_ns`.
+fn planted(enter_ns: u64, q2d_ns: u64, d2c_ns: u64, op: Op, bytes: u32, sector: u64) -> Io {
+    Io {
+        enter_ns,
+        issue_ns: enter_ns + q2d_ns,
+        complete_ns: enter_ns + q2d_ns + d2c_ns,
+        op,
+        bytes,
+        sector,
+        os_inflight: 1,
+        flags: 0,
+    }
+}
+
+fn close(a: f64, b: f64, rel: f64) -> bool {
+    (a - b).abs() <= rel * b.abs().max(1e-9)
+}
+
+#[test]
+fn the_phase_table_finds_the_planted_latencies_seeks_and_idle_time() {
+    // Reads: 50 pairs of 4 KB IOs 2 ms apart, the second submitted 1 us after the first and
+    // completing before it (D2C 100 us against 200 us); queued 10 us each. In submission order
+    // they are one sequential stream from sector 0 (99 seeks of 0); in completion order every
+    // seek would be 16 sectors. Active per pair: 210 us.
+    let mut ios = Vec::new();
+    for p in 0..50u64 {
+        let t = BASE_NS + p * 2_000_000;
+        ios.push(planted(t, 10_000, 200_000, Op::Read, 4096, p * 16));
+        ios.push(planted(
+            t + 1_000,
+            10_000,
+            100_000,
+            Op::Read,
+            4096,
+            p * 16 + 8,
+        ));
+    }
+    // Writes from 100 ms: 200 of 4 KB, 1 ms apart, queued 20 us, 50 us at the device,
+    // alternating between sectors 1,000,000 and 1,001,000. Seeks: 999,200 from the last read
+    // (which ended at sector 800), then 992 (100 times) and 1,008 (99 times).
+    for j in 0..200u64 {
+        let t = BASE_NS + 100_000_000 + j * 1_000_000;
+        ios.push(planted(
+            t,
+            20_000,
+            50_000,
+            Op::Write,
+            4096,
+            1_000_000 + (j % 2) * 1_000,
+        ));
+    }
+    let j = report(&mut ios).to_json();
+    let ph = &j.sections["phases"];
+    let d = &ph["devices"][0];
+    assert_eq!(d["name"], "nvme0n1");
+    let f = |v: &serde_json::Value| v.as_f64().unwrap();
+    let read = &d["ops"][0];
+    assert_eq!(
+        (read["op"].as_str(), read["ios"].as_u64()),
+        (Some("read"), Some(100))
+    );
+    // From the summary's HDR histograms (3 significant digits: within 0.1%).
+    assert!(close(f(&read["q2d_us"]["min"]), 10.0, 1e-3), "{ph:#}");
+    assert!(close(f(&read["q2d_us"]["avg"]), 10.0, 1e-3), "{ph:#}");
+    assert!(close(f(&read["q2d_us"]["max"]), 10.0, 1e-3), "{ph:#}");
+    assert!(close(f(&read["d2c_us"]["min"]), 100.0, 1e-3), "{ph:#}");
+    assert!(close(f(&read["d2c_us"]["avg"]), 150.0, 1e-3), "{ph:#}");
+    assert!(close(f(&read["d2c_us"]["max"]), 200.0, 1e-3), "{ph:#}");
+    assert!(close(f(&read["d2c_us"]["p99"]), 200.0, 1e-3), "{ph:#}");
+    assert!(close(f(&read["d2c_us"]["p50"]), 100.0, 1e-3), "{ph:#}");
+    assert!(close(f(&read["q2c_us"]["avg"]), 160.0, 1e-3), "{ph:#}");
+    let write = &d["ops"][1];
+    assert_eq!(
+        (write["op"].as_str(), write["ios"].as_u64()),
+        (Some("write"), Some(200))
+    );
+    assert!(close(f(&write["q2d_us"]["avg"]), 20.0, 1e-3), "{ph:#}");
+    assert!(close(f(&write["d2c_us"]["avg"]), 50.0, 1e-3), "{ph:#}");
+    assert!(close(f(&write["q2d_us"]["p50"]), 20.0, 1e-3), "{ph:#}");
+    assert!(close(f(&write["q2c_us"]["min"]), 70.0, 1e-3), "{ph:#}");
+    assert!(close(f(&write["q2c_us"]["max"]), 70.0, 1e-3), "{ph:#}");
+    // Seeks in submission order.
+    let s = &d["seek"];
+    assert_eq!(s["seeks"].as_u64(), Some(299));
+    let sum = 999_200.0 + 100.0 * 992.0 + 99.0 * 1008.0;
+    assert!(close(f(&s["mean_sectors"]), sum / 299.0, 1e-12), "{s:#}");
+    // Sorted: 99 zeros, 100 x 992, 99 x 1,008, 999,200: the 150th is 992, in the bucket
+    // [992, 1,007] (3% wide above 32 sectors), reported by its middle.
+    assert_eq!(f(&s["median_sectors"]), 999.5);
+    assert!(close(f(&s["pct_zero"]), 9900.0 / 299.0, 1e-12));
+    assert_eq!(d["out_of_order"].as_u64(), Some(0));
+    // Active: 50 x 210 us + 200 x 70 us; span: the first entry to the last completion.
+    let span_ns = 100_000_000 + 199_000_000 + 70_000;
+    let active_ns = 50 * 210_000 + 200 * 70_000;
+    assert!(close(f(&d["span_s"]), span_ns as f64 / 1e9, 1e-12), "{d:#}");
+    assert!(
+        close(f(&d["active_s"]), active_ns as f64 / 1e9, 1e-12),
+        "{d:#}"
+    );
+    assert!(close(
+        f(&d["idle_s"]),
+        (span_ns - active_ns) as f64 / 1e9,
+        1e-12
+    ));
+    assert!(ph["merge_ratio"].as_str().unwrap().contains("not measured"));
+    let mut out = Vec::new();
+    analyzer::text::write(&mut out, &j).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(
+        text.contains(
+            "nvme0n1      seeks in submission order: mean 4007 sectors, median 1000, 33.1% none"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("active 0.025 s, idle 0.275 s (8.2% active)"),
+        "{text}"
+    );
+    assert!(analyzer::html::render(&j).contains("<h3>Phases</h3>"));
+}
+
+/// A workload of known shape, at depth one, 10 us apart: a 1 MiB region R (from sector 2^20)
+/// written three times over in 64 KiB IOs, a 512 KiB region S (from 2^22) once; R's first
+/// 512 KiB read twice in 4 KiB IOs, then 256 KiB from 2^23 once.
+fn known_shape() -> Vec<Io> {
+    let mut ios = Vec::new();
+    let mut t = BASE_NS;
+    let mut push = |op: Op, bytes: u32, sector: u64| {
+        t += 10_000;
+        ios.push(planted(t, 1_000, 4_000, op, bytes, sector));
+    };
+    for _ in 0..3 {
+        for k in 0..16 {
+            push(Op::Write, 64 << 10, (1 << 20) + k * 128);
+        }
+    }
+    for k in 0..8 {
+        push(Op::Write, 64 << 10, (1 << 22) + k * 128);
+    }
+    for _ in 0..2 {
+        for k in 0..128 {
+            push(Op::Read, 4096, (1 << 20) + k * 8);
+        }
+    }
+    for k in 0..64 {
+        push(Op::Read, 4096, (1 << 23) + k * 8);
+    }
+    ios
+}
+
+#[test]
+fn the_workload_shape_finds_the_planted_workset_rewrites_and_offsets() {
+    let j = report(&mut known_shape()).to_json();
+    let w = &j.sections["workload_shape"];
+    let d = &w["devices"][0];
+    let u = |v: &serde_json::Value| v.as_u64().unwrap();
+    // Written: 3.5 MiB over 1.5 MiB distinct; read: 768 KiB distinct, 512 KiB of it inside R.
+    assert_eq!(u(&d["ops"][0]["workset_bytes"]), 768 << 10, "{w:#}");
+    assert_eq!(u(&d["ops"][0]["bytes"]), 1280 << 10);
+    assert_eq!(u(&d["ops"][1]["workset_bytes"]), 1536 << 10);
+    assert_eq!(u(&d["ops"][1]["bytes"]), 3584 << 10);
+    assert_eq!(u(&d["workset_bytes"]), 1792 << 10);
+    assert_eq!(
+        d["write_invalidation_factor"].as_f64(),
+        Some(3584.0 / 1536.0)
+    );
+    assert_eq!(d["exact"].as_bool(), Some(true));
+    // LBA histogram: the highest IO starts at sector 2^23 + 504, so 1,024 fine bins of 16,384
+    // sectors (8 MiB); touched: fine bins 64 to 512, 449 of them, 8 to a bin (57 bins).
+    let lba = &d["lba"];
+    assert_eq!(u(&lba["bin_bytes"]), (8 * 8) << 20);
+    assert_eq!(u(&lba["start_bytes"]), (64 * 8) << 20);
+    let bins = lba["bins"].as_array().unwrap();
+    assert_eq!(bins.len(), 57);
+    let ios = |b: &serde_json::Value| (u(&b["read_ios"]), u(&b["write_ios"]));
+    assert_eq!(ios(&bins[0]), (256, 48));
+    assert_eq!(u(&bins[0]["write_bytes"]), 3 << 20);
+    assert_eq!(ios(&bins[24]), (0, 8));
+    assert_eq!(ios(&bins[56]), (64, 0));
+    let total: u64 = bins
+        .iter()
+        .map(|b| u(&b["read_ios"]) + u(&b["write_ios"]))
+        .sum();
+    assert_eq!(total, 376);
+    // The sequential share is the access pattern's: each pass over a region starts away from
+    // the IOs before it, the rest continue them: writes 52 of 56, reads 317 of 320.
+    let a = &j.sections["access_pattern"]["devices"][0]["ops"];
+    assert_eq!(u(&a[0]["sequential_ios"]), 317);
+    assert_eq!(u(&a[1]["sequential_ios"]), 52);
+    let mut out = Vec::new();
+    analyzer::text::write(&mut out, &j).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(
+        text.contains(
+            "workset 1.8 MB (read 786.4 KB, write 1.6 MB), write invalidation factor 2.33"
+        ),
+        "{text}"
+    );
+    assert!(analyzer::html::render(&j).contains("<h3>Workload shape</h3>"));
+}
+
+#[test]
+fn check_rules_gate_on_section_figures() {
+    use analyzer::check::{Rules, check};
+    let j = report(&mut known_shape()).to_json();
+    let rules: Rules = serde_json::from_str(
+        r#"{"rules": [
+            {"metric": "sections.workload_shape.write_invalidation_factor", "max": 2},
+            {"metric": "sections.access_pattern.ops.write.pct_sequential_ios", "min": 90},
+            {"metric": "sections.workload_shape.ops.read.workset_bytes", "max": 786432},
+            {"metric": "sections.workload_shape.ops.discard.workset_bytes", "max": 0}
+        ]}"#,
+    )
+    .unwrap();
+    let v = check(&j, None, &rules, false).unwrap();
+    let (f, a, r, none) = (&v[0], &v[1], &v[2], &v[3]);
+    assert!(
+        !f.pass && f.value == Some(3584.0 / 1536.0) && f.reason.contains("above the maximum 2"),
+        "{f:?}"
+    );
+    assert!(a.pass && a.value == Some(5200.0 / 56.0), "{a:?}");
+    assert!(r.pass && r.value == Some(786432.0), "{r:?}");
+    assert!(
+        none.pass && none.value.is_none(),
+        "no discards: nothing to check {none:?}"
+    );
+    // Misspelt: an error naming what exists, not a silent pass.
+    for (metric, says) in [
+        ("sections.shape.workset_bytes", "workload_shape"),
+        ("sections.workload_shape.worksetbytes", "workset_bytes"),
+        ("sections.workload_shape.lba", "not a number"),
+    ] {
+        let bad: Rules = serde_json::from_str(&format!(
+            r#"{{"rules": [{{"metric": "{metric}", "max": 1}}]}}"#
+        ))
+        .unwrap();
+        let e = check(&j, None, &bad, false).unwrap_err();
+        assert!(e.contains(says), "{metric}: {e}");
+    }
+}

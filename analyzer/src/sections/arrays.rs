@@ -319,6 +319,7 @@ mod tests {
             ],
         }];
         let v = s.finish(&Names {
+            devices: &Default::default(),
             device: &name,
             cgroup: &|_| None,
             arrays: &arrays,
@@ -348,6 +349,7 @@ mod tests {
         let s = new(&Options::default(), &with_md);
         assert!(
             s.finish(&Names {
+                devices: &Default::default(),
                 device: &name,
                 cgroup: &|_| None,
                 arrays: &[]

@@ -14,6 +14,8 @@ use crate::series::Options;
 mod access;
 mod arrays;
 mod cgroups;
+mod phases;
+mod shape;
 
 /// One kind of section: how to make it and how to show what it made.
 pub struct SectionDef {
@@ -39,6 +41,9 @@ pub trait Section {
 
 /// What a section may name by the trace's tables once all records are read.
 pub struct Names<'a> {
+    /// What the summary counted per device (sizes, latency histograms per op and phase), so
+    /// a section shows it instead of counting it again.
+    pub devices: &'a std::collections::BTreeMap<u32, crate::summary::DeviceStats>,
     /// A device's name from its `dev_t`.
     pub device: &'a dyn Fn(u32) -> String,
     /// A cgroup's path from its id, if the trace named it.
@@ -48,7 +53,13 @@ pub struct Names<'a> {
 }
 
 /// Every section, in the order the reports show them.
-pub const SECTIONS: &[SectionDef] = &[access::DEF, cgroups::DEF, arrays::DEF];
+pub const SECTIONS: &[SectionDef] = &[
+    access::DEF,
+    phases::DEF,
+    shape::DEF,
+    cgroups::DEF,
+    arrays::DEF,
+];
 
 /// A new instance of every section.
 pub fn start(opts: &Options, header: &TraceHeader) -> Vec<(&'static str, Box<dyn Section>)> {
