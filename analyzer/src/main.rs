@@ -92,24 +92,10 @@ fn parse_duration(s: &str) -> Result<u64, String> {
     u64::try_from(d.as_nanos()).map_err(|_| format!("{s:?}: too long"))
 }
 
-/// `blkprof report`'s arguments (a struct of their own, for the function that runs it).
+/// The stress tool's output and the application's logs, for `report` and `export --format
+/// perfetto`.
 #[derive(clap::Args)]
-struct ReportArgs {
-    /// Trace file written by blkprof-trace.
-    #[arg(required_unless_present = "from_json")]
-    traces: Vec<PathBuf>,
-    /// Print the report as JSON (schema in docs/report-json.md).
-    #[arg(long)]
-    json: bool,
-    /// Render a saved report instead of reading traces: the JSON of `blkprof report
-    /// --json` or of --output-dir, as text, as JSON again, or with -o as HTML and charts.
-    /// A report of an older version renders with the figures it has.
-    #[arg(
-        long = "from-json",
-        value_name = "FILE",
-        conflicts_with_all = ["traces", "stress", "stress_start", "stress_tz", "app_logs", "app_log_tz"]
-    )]
-    from_json: Option<PathBuf>,
+struct AppArgs {
     /// The stress tool's output (YCSB stdout or stderr, with or without timestamps), shown
     /// next to the disk on the same wall-clock axis. Repeatable.
     #[arg(long = "stress", value_name = "FILE")]
@@ -133,6 +119,47 @@ struct ReportArgs {
     /// written as for --stress-tz. Default: the zone the tracer recorded in the trace.
     #[arg(long = "app-log-tz", value_name = "TZ", value_parser = parse_zone)]
     app_log_tz: Option<analyzer::zone::Zone>,
+}
+
+impl AppArgs {
+    /// Read them, local times in the zones given or else in `trace_zone`; `notes`: also say
+    /// on stderr what a file lacks.
+    fn read(
+        &self,
+        trace_zone: &analyzer::zone::Zone,
+        notes: bool,
+    ) -> Result<analyzer::summary::Context, String> {
+        Inputs {
+            stress: &self.stress,
+            stress_start: self.stress_start,
+            stress_zone: self.stress_tz.as_ref().unwrap_or(trace_zone),
+            app_logs: &self.app_logs,
+            app_log_zone: self.app_log_tz.as_ref().unwrap_or(trace_zone),
+        }
+        .read(notes)
+    }
+}
+
+/// `blkprof report`'s arguments (a struct of their own, for the function that runs it).
+#[derive(clap::Args)]
+struct ReportArgs {
+    /// Trace file written by blkprof-trace.
+    #[arg(required_unless_present = "from_json")]
+    traces: Vec<PathBuf>,
+    /// Print the report as JSON (schema in docs/report-json.md).
+    #[arg(long)]
+    json: bool,
+    /// Render a saved report instead of reading traces: the JSON of `blkprof report
+    /// --json` or of --output-dir, as text, as JSON again, or with -o as HTML and charts.
+    /// A report of an older version renders with the figures it has.
+    #[arg(
+        long = "from-json",
+        value_name = "FILE",
+        conflicts_with_all = ["traces", "stress", "stress_start", "stress_tz", "app_logs", "app_log_tz"]
+    )]
+    from_json: Option<PathBuf>,
+    #[command(flatten)]
+    inputs: AppArgs,
     /// Also write TRACE.html (self-contained: inline SVG charts, no network), TRACE.json
     /// and each chart as SVG and PNG into this directory (created if missing).
     #[arg(short = 'o', long = "output-dir", value_name = "DIR")]
@@ -197,6 +224,11 @@ enum Cmd {
         /// Perfetto: only IOs of at least this size (bytes, or 4K, 1M: binary units).
         #[arg(long, value_name = "SIZE", value_parser = parse_size, help_heading = "Perfetto")]
         min_size: Option<u64>,
+        /// Perfetto: the stress tool's output and the application's log, as for `report`:
+        /// tracks of Cassandra's flushes and compactions and of the stress tool's throughput
+        /// and latency, on the trace's clock.
+        #[command(flatten, next_help_heading = "Perfetto: the application")]
+        inputs: AppArgs,
     },
     /// Gate CI on a trace: compare its summary with a saved baseline (`blkprof report --json`)
     /// or with rules (docs/check-rules.md). Exit 0 on pass, 1 on fail, 2 on bad input.
@@ -338,25 +370,39 @@ fn main() -> ExitCode {
             to,
             min_latency,
             min_size,
+            inputs,
         } => {
-            let perfetto_only =
-                from.is_some() || to.is_some() || min_latency.is_some() || min_size.is_some();
+            let perfetto_only = from.is_some()
+                || to.is_some()
+                || min_latency.is_some()
+                || min_size.is_some()
+                || !inputs.stress.is_empty()
+                || !inputs.app_logs.is_empty();
             if perfetto_only && format != analyzer::export::Format::Perfetto {
                 Err(Fail::input(
-                    "--from, --to, --min-latency and --min-size are for --format perfetto",
+                    "--from, --to, --min-latency, --min-size, --stress and --app-log are for --format perfetto",
                 ))
             } else if format == analyzer::export::Format::Perfetto {
                 if traces.len() > 1 {
                     Err(Fail::input("--format perfetto exports one trace at a time"))
                 } else {
-                    let opts = analyzer::export::perfetto::PerfettoOptions {
-                        device,
-                        from_ns: from,
-                        to_ns: to,
-                        min_latency_ns: min_latency.unwrap_or(0),
-                        min_bytes: min_size.unwrap_or(0),
-                    };
-                    export_perfetto(&traces[0], output.as_deref(), &opts)
+                    tracer_common::format::TraceReader::open(&traces[0])
+                        .map_err(Fail::input)
+                        .and_then(|r| {
+                            let zone = analyzer::zone::Zone::of_trace(r.header());
+                            inputs.read(&zone, true).map_err(Fail::Input)
+                        })
+                        .and_then(|context| {
+                            let opts = analyzer::export::perfetto::PerfettoOptions {
+                                device,
+                                from_ns: from,
+                                to_ns: to,
+                                min_latency_ns: min_latency.unwrap_or(0),
+                                min_bytes: min_size.unwrap_or(0),
+                                context,
+                            };
+                            export_perfetto(&traces[0], output.as_deref(), &opts)
+                        })
                 }
             } else if format == analyzer::export::Format::Parquet {
                 let opts = analyzer::export::parquet::ParquetOptions {
@@ -535,6 +581,12 @@ fn export_perfetto(
             String::new()
         }
     );
+    if st.app_slices + st.app_instants + st.stress_samples > 0 {
+        eprintln!(
+            "blkprof: application tracks: {} flush and compaction slices, {} SSTable deletions, {} stress counter samples (those within the trace's time)",
+            st.app_slices, st.app_instants, st.stress_samples
+        );
+    }
     if st.damaged > 0 {
         eprintln!(
             "blkprof: {} records with times outside the run were left out (as the report does)",
@@ -660,14 +712,7 @@ fn report(args: &ReportArgs) -> Result<(), Fail> {
                 .map_err(Fail::input)?
                 .header(),
         );
-        let inputs = Inputs {
-            stress: &args.stress,
-            stress_start: args.stress_start,
-            stress_zone: args.stress_tz.as_ref().unwrap_or(&trace_zone),
-            app_logs: &args.app_logs,
-            app_log_zone: args.app_log_tz.as_ref().unwrap_or(&trace_zone),
-        };
-        let context = inputs.read(i == 0).map_err(Fail::Input)?;
+        let context = args.inputs.read(&trace_zone, i == 0).map_err(Fail::Input)?;
         let mut s = analyzer::summary::summarize(t, &opts).map_err(Fail::input)?;
         s.context = context;
         let j = s.to_json();

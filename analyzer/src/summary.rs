@@ -147,7 +147,7 @@ pub struct DeviceStats {
 }
 
 /// What came with the trace: the stress tool's results and the application's logs.
-#[derive(Clone, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Context {
     pub stress: Vec<crate::stress::StressRun>,
     pub logs: Vec<crate::stress::AppLog>,

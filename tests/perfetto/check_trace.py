@@ -8,7 +8,12 @@ on every slice track, events come in timestamp order and begin/end pair up (none
 slices nest (the device-time slice inside its IO's slice, depth at most 2, so one IO at a time
 per lane: lanes never overlap); exactly one outer slice per IO (the report's IO count per
 device, absorbed flushes included); the counters equal the report's series per interval.
-Writes figures (IOs per device, lanes) to OUT.json.
+With --app-log / --stress (given to both the export and the report): the application's
+tracks hold one slice per flush and per compaction that starts within the trace's time
+(paired from the report's markers as the log parser pairs them: flushes first in, first out
+per table, compactions by id), on lanes that never overlap, an instant per SSTable deletion,
+and a counter sample per stress status line with a throughput. Writes figures (IOs per
+device, lanes, application events) to OUT.json.
 """
 
 import json
@@ -76,10 +81,21 @@ def main(trace_path, report_path, out_path):
                     fail(f"string iid {a.string_value_iid} not interned")
         events[te.track_uuid].append((p.timestamp, te.type, name, len(te.debug_annotations)))
 
+    def root(u):
+        while tracks[u].parent_uuid:
+            u = tracks[u].parent_uuid
+        return u
+
+    device_names = {d["name"] for d in report["devices"]}
+    app_events = {u: evs for u, evs in events.items() if tracks[root(u)].name not in device_names}
+    figures_app = check_app(tracks, app_events, counters, report, root)
+
     # Per lane: time order, pairs, nesting (outer > inner, depth <= 2), one IO at a time.
     ios = defaultdict(int)  # device track uuid -> outer slices
     lanes = defaultdict(int)
     for uuid, evs in events.items():
+        if uuid in app_events:
+            continue
         td = tracks[uuid]
         dev = td.parent_uuid
         if tracks[dev].parent_uuid:
@@ -163,7 +179,86 @@ def main(trace_path, report_path, out_path):
     if extra:
         fail(f"IO slices on devices the report does not have: {extra}")
     figures["slice_names"] = len(outer_names)
+    figures["app"] = figures_app
     json.dump(figures, open(out_path, "w"))
+
+
+def check_app(tracks, app_events, counters, report, root):
+    """The application's and the stress tool's tracks against the report's markers and status."""
+    t0 = report["start_unix_ns"]
+    t1 = t0 + round(report["duration_s"] * 1e9)
+    within = lambda ns: t0 <= ns < t1
+    # Expected, from the report's markers, paired as the log parser pairs them.
+    pending, compacting = defaultdict(list), {}
+    flushes, compactions, deleted = 0, 0, 0
+    for m in sorted(report.get("markers", []), key=lambda m: m["time_ns"]):
+        k = m["kind"]
+        if k == "flush-enqueued":
+            pending[m["table"]].append(m["time_ns"])
+        elif k == "flush-completed" and m["table"] is not None and pending[m["table"]]:
+            flushes += within(pending[m["table"]].pop(0))
+        elif k == "compaction-started":
+            compacting[m["detail"].split("(", 1)[1].split(")", 1)[0]] = m["time_ns"]
+        elif k == "compaction-completed":
+            start = compacting.pop(m["detail"].split("(", 1)[1].split(")", 1)[0], None)
+            if start is not None:
+                compactions += within(start)
+        elif k == "sstable-deleted":
+            deleted += within(m["time_ns"])
+    got = defaultdict(int)
+    for uuid, evs in app_events.items():
+        kind = tracks[tracks[uuid].parent_uuid].name if tracks[uuid].parent_uuid else ""
+        if tracks[uuid].name == "SSTables deleted":
+            if any(t != TE.TYPE_INSTANT for _, t, _, _ in evs):
+                fail(f"SSTable deletions track {uuid}: not only instants")
+            got["deleted"] += len(evs)
+            continue
+        open_at, last = None, 0
+        for ts, typ, name, _ in evs:
+            if ts < last:
+                fail(f"application lane {uuid}: timestamp {ts} after {last}")
+            last = ts
+            if typ == TE.TYPE_SLICE_BEGIN:
+                if open_at is not None:
+                    fail(f"application lane {uuid}: {name!r} at {ts} overlaps the slice from {open_at}")
+                open_at = ts
+                got[kind] += 1
+            elif typ == TE.TYPE_SLICE_END:
+                if open_at is None:
+                    fail(f"application lane {uuid}: an end without a begin at {ts}")
+                open_at = None
+            else:
+                fail(f"application lane {uuid}: unexpected event type {typ}")
+        if open_at is not None:
+            fail(f"application lane {uuid}: a slice never ends")
+    for what, want, have in [("memtable flushes", flushes, got["memtable flushes"]),
+                             ("compactions", compactions, got["compactions"]),
+                             ("SSTable deletions", deleted, got["deleted"])]:
+        if want != have:
+            fail(f"{what}: {have} on the application's tracks, the report's markers say {want}")
+    # Stress: one ops/s sample per status line with a throughput, within the trace's time.
+    samples = 0
+    for run in report.get("stress", []):
+        want = [(p["time_ns"] - t0, p["ops_per_s"]) for p in run["status"]
+                if p.get("time_ns") is not None and within(p["time_ns"]) and p.get("ops_per_s") is not None]
+        if not want:
+            continue
+        name = run["path"].rsplit("/", 1)[-1]
+        cu = [u for u, t in tracks.items() if t.name == f"{run['tool']} ops/s"
+              and tracks[t.parent_uuid].name == f"{run['tool']} ({name})"]
+        if len(cu) != 1:
+            fail(f"{run['path']}: {len(cu)} ops/s counter tracks")
+        got_vals = [v for _, v in counters[cu[0]]]
+        if got_vals != [v for _, v in want]:
+            fail(f"{run['path']}: ops/s counter {got_vals[:5]}... differs from the report's status lines {[v for _, v in want][:5]}...")
+        ts = [t for t, _ in counters[cu[0]]]
+        offs = [b - a for a, b in zip(ts, ts[1:])]
+        want_offs = [b[0] - a[0] for a, b in zip(want, want[1:])]
+        if offs != want_offs:
+            fail(f"{run['path']}: ops/s samples not spaced as the status lines")
+        samples += len(want)
+    return {"flushes": flushes, "compactions": compactions, "sstables_deleted": deleted,
+            "stress_ops_samples": samples}
 
 
 if __name__ == "__main__":

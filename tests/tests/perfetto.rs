@@ -43,22 +43,30 @@ fn blkprof(args: &[&str], trace: &Path) -> Output {
     o
 }
 
-/// Export `trace`, write its report, run the checker: (checker's output, its figures).
-fn check(trace: &Path, report_of: &Path, dir: &Path) -> (Output, Option<Value>) {
+/// Export `trace` (with `export_extra` arguments), write the report of `report_of` (with
+/// `report_extra`), run the checker: (checker's output, its figures).
+fn check_with(
+    trace: &Path,
+    export_extra: &[&str],
+    report_of: &Path,
+    report_extra: &[&str],
+    dir: &Path,
+) -> (Output, Option<Value>) {
     let stem = trace.file_stem().unwrap().to_string_lossy().to_string();
     let pf = dir.join(format!("{stem}.pftrace"));
     let t = Instant::now();
-    let o = blkprof(
-        &["export", "--format", "perfetto", "-o", pf.to_str().unwrap()],
-        trace,
-    );
+    let mut args = vec!["export", "--format", "perfetto", "-o", pf.to_str().unwrap()];
+    args.extend(export_extra);
+    let o = blkprof(&args, trace);
     eprintln!(
         "perfetto: {stem}: export {:.2} s: {}",
         t.elapsed().as_secs_f64(),
         String::from_utf8_lossy(&o.stderr).trim()
     );
     let report = dir.join(format!("{stem}.report.json"));
-    std::fs::write(&report, blkprof(&["report", "--json"], report_of).stdout).unwrap();
+    let mut args = vec!["report", "--json"];
+    args.extend(report_extra);
+    std::fs::write(&report, blkprof(&args, report_of).stdout).unwrap();
     let figures = dir.join(format!("{stem}.figures.json"));
     let t = Instant::now();
     let o = Command::new(python())
@@ -74,8 +82,16 @@ fn check(trace: &Path, report_of: &Path, dir: &Path) -> (Output, Option<Value>) 
     (o, fig)
 }
 
+fn check(trace: &Path, report_of: &Path, dir: &Path) -> (Output, Option<Value>) {
+    check_with(trace, &[], report_of, &[], dir)
+}
+
 fn assert_passes(trace: &Path, dir: &Path) -> Value {
-    let (o, fig) = check(trace, trace, dir);
+    assert_passes_with(trace, &[], dir)
+}
+
+fn assert_passes_with(trace: &Path, extra: &[&str], dir: &Path) -> Value {
+    let (o, fig) = check_with(trace, extra, trace, extra, dir);
     assert!(
         o.status.success(),
         "{}: {}",
@@ -112,6 +128,40 @@ fn golden_traces_pass_perfettos_own_protos() {
         let fig = assert_passes(&root().join("tests/data").join(t), dir.path());
         assert!(fig["devices"].as_object().unwrap().len() == 1);
     }
+}
+
+/// The golden Cassandra trace with its system.log and YCSB output: the application's tracks
+/// hold every flush, compaction and SSTable deletion of the trace's time, and the stress
+/// tool's throughput, as the report's markers and status lines say.
+#[test]
+fn cassandra_and_ycsb_tracks_match_the_reports_markers() {
+    let dir = TestDir::new();
+    let data = root().join("tests/data");
+    let log = data.join("cassandra-ycsb-a.system.log");
+    let err = data.join("cassandra-ycsb-a.ycsb-run.err");
+    let extra = [
+        "--app-log",
+        log.to_str().unwrap(),
+        "--stress",
+        err.to_str().unwrap(),
+    ];
+    let fig = assert_passes_with(&data.join("cassandra-ycsb-a.blkp"), &extra, dir.path());
+    let app = &fig["app"];
+    let n = |k: &str| app[k].as_u64().unwrap();
+    assert!(n("flushes") >= 11, "{app}");
+    assert!(n("compactions") > 0 && n("sstables_deleted") > 0, "{app}");
+    assert!(n("stress_ops_samples") > 50, "{app}");
+    // The checker can fail: an export without the log against a report with it.
+    let (o, _) = check_with(
+        &data.join("cassandra-ycsb-a.blkp"),
+        &[],
+        &data.join("cassandra-ycsb-a.blkp"),
+        &extra,
+        dir.path(),
+    );
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("the report's markers say"), "{err}");
 }
 
 /// The checker can fail: the export of one trace against another's report.

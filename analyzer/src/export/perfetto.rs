@@ -38,6 +38,9 @@ pub struct PerfettoOptions {
     pub min_latency_ns: u64,
     /// IOs of at least this many bytes.
     pub min_bytes: u64,
+    /// The stress tool's output and the application's logs (`--stress`, `--app-log`): tracks
+    /// of their own on the trace's clock.
+    pub context: crate::summary::Context,
 }
 
 /// A point in the trace given on the command line: seconds from its start, or a wall time.
@@ -92,6 +95,11 @@ pub struct PerfettoStats {
     pub lanes: u64,
     /// Counter samples.
     pub counter_samples: u64,
+    /// Slices and instants of the application's log (flushes, compactions, SSTable deletions)
+    /// and counter samples of the stress tool.
+    pub app_slices: u64,
+    pub app_instants: u64,
+    pub stress_samples: u64,
     /// Bytes written.
     pub bytes: u64,
 }
@@ -131,6 +139,7 @@ const CD_UNIT: u32 = 3;
 const CD_UNIT_NAME: u32 = 6;
 const SLICE_BEGIN: u64 = 1;
 const SLICE_END: u64 = 2;
+const INSTANT: u64 = 3;
 const COUNTER: u64 = 4;
 const SEQ_CLEARED: u64 = 1;
 const SEQ_NEEDS: u64 = 2;
@@ -140,7 +149,7 @@ const UNIT_COUNT: u64 = 2;
 const SEQ_ID: u64 = 1;
 
 /// Debug annotation names, interned once (iid = position + 1).
-const ANNOTATIONS: [&str; 7] = [
+const ANNOTATIONS: [&str; 9] = [
     "sector",
     "bytes",
     "flags",
@@ -148,11 +157,18 @@ const ANNOTATIONS: [&str; 7] = [
     "comm",
     "os_inflight",
     "dev_inflight",
+    "table",
+    "detail",
 ];
+const ARG_BYTES: u64 = 2;
+const ARG_TABLE: u64 = 8;
+const ARG_DETAIL: u64 = 9;
 const INNER_NAME: &str = "on device";
 
 /// Device and counter tracks are numbered from here; lanes from 1 (small varints per event).
 const TRACK_UUID_BASE: u64 = 1 << 40;
+/// The application's and the stress tool's tracks, from here.
+const APP_UUID_BASE: u64 = 1 << 41;
 
 fn varint(b: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
@@ -490,6 +506,81 @@ impl Writer<'_> {
         Ok(())
     }
 
+    /// An interned event name or string value, added to `self.interned` when new.
+    fn intern(&mut self, string_value: bool, s: &str) -> u64 {
+        let (field, (id, new)) = if string_value {
+            (ID_STRING_VALUES, self.strings.get(s))
+        } else {
+            (ID_EVENT_NAMES, self.names.get(s))
+        };
+        if new {
+            field_msg(&mut self.interned, field, &mut self.inner, |e| {
+                field_varint(e, 1, id);
+                field_bytes(e, 2, s.as_bytes());
+            });
+        }
+        id
+    }
+
+    /// A slice (or, without an end, an instant) of the application's on `track`, with
+    /// unsigned and string arguments (annotation name iids).
+    fn app_event(
+        &mut self,
+        track: u64,
+        start: u64,
+        end: Option<u64>,
+        name: &str,
+        uints: &[(u64, u64)],
+        strs: &[(u64, &str)],
+    ) -> std::io::Result<()> {
+        self.interned.clear();
+        let name_iid = self.intern(false, name);
+        let str_iids: Vec<(u64, u64)> = strs
+            .iter()
+            .map(|&(n, v)| (n, self.intern(true, v)))
+            .collect();
+        let p = &mut self.packet;
+        field_varint(p, P_TIMESTAMP, start);
+        field_varint(p, P_SEQ_ID, SEQ_ID);
+        field_varint(p, P_SEQ_FLAGS, SEQ_NEEDS);
+        if !self.interned.is_empty() {
+            field_bytes(p, P_INTERNED, &self.interned);
+        }
+        field_msg(p, P_TRACK_EVENT, &mut self.msg, |m| {
+            field_varint(
+                m,
+                TE_TYPE,
+                if end.is_some() { SLICE_BEGIN } else { INSTANT },
+            );
+            field_varint(m, TE_TRACK_UUID, track);
+            field_varint(m, TE_NAME_IID, name_iid);
+            for &(n, v) in uints {
+                field_msg(m, TE_DEBUG, &mut self.inner, |a| {
+                    field_varint(a, DA_NAME_IID, n);
+                    field_varint(a, DA_UINT, v);
+                });
+            }
+            for &(n, v) in &str_iids {
+                field_msg(m, TE_DEBUG, &mut self.inner, |a| {
+                    field_varint(a, DA_NAME_IID, n);
+                    field_varint(a, DA_STRING_IID, v);
+                });
+            }
+        });
+        self.emit()?;
+        if let Some(end) = end {
+            let p = &mut self.packet;
+            field_varint(p, P_TIMESTAMP, end);
+            field_varint(p, P_SEQ_ID, SEQ_ID);
+            field_msg(p, P_TRACK_EVENT, &mut self.msg, |m| {
+                field_varint(m, TE_TYPE, SLICE_END);
+                field_varint(m, TE_TRACK_UUID, track);
+            });
+            self.emit()?;
+        }
+        Ok(())
+    }
+
     fn counter(&mut self, uuid: u64, ts: u64, v: f64) -> std::io::Result<()> {
         let p = &mut self.packet;
         field_varint(p, P_TIMESTAMP, ts);
@@ -523,7 +614,14 @@ pub fn export_perfetto(
     let mut r = TraceReader::open(path)?;
     let header = r.header().clone();
     let file_bytes = std::fs::metadata(path).map_or(u64::MAX, |m| m.len());
-    let window = Window::of(&header, &r.scan()?, &series_opts, file_bytes);
+    let scan = r.scan()?;
+    let window = Window::of(&header, &scan, &series_opts, file_bytes);
+    // The run, for the application's events: to the trailer's end, or the last completion.
+    let run_end = scan
+        .trailer
+        .as_ref()
+        .map(|t| t.monotonic_end_ns)
+        .filter(|&e| e >= header.monotonic_base_ns);
     let t0 = header.monotonic_base_ns;
     let interval_ns = window.opts.interval_ns;
     let only = match &opts.device {
@@ -714,9 +812,230 @@ pub fn export_perfetto(
             }
         }
     }
+    let last_completion = devs
+        .iter()
+        .flat_map(|d| d.lanes.end_ns.iter().copied())
+        .max()
+        .unwrap_or(t0);
+    let clock = Clock {
+        t0,
+        wall0: header.wall_clock_start_ns,
+        from: from.max(t0),
+        to: to.min(run_end.unwrap_or(last_completion)),
+    };
+    app_tracks(&mut w, &opts.context, &clock, &mut st)?;
     w.out.flush()?;
     st.bytes = w.bytes;
     Ok(st)
+}
+
+/// From the logs' wall clock to the trace's (CLOCK_MONOTONIC), and the span events are kept
+/// in: those that start in it (the trace's run, from the header's start to the trailer's end
+/// or, in a file cut short, the last completion; cut by --from/--to).
+struct Clock {
+    t0: u64,
+    wall0: i64,
+    from: u64,
+    to: u64,
+}
+
+impl Clock {
+    /// The trace's time of a wall-clock time, if it starts within the span.
+    fn at(&self, wall_ns: i64) -> Option<u64> {
+        let d = wall_ns.checked_sub(self.wall0)?;
+        let t = self.t0.checked_add_signed(d)?;
+        (t >= self.from && t < self.to).then_some(t)
+    }
+
+    /// The trace's time of an end (not clipped, only kept from going before `start`).
+    fn end(&self, start: u64, wall_ns: i64) -> u64 {
+        wall_ns
+            .checked_sub(self.wall0)
+            .and_then(|d| self.t0.checked_add_signed(d))
+            .unwrap_or(start)
+            .max(start)
+    }
+}
+
+/// The application's log and the stress tool on tracks of their own: per log a track with
+/// lanes of memtable flushes (named by table, with the bytes flushed) and of compactions
+/// (named by id), and SSTable deletions as instants; per stress output, counters of its
+/// throughput and per-op latency from its status lines.
+fn app_tracks(
+    w: &mut Writer,
+    ctx: &crate::summary::Context,
+    clock: &Clock,
+    st: &mut PerfettoStats,
+) -> std::io::Result<()> {
+    let mut next_uuid = APP_UUID_BASE;
+    let mut uuid = || {
+        next_uuid += 1;
+        next_uuid
+    };
+    for log in &ctx.logs {
+        let file = Path::new(&log.path)
+            .file_name()
+            .map_or(log.path.clone(), |f| f.to_string_lossy().into_owned());
+        let root = uuid();
+        w.track(
+            root,
+            None,
+            &format!("Cassandra ({file})"),
+            Some(-100),
+            None,
+            None,
+        )?;
+        // (start, end, name, uint args, string args)
+        type Span<'a> = (u64, u64, String, Vec<(u64, u64)>, Vec<(u64, &'a str)>);
+        let flushes: Vec<Span> = log
+            .flushes
+            .iter()
+            .filter_map(|f| {
+                let t = clock.at(f.start_ns)?;
+                let args = f.bytes.map(|b| (ARG_BYTES, b)).into_iter().collect();
+                Some((
+                    t,
+                    clock.end(t, f.end_ns),
+                    format!("flush {}", f.table),
+                    args,
+                    vec![(ARG_TABLE, f.table.as_str())],
+                ))
+            })
+            .collect();
+        let compactions: Vec<Span> = log
+            .compactions
+            .iter()
+            .filter_map(|c| {
+                let t = clock.at(c.start_ns)?;
+                Some((
+                    t,
+                    clock.end(t, c.end_ns),
+                    format!("compaction {}", c.id),
+                    Vec::new(),
+                    Vec::new(),
+                ))
+            })
+            .collect();
+        for (name, mut spans) in [("memtable flushes", flushes), ("compactions", compactions)] {
+            if spans.is_empty() {
+                continue;
+            }
+            spans.sort_by_key(|s| (s.0, s.1));
+            let parent = uuid();
+            w.track(parent, Some(root), name, None, None, None)?;
+            let mut lanes = Lanes::default();
+            let key = format!("{file} {name}");
+            for (start, end, n, uints, strs) in &spans {
+                let (lane, new) = lanes.take(*start, *end);
+                if new {
+                    let u = uuid();
+                    lanes.uuid.push(u);
+                    w.track(
+                        u,
+                        Some(parent),
+                        name,
+                        Some(i64::from(lane)),
+                        Some(&key),
+                        None,
+                    )?;
+                }
+                w.app_event(
+                    lanes.uuid[lane as usize],
+                    *start,
+                    Some(*end),
+                    n,
+                    uints,
+                    strs,
+                )?;
+                st.app_slices += 1;
+            }
+        }
+        let deleted: Vec<(u64, &crate::stress::Marker)> = log
+            .markers
+            .iter()
+            .filter(|m| m.kind == "sstable-deleted")
+            .filter_map(|m| Some((clock.at(m.time_ns)?, m)))
+            .collect();
+        if !deleted.is_empty() {
+            let t = uuid();
+            w.track(t, Some(root), "SSTables deleted", None, None, None)?;
+            for (ts, m) in deleted {
+                let table = m.table.as_deref().unwrap_or("");
+                w.app_event(
+                    t,
+                    ts,
+                    None,
+                    "SSTable deleted",
+                    &[],
+                    &[(ARG_TABLE, table), (ARG_DETAIL, m.detail.as_str())],
+                )?;
+                st.app_instants += 1;
+            }
+        }
+    }
+    for run in &ctx.stress {
+        let points: Vec<(u64, &crate::stress::StatusPoint)> = run
+            .status
+            .iter()
+            .filter_map(|p| Some((clock.at(p.time_ns?)?, p)))
+            .collect();
+        if points.is_empty() {
+            continue;
+        }
+        let file = Path::new(&run.path)
+            .file_name()
+            .map_or(run.path.clone(), |f| f.to_string_lossy().into_owned());
+        let root = uuid();
+        w.track(
+            root,
+            None,
+            &format!("{} ({file})", run.tool),
+            Some(-99),
+            None,
+            None,
+        )?;
+        // Throughput, then each op's latencies in the order first met: (name, unit, samples).
+        type Counter<'a> = (String, &'a str, Vec<(u64, f64)>);
+        let mut series: Vec<Counter> = vec![(
+            "ops/s".into(),
+            "ops/s",
+            points
+                .iter()
+                .filter_map(|(t, p)| Some((*t, p.ops_per_s?)))
+                .collect(),
+        )];
+        for (t, p) in &points {
+            for l in &p.latencies {
+                for (what, v) in [("avg", l.avg_us), ("p99", l.p99_us)] {
+                    let Some(v) = v else { continue };
+                    let name = format!("{} {what} us", l.op);
+                    match series.iter_mut().find(|s| s.0 == name) {
+                        Some(s) => s.2.push((*t, v)),
+                        None => series.push((name, "us", vec![(*t, v)])),
+                    }
+                }
+            }
+        }
+        for (name, unit, samples) in series {
+            if samples.is_empty() {
+                continue;
+            }
+            let u = uuid();
+            w.track(
+                u,
+                Some(root),
+                &format!("{} {name}", run.tool),
+                None,
+                None,
+                Some(unit),
+            )?;
+            for (t, v) in samples {
+                w.counter(u, t, v)?;
+                st.stress_samples += 1;
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
