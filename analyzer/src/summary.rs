@@ -633,6 +633,10 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
         device: &name,
         cgroup: &cgroup,
         arrays: &r.header().arrays,
+        diskstats: (
+            &header.diskstats_start,
+            trailer.as_ref().map_or(&[][..], |t| &t.diskstats_end),
+        ),
     };
     // A section with nothing to say (Null) leaves no key.
     let sections = sections

@@ -525,7 +525,15 @@ fn the_phase_table_finds_the_planted_latencies_seeks_and_idle_time() {
         (span_ns - active_ns) as f64 / 1e9,
         1e-12
     ));
-    assert!(ph["merge_ratio"].as_str().unwrap().contains("not measured"));
+    assert!(
+        ph["merge_ratio"]
+            .as_str()
+            .unwrap()
+            .contains("/proc/diskstats")
+    );
+    // The planted trace's diskstats count its IOs and no merges: one bio per request.
+    assert_eq!(read["bios_per_request"].as_f64(), Some(1.0), "{read:#}");
+    assert_eq!(read["merged_bios"].as_u64(), Some(0), "{read:#}");
     let mut out = Vec::new();
     analyzer::text::write(&mut out, &j).unwrap();
     let text = String::from_utf8(out).unwrap();

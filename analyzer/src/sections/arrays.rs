@@ -320,6 +320,7 @@ mod tests {
         }];
         let v = s.finish(&Names {
             devices: &Default::default(),
+            diskstats: (&[], &[]),
             device: &name,
             cgroup: &|_| None,
             arrays: &arrays,
@@ -350,6 +351,7 @@ mod tests {
         assert!(
             s.finish(&Names {
                 devices: &Default::default(),
+                diskstats: (&[], &[]),
                 device: &name,
                 cgroup: &|_| None,
                 arrays: &[]

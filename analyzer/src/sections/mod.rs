@@ -50,6 +50,12 @@ pub struct Names<'a> {
     pub cgroup: &'a dyn Fn(u64) -> Option<String>,
     /// The md arrays over the traced disks, from the header.
     pub arrays: &'a [tracer_common::format::ArrayInfo],
+    /// /proc/diskstats at the start (header) and the end (trailer) of the run; the end is
+    /// empty for a file cut short.
+    pub diskstats: (
+        &'a [tracer_common::diskstats::DiskStats],
+        &'a [tracer_common::diskstats::DiskStats],
+    ),
 }
 
 /// Every section, in the order the reports show them.

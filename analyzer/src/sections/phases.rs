@@ -48,8 +48,8 @@ const ALL_IOS: u64 = 1 << 17;
 const SAMPLE_RUN: u64 = 1 << 13;
 const SAMPLE_PERIOD: u64 = 1 << 16;
 
-/// Why there is no merge ratio, in every output that would show one.
-const NO_MERGES: &str = "merge ratio (bios per request): not measured, the trace records requests, not the bios merged into them";
+/// What the merge ratio is, in every output that shows one.
+const MERGES: &str = "merge ratio: bios per request, (requests + merges) / requests, from /proc/diskstats over the run (the kernel's merge counts, iostat's rrqm/s and wrqm/s): the whole device, not only the traced IOs; absent without the trailer's diskstats";
 
 #[derive(Serialize, Deserialize, Default)]
 #[serde(default)]
@@ -86,6 +86,12 @@ struct DeviceModel {
 struct OpModel {
     op: String,
     ios: u64,
+    /// Bios merged into requests on the device during the run, and (requests + merges) /
+    /// requests, from /proc/diskstats (read, write, discard; absent without diskstats).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    merged_bios: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bios_per_request: Option<f64>,
     q2d_us: PhaseModel,
     d2c_us: PhaseModel,
     q2c_us: PhaseModel,
@@ -365,6 +371,8 @@ impl Section for Phases {
                     .map(|(op, o)| OpModel {
                         op: op.clone(),
                         ios: o.ios,
+                        merged_bios: merges(cx, (stats.major, stats.minor), op).map(|m| m.0),
+                        bios_per_request: merges(cx, (stats.major, stats.minor), op).map(|m| m.1),
                         q2d_us: phase(&o.queue_latency_ns),
                         d2c_us: phase(&o.device_latency_ns),
                         q2c_us: phase(&o.total_latency_ns),
@@ -411,11 +419,37 @@ impl Section for Phases {
             } else {
                 self.sampled_ios as f64 * 100.0 / self.ios as f64
             },
-            merge_ratio: NO_MERGES.into(),
+            merge_ratio: MERGES.into(),
             devices,
         })
         .unwrap_or(Value::Null)
     }
+}
+
+/// (merges, bios per request) of an op on a device over the run, from /proc/diskstats.
+fn merges(cx: &Names, (major, minor): (u32, u32), op: &str) -> Option<(u64, f64)> {
+    let find = |v: &[tracer_common::diskstats::DiskStats]| {
+        v.iter()
+            .find(|x| x.major == major && x.minor == minor)
+            .cloned()
+    };
+    let (a, b) = (find(cx.diskstats.0)?, find(cx.diskstats.1)?);
+    let (ios, merged) = match op {
+        "read" => (
+            b.read_ios.checked_sub(a.read_ios)?,
+            b.read_merges.checked_sub(a.read_merges)?,
+        ),
+        "write" => (
+            b.write_ios.checked_sub(a.write_ios)?,
+            b.write_merges.checked_sub(a.write_merges)?,
+        ),
+        "discard" => (
+            b.discard_ios.checked_sub(a.discard_ios)?,
+            b.discard_merges.checked_sub(a.discard_merges)?,
+        ),
+        _ => return None,
+    };
+    (ios > 0).then(|| (merged, (ios + merged) as f64 / ios as f64))
 }
 
 fn model(v: &Value) -> Option<Model> {
@@ -459,6 +493,26 @@ fn text(v: &Value, out: &mut dyn Write) -> std::io::Result<()> {
                 p(&o.q2c_us)
             )?;
         }
+        let merges: Vec<String> = d
+            .ops
+            .iter()
+            .filter_map(|o| {
+                let r = o.bios_per_request?;
+                Some(format!(
+                    "{} {r:.2} ({} merged)",
+                    o.op,
+                    tracer_common::coverage::thousands(o.merged_bios.unwrap_or(0))
+                ))
+            })
+            .collect();
+        if !merges.is_empty() {
+            writeln!(
+                out,
+                "  {:<12} bios per request (diskstats): {}",
+                d.name,
+                merges.join(", ")
+            )?;
+        }
         writeln!(
             out,
             "  {:<12} seeks in submission order{}: mean {:.0} sectors, median {:.0}, {:.1}% none (sequential share: see access pattern); active {:.3} s, idle {:.3} s ({:.1}% active)",
@@ -484,7 +538,7 @@ fn html(v: &Value, h: &mut String) -> std::fmt::Result {
     let Some(m) = model(v) else { return Ok(()) };
     h.push_str(
         "<h3>Phases</h3><p>After btt: Q2D is the time queued in the OS (entering the queue to issue), D2C at the device (issue to completion), Q2C in all. Microseconds.</p>\
-<table><tr><th class='l'>device</th><th class='l'>op</th><th>IOs</th>",
+<table><tr><th class='l'>device</th><th class='l'>op</th><th>IOs</th><th>bios per request</th>",
     );
     for ph in ["Q2D", "D2C", "Q2C"] {
         for s in ["min", "avg", "p50", "p99", "max"] {
@@ -496,10 +550,12 @@ fn html(v: &Value, h: &mut String) -> std::fmt::Result {
         for o in &d.ops {
             write!(
                 h,
-                "<tr><td class='l'>{}</td><td class='l'>{}</td><td>{}</td>",
+                "<tr><td class='l'>{}</td><td class='l'>{}</td><td>{}</td><td>{}</td>",
                 escape(&d.name),
                 escape(&o.op),
-                o.ios
+                o.ios,
+                o.bios_per_request
+                    .map_or_else(|| "-".to_string(), |r| format!("{r:.2}"))
             )?;
             for p in [&o.q2d_us, &o.d2c_us, &o.q2c_us] {
                 for x in [p.min, p.avg, p.p50, p.p99, p.max] {
@@ -541,6 +597,40 @@ fn html(v: &Value, h: &mut String) -> std::fmt::Result {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tracer_common::diskstats::DiskStats;
+
+    #[test]
+    fn merge_ratios_come_from_the_runs_diskstats() {
+        let at = |read_ios, read_merges, write_ios, write_merges| DiskStats {
+            major: 259,
+            minor: 0,
+            read_ios,
+            read_merges,
+            write_ios,
+            write_merges,
+            ..Default::default()
+        };
+        let (start, end) = ([at(100, 5, 10, 0)], [at(1100, 505, 10, 0)]);
+        let d = (259, 0);
+        let devices = Default::default();
+        let cx = Names {
+            devices: &devices,
+            device: &|_| String::new(),
+            cgroup: &|_| None,
+            arrays: &[],
+            diskstats: (&start, &end),
+        };
+        // 1,000 requests, 500 bios merged into them: 1.5 bios per request.
+        assert_eq!(merges(&cx, d, "read"), Some((500, 1.5)));
+        // No write requests in the run: no ratio.
+        assert_eq!(merges(&cx, d, "write"), None);
+        assert_eq!(merges(&cx, d, "flush"), None);
+        let none = Names {
+            diskstats: (&start, &[]),
+            ..cx
+        };
+        assert_eq!(merges(&none, d, "read"), None);
+    }
 
     #[test]
     fn seek_buckets_hold_their_values() {
