@@ -14,6 +14,26 @@ use tracer_common::format::{
 };
 use tracer_common::op::StatGroup;
 
+/// The repository's root (the workspace holding this crate).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// The project's Python (target/fleet/venv, made by `cargo xtask setup` with duckdb, pyspark
+/// and perfetto; xtask/src/fleet.rs pins them).
+pub fn venv_python() -> PathBuf {
+    let p = repo_root().join("target/fleet/venv/bin/python");
+    assert!(
+        p.exists(),
+        "{} is missing: run `cargo xtask setup` (it creates the venv with duckdb, pyspark and perfetto)",
+        p.display()
+    );
+    p
+}
+
 pub fn bin(name: &str) -> PathBuf {
     let dir = std::env::var_os("BLKPROF_BIN_DIR")
         .map(PathBuf::from)

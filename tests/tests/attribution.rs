@@ -5,17 +5,6 @@ use std::process::Command;
 
 use blkprof_e2e::{Scratch, TestDir, Trace, Tracer, bin};
 
-/// The unified hierarchy's mount point (from /proc/self/mountinfo).
-fn cgroup2_root() -> std::path::PathBuf {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    info.lines()
-        .find_map(|l| {
-            let (pre, post) = l.split_once(" - ")?;
-            (post.starts_with("cgroup2 ")).then(|| pre.split_whitespace().nth(4).map(Into::into))?
-        })
-        .expect("a cgroup2 (unified) hierarchy is mounted")
-}
-
 /// A fresh cgroup, removed on drop (once its processes have exited).
 struct Cgroup {
     dir: std::path::PathBuf,
@@ -25,7 +14,9 @@ struct Cgroup {
 impl Cgroup {
     fn new(tag: &str) -> Cgroup {
         let name = format!("blkprof-e2e-{tag}-{}", std::process::id());
-        let dir = cgroup2_root().join(&name);
+        let dir = tracer_common::cgroup::cgroup2_mount()
+            .expect("a cgroup2 (unified) hierarchy is mounted")
+            .join(&name);
         std::fs::create_dir(&dir).unwrap();
         Cgroup {
             dir,

@@ -16,25 +16,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use blkprof_e2e::{TestDir, bin};
+use blkprof_e2e::{TestDir, bin, repo_root, venv_python};
 use serde_json::Value;
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-fn python() -> PathBuf {
-    let p = root().join("target/fleet/venv/bin/python");
-    assert!(
-        p.exists(),
-        "{} is missing: run `cargo xtask setup` (it creates the venv with duckdb and pyspark)",
-        p.display()
-    );
-    p
-}
 
 /// (host, traces): the golden traces as a fleet of three; node1 has two traces (two files in
 /// its partition).
@@ -64,7 +47,7 @@ type Key = (String, String, String);
 /// Export each host's traces into its own directory (as each node would), gather the `host=`
 /// directories into one (as the docs say), and read the reports.
 fn fleet(dir: &Path) -> (PathBuf, BTreeMap<Key, Expected>) {
-    let data = root().join("tests/data");
+    let data = repo_root().join("tests/data");
     let out = dir.join("fleet");
     std::fs::create_dir_all(&out).unwrap();
     let mut expected: BTreeMap<Key, Expected> = BTreeMap::new();
@@ -122,11 +105,11 @@ fn fleet(dir: &Path) -> (PathBuf, BTreeMap<Key, Expected>) {
 fn run(engine: &str, data: &Path, dir: &Path) -> (Value, f64) {
     let out = dir.join(format!("{engine}.json"));
     let t = Instant::now();
-    let o = Command::new(python())
-        .arg(root().join("tests/fleet/run_recipes.py"))
+    let o = Command::new(venv_python())
+        .arg(repo_root().join("tests/fleet/run_recipes.py"))
         .arg(engine)
         .arg(data)
-        .arg(root().join("docs/fleet.md"))
+        .arg(repo_root().join("docs/fleet.md"))
         .arg(&out)
         .output()
         .unwrap();

@@ -8,29 +8,12 @@
 //! Needs the Python environment `cargo xtask setup` makes (target/fleet/venv); no root. Not
 //! trace_processor: it downloads a binary at run time.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Instant;
 
-use blkprof_e2e::{TestDir, bin};
+use blkprof_e2e::{TestDir, bin, repo_root, venv_python};
 use serde_json::Value;
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-fn python() -> PathBuf {
-    let p = root().join("target/fleet/venv/bin/python");
-    assert!(
-        p.exists(),
-        "{} is missing: run `cargo xtask setup` (it creates the venv with the perfetto package)",
-        p.display()
-    );
-    p
-}
 
 fn blkprof(args: &[&str], trace: &Path) -> Output {
     let o = Command::new(bin("blkprof"))
@@ -69,8 +52,8 @@ fn check_with(
     std::fs::write(&report, blkprof(&args, report_of).stdout).unwrap();
     let figures = dir.join(format!("{stem}.figures.json"));
     let t = Instant::now();
-    let o = Command::new(python())
-        .arg(root().join("tests/perfetto/check_trace.py"))
+    let o = Command::new(venv_python())
+        .arg(repo_root().join("tests/perfetto/check_trace.py"))
         .args([&pf, &report, &figures])
         .output()
         .unwrap();
@@ -125,7 +108,7 @@ fn demo_like_synthetic_trace_passes_perfettos_own_protos() {
 fn golden_traces_pass_perfettos_own_protos() {
     let dir = TestDir::new();
     for t in ["cassandra-ycsb-a.blkp", "cassandra-shaped-a.blkp"] {
-        let fig = assert_passes(&root().join("tests/data").join(t), dir.path());
+        let fig = assert_passes(&repo_root().join("tests/data").join(t), dir.path());
         assert!(fig["devices"].as_object().unwrap().len() == 1);
     }
 }
@@ -136,7 +119,7 @@ fn golden_traces_pass_perfettos_own_protos() {
 #[test]
 fn cassandra_and_ycsb_tracks_match_the_reports_markers() {
     let dir = TestDir::new();
-    let data = root().join("tests/data");
+    let data = repo_root().join("tests/data");
     let log = data.join("cassandra-ycsb-a.system.log");
     let err = data.join("cassandra-ycsb-a.ycsb-run.err");
     let extra = [
@@ -168,7 +151,7 @@ fn cassandra_and_ycsb_tracks_match_the_reports_markers() {
 #[test]
 fn the_check_fails_on_an_export_that_does_not_match_the_report() {
     let dir = TestDir::new();
-    let data = root().join("tests/data");
+    let data = repo_root().join("tests/data");
     let (o, _) = check(
         &data.join("cassandra-shaped-a.blkp"),
         &data.join("cassandra-shaped-bigger-writes.blkp"),

@@ -4,6 +4,8 @@
 
 pub mod abi;
 #[cfg(feature = "format")]
+pub mod cgroup;
+#[cfg(feature = "format")]
 pub mod coverage;
 #[cfg(feature = "format")]
 pub mod diskstats;

@@ -6,18 +6,6 @@ use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 
-/// Where the unified (v2) hierarchy is mounted: /sys/fs/cgroup on a pure v2 system,
-/// /sys/fs/cgroup/unified beside v1 controllers.
-pub fn mount_point() -> Option<PathBuf> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    info.lines().find_map(|l| {
-        let (pre, post) = l.split_once(" - ")?;
-        (post.split_whitespace().next()? == "cgroup2")
-            .then(|| pre.split_whitespace().nth(4).map(PathBuf::from))
-            .flatten()
-    })
-}
-
 /// Paths of cgroup ids, learnt by walking the hierarchy when an unknown id shows up.
 pub struct Cgroups {
     root: Option<PathBuf>,
@@ -27,7 +15,7 @@ pub struct Cgroups {
 impl Cgroups {
     pub fn new() -> Cgroups {
         Cgroups {
-            root: mount_point(),
+            root: tracer_common::cgroup::cgroup2_mount(),
             paths: HashMap::new(),
         }
     }
