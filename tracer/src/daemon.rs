@@ -152,6 +152,8 @@ struct Run {
     /// The md arrays over the traced disks, read at the start.
     arrays: Vec<tracer_common::format::ArrayInfo>,
     recorder: Option<Recorder>,
+    /// Flight-recorder dumps being written.
+    dumps: Vec<tokio::task::JoinHandle<()>>,
     /// cgroup ids to paths, and the ids the open file (or segment) has named.
     cgroups: Cgroups,
     cgroups_named: std::collections::HashSet<u64>,
@@ -640,40 +642,66 @@ impl Run {
         k
     }
 
-    /// Cut the flight recorder's open segment and write everything it holds as a trace file.
-    fn dump(&mut self, ring: &mut RingBuf<MapData>, why: &str) -> Result<PathBuf, String> {
+    /// Cut the flight recorder's open segment and write everything it holds as a trace file,
+    /// in a blocking task (the loop goes on reading the ring); `reply` gets the file written,
+    /// or why not, when it is done.
+    fn dump(
+        &mut self,
+        ring: &mut RingBuf<MapData>,
+        why: &str,
+        reply: Option<tokio::sync::oneshot::Sender<Result<PathBuf, String>>>,
+    ) {
+        let answer = |r: Result<PathBuf, String>| {
+            if let Some(tx) = reply {
+                let _ = tx.send(r);
+            }
+        };
         if self.recorder.is_none() {
-            return Err(
+            return answer(Err(
                 "no flight recorder: start blkprof-trace with --flight-recorder DURATION".into(),
-            );
+            ));
         }
-        self.rotate(ring).map_err(|e| e.to_string())?;
-        let rec = self.recorder.as_mut().ok_or("no flight recorder")?;
+        if let Err(e) = self.rotate(ring) {
+            return answer(Err(e.to_string()));
+        }
+        let Some(rec) = self.recorder.as_mut() else {
+            return answer(Err("no flight recorder".into()));
+        };
+        let Some(snapshot) = rec.snapshot() else {
+            eprintln!("blkprof-trace: flight recorder: cannot dump: it holds nothing yet");
+            return answer(Err("the flight recorder holds nothing yet".into()));
+        };
         let path = crate::recorder::dump_name(&rec.dir, clock::realtime_ns());
-        match rec.dump(&path, why) {
-            Ok((records, bytes, from, to)) => {
-                eprintln!(
-                    "blkprof-trace: flight recorder: wrote {} ({} IOs over {:.1} s, {} bytes; {why}){}",
-                    path.display(),
-                    thousands(records),
-                    to.saturating_sub(from) as f64 / 1e9,
-                    thousands(bytes),
-                    if rec.shortened > 0 {
-                        format!(
-                            "; the window is shorter than asked: {} segments went for --flight-recorder-size",
-                            rec.shortened
-                        )
-                    } else {
-                        String::new()
+        let why = why.to_string();
+        self.dumps.retain(|d| !d.is_finished());
+        self.dumps
+            .push(tokio::task::spawn_blocking(move || {
+                let r = match snapshot.write(&path, &why) {
+                    Ok((records, bytes, from, to)) => {
+                        eprintln!(
+                            "blkprof-trace: flight recorder: wrote {} ({} IOs over {:.1} s, {} bytes; {why}){}",
+                            path.display(),
+                            thousands(records),
+                            to.saturating_sub(from) as f64 / 1e9,
+                            thousands(bytes),
+                            if snapshot.shortened > 0 {
+                                format!(
+                                    "; the window is shorter than asked: {} segments went for --flight-recorder-size",
+                                    snapshot.shortened
+                                )
+                            } else {
+                                String::new()
+                            }
+                        );
+                        Ok(path)
                     }
-                );
-                Ok(path)
-            }
-            Err(e) => {
-                eprintln!("blkprof-trace: flight recorder: cannot dump: {e}");
-                Err(e.to_string())
-            }
-        }
+                    Err(e) => {
+                        eprintln!("blkprof-trace: flight recorder: cannot dump: {e}");
+                        Err(e.to_string())
+                    }
+                };
+                answer(r);
+            }));
     }
 
     /// The metrics endpoint's text, from the probe's counters read now.
@@ -907,6 +935,7 @@ pub async fn run(cfg: Config) -> Result<i32> {
         metrics: None,
         arrays: devices::arrays_of(&devices_for_arrays),
         recorder: None,
+        dumps: Vec::new(),
         cgroups: Cgroups::new(),
         cgroups_named: Default::default(),
         last_cgroup_named: None,
@@ -1037,14 +1066,12 @@ pub async fn run(cfg: Config) -> Result<i32> {
                     Ask::Metrics(open, reply) => {
                         let _ = reply.send(run.scrape(open));
                     }
-                    Ask::Dump(reply) => {
-                        let _ = reply.send(run.dump(ring.get_mut(), "POST /dump"));
-                    }
+                    Ask::Dump(reply) => run.dump(ring.get_mut(), "POST /dump", Some(reply)),
                 }
             }
             _ = sigusr1.recv() => {
                 if run.recorder.is_some() {
-                    let _ = run.dump(ring.get_mut(), "SIGUSR1");
+                    run.dump(ring.get_mut(), "SIGUSR1", None);
                 } else {
                     eprintln!("blkprof-trace: SIGUSR1: no flight recorder to dump (start with --flight-recorder DURATION)");
                 }
@@ -1056,7 +1083,7 @@ pub async fn run(cfg: Config) -> Result<i32> {
                 }
             } => {
                 if let Some((_, why)) = run.pending_dump.take() {
-                    let _ = run.dump(ring.get_mut(), &why);
+                    run.dump(ring.get_mut(), &why, None);
                 }
             }
             _ = sleep => break "duration",
@@ -1077,10 +1104,15 @@ pub async fn run(cfg: Config) -> Result<i32> {
 
     // A trigger fired and its dump is still waiting: write it now, with what there is.
     if let Some((_, why)) = run.pending_dump.take() {
-        let _ = run.dump(
+        run.dump(
             ring.get_mut(),
             &format!("{why}; the tracer stopped before its time after"),
+            None,
         );
+    }
+    // Dumps being written finish before the tracer says it is done.
+    for d in std::mem::take(&mut run.dumps) {
+        let _ = d.await;
     }
     // The end: IOs completing by this instant belong to the run. The programs stay attached
     // while the IOs in flight at the cut complete (tallied, not stored), so nothing submitted

@@ -6,9 +6,15 @@
 //! the run at one instant (the same cut as file rotation: the probe's aggregates flip epoch
 //! there and /proc/diskstats is read just after), so a dump of consecutive segments is exact
 //! against the kernel's counters from its first cut to its last, as any trace file is.
+//!
+//! A dump takes the segments held (shared, not copied) and is written by a blocking task off
+//! the daemon's loop, which goes on reading the ring meanwhile: writing 10 minutes of IOs
+//! takes long enough to overflow the ring at a high rate. Segments the recorder lets go while
+//! a dump is being written live until it is done, so memory may reach twice the bound then.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tracer_common::format::{Blocks, FormatError, TraceHeader, TraceTrailer, TraceWriter};
@@ -33,7 +39,7 @@ pub struct Recorder {
     /// After a trigger fires: the dump waits this long.
     pub after: Duration,
     pub triggers: Vec<Trigger>,
-    segments: VecDeque<Segment>,
+    segments: VecDeque<Arc<Segment>>,
     bytes: u64,
     /// Segments dropped for the byte bound while still inside the window.
     pub shortened: u64,
@@ -79,7 +85,7 @@ impl Recorder {
     /// `now_ns` (monotonic), and the oldest beyond the byte bound.
     pub fn push(&mut self, s: Segment, now_ns: u64) {
         self.bytes += s.frames.len() as u64;
-        self.segments.push_back(s);
+        self.segments.push_back(Arc::new(s));
         let window_ns = self.window.as_nanos() as u64;
         let needed_from = self
             .hold_from
@@ -107,16 +113,36 @@ impl Recorder {
         self.hold_from = Some(at_ns);
     }
 
-    /// Write every segment held as one trace file at `path` (through a `.part` file renamed
-    /// when complete). Returns (records, bytes, first and last monotonic instants).
-    pub fn dump(&mut self, path: &Path, reason: &str) -> Result<(u64, u64, u64, u64), FormatError> {
-        let (Some(first), Some(last)) = (self.segments.front(), self.segments.back()) else {
+    /// What a dump writes: every segment held now (shared with the recorder, which goes on).
+    pub fn snapshot(&mut self) -> Option<Snapshot> {
+        if self.segments.is_empty() {
+            return None;
+        }
+        self.hold_from = None;
+        Some(Snapshot {
+            segments: self.segments.iter().cloned().collect(),
+            shortened: self.shortened,
+        })
+    }
+}
+
+/// The segments of one dump.
+pub struct Snapshot {
+    segments: Vec<Arc<Segment>>,
+    /// Segments dropped for the byte bound inside the window, up to this dump.
+    pub shortened: u64,
+}
+
+impl Snapshot {
+    /// Write the segments as one trace file at `path` (through a `.part` file renamed when
+    /// complete). Returns (records, bytes, first and last monotonic instants).
+    pub fn write(&self, path: &Path, reason: &str) -> Result<(u64, u64, u64, u64), FormatError> {
+        let (Some(first), Some(last)) = (self.segments.first(), self.segments.last()) else {
             return Err(FormatError::Io {
                 path: path.to_owned(),
                 source: std::io::Error::other("the flight recorder holds nothing yet"),
             });
         };
-        self.hold_from = None;
         let part = path.with_extension("blkp.part");
         let mut header = first.header.clone();
         header.sequence = 0;
