@@ -204,7 +204,7 @@ enum Cmd {
         #[arg(long, help_heading = "Parquet")]
         partition: bool,
         /// Parquet: compression codec.
-        #[arg(long, value_enum, default_value_t = analyzer::export::parquet::Codec::Zstd, help_heading = "Parquet")]
+        #[arg(long, value_enum, default_value_t = analyzer::export::parquet::Codec::Snappy, help_heading = "Parquet")]
         compression: analyzer::export::parquet::Codec,
         /// Parquet: rows per row group (the unit engines skip by time and device).
         #[arg(long, default_value_t = analyzer::export::parquet::DEFAULT_ROW_GROUP_ROWS as u64, value_parser = clap::value_parser!(u64).range(1..=(1 << 30)), help_heading = "Parquet")]

@@ -1,9 +1,13 @@
 //! `blkprof export --format parquet`: one row per IO in Apache Parquet, for the SQL engines a
 //! fleet already runs (DuckDB, Spark, Trino, ...; recipes in docs/fleet.md).
 //!
-//! Streaming: records go from each decoded chunk into column buffers of [`BATCH_ROWS`] rows,
-//! which become an Arrow record batch for the Parquet writer; the writer holds at most one row
-//! group, so memory does not grow with the trace. The columns mean what `blkprof report`
+//! Streaming: records go from each decoded chunk into column buffers of [`BATCH_ROWS`] rows
+//! (reused from batch to batch), which the parquet crate's column writers encode as they are
+//! (the numeric columns) and [`DictColumn`]s write as dictionary keys (the string columns); a
+//! file holds at most one row group in memory, so memory does not grow with the trace. The
+//! file is what the crate's Arrow writer writes for [`schema`] (the Arrow schema is in its
+//! metadata), at a third of its cost: that writer re-interned every row's strings and copied
+//! every value through a gather. The columns mean what `blkprof report`
 //! means: `op` is the report's op (absorbed empty flushes are `flush-absorbed`, as the report
 //! counts them apart), `device_latency_ns` is null for IOs never issued to the device (the
 //! report's device latency leaves them out), `total_latency_ns` is completion minus entry, and
@@ -13,33 +17,33 @@
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use arrow_array::types::Int32Type;
-use arrow_array::{
-    ArrayRef, DictionaryArray, Int32Array, Int64Array, RecordBatch, StringArray,
-    TimestampNanosecondArray,
-};
-use arrow_buffer::{NullBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
-use parquet::arrow::ArrowWriter;
+use bytes::Bytes;
+use parquet::arrow::{ArrowSchemaConverter, add_encoded_arrow_schema_to_metadata};
 use parquet::basic::{Compression, Encoding, ZstdLevel};
+use parquet::column::page::{CompressedPage, PageWriteSpec, PageWriter};
+use parquet::column::writer::{ColumnWriter, ColumnWriterImpl, get_column_writer};
+use parquet::data_type::{Int32Type, Int64Type};
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::file::writer::{SerializedFileWriter, SerializedPageWriter, TrackedWrite};
 use parquet::schema::types::ColumnPath;
 use serde::Serialize;
 use tracer_common::format::{Ending, IoRecord, TraceHeader, TraceReader};
 use tracer_common::op::{Op, flags};
 
+use super::parquet_dict::DictColumn;
 use super::{ExportError, flag_names};
 use crate::summary::{Lost, Window, op_key};
 
-/// Rows per Arrow record batch handed to the writer (column buffers are reused).
+/// Rows buffered per column before they go to the column writers (the buffers are reused).
 const BATCH_ROWS: usize = 65_536;
 
 /// Rows per row group by default: the unit engines skip by statistics and read in parallel.
-/// Not yet measured against the others: `cargo xtask bench --analyzer-only` compares 128 Ki,
-/// 1 Mi and 4 Mi rows (and the codecs) and its figures belong in BENCHMARKS.md.
+/// `cargo xtask bench --analyzer-only` compares 128 Ki, 1 Mi and 4 Mi rows (and the codecs):
+/// 1 Mi was the fastest, at 45 MiB peak RSS (BENCHMARKS.md).
 pub const DEFAULT_ROW_GROUP_ROWS: usize = 1 << 20;
 
 /// Key of the file's key-value metadata that holds the run's description ([`RunMeta`], JSON).
@@ -47,12 +51,15 @@ pub const RUN_META_KEY: &str = "blkprof.run";
 
 const NS_PER_DAY: i64 = 86_400_000_000_000;
 
-/// `blkprof export --compression`: the Parquet codec of every column.
+/// `blkprof export --compression`: the Parquet codec of the numeric columns (the dictionary
+/// string columns' bit-packed keys are stored as they are: parquet_dict.rs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Codec {
-    /// Zstandard (the default; `cargo xtask bench --analyzer-only` compares the codecs).
+    /// Zstandard: the smallest file (1% smaller than snappy on the bench trace, whose columns
+    /// are delta- and dictionary-encoded already), for 20% more CPU time.
     Zstd,
-    /// Snappy: what Spark writes by default.
+    /// Snappy: the default (`cargo xtask bench --analyzer-only` compares the codecs), and what
+    /// Spark writes by default.
     Snappy,
     /// LZ4 (the LZ4_RAW codec of the Parquet spec).
     Lz4,
@@ -89,7 +96,7 @@ impl Default for ParquetOptions {
             host: None,
             partition: false,
             device: None,
-            codec: Codec::Zstd,
+            codec: Codec::Snappy,
             row_group_rows: DEFAULT_ROW_GROUP_ROWS,
         }
     }
@@ -181,7 +188,9 @@ fn properties(opts: &ParquetOptions) -> WriterProperties {
         .set_statistics_enabled(EnabledStatistics::Page)
         .set_created_by(format!("blkprof {}", env!("CARGO_PKG_VERSION")));
     // Times grow (nearly) monotonically and latencies vary little from one IO to the next: delta
-    // encoding packs them in a few bits each, where dictionaries would not help.
+    // encoding packs them in a few bits each, where dictionaries would not help. The small
+    // integers (sizes, pids, queue depths, errors) too: a dictionary of them hashes every value
+    // (10% of the export's time) to save 0.3 bytes per IO on the bench trace.
     for c in [
         "complete_time",
         "issue_time",
@@ -190,6 +199,12 @@ fn properties(opts: &ParquetOptions) -> WriterProperties {
         "total_latency_ns",
         "queue_ns",
         "sector",
+        "bytes",
+        "pid",
+        "dev_inflight",
+        "os_inflight",
+        "error",
+        "requeues",
     ] {
         b = b
             .set_column_dictionary_enabled(col(c), false)
@@ -291,6 +306,10 @@ struct Columns {
     issue_valid: Vec<bool>,
     enter: Vec<i64>,
     enter_valid: Vec<bool>,
+    /// Rows of the batch without an issue (an entry) time.
+    issue_nulls: usize,
+    enter_nulls: usize,
+    queue_valid: Vec<bool>,
     device_latency: Vec<i64>,
     total_latency: Vec<i64>,
     queue: Vec<i64>,
@@ -319,33 +338,73 @@ impl Columns {
         self.complete.len()
     }
 
-    #[inline]
-    fn push(&mut self, rec: &IoRecord, header: &TraceHeader, keys: &mut Keys, r: &TraceReader) {
+    /// Append rows, a column at a time (a whole decoded chunk at once when its records all go
+    /// to this file: a column's loop is a tight one, where 19 pushes per row were not).
+    fn extend(
+        &mut self,
+        recs: &[IoRecord],
+        header: &TraceHeader,
+        keys: &mut Keys,
+        r: &TraceReader,
+    ) {
         let wall = |ns: u64| header.wall_ns(ns);
-        self.device.push(keys.device(rec.dev, r));
-        self.op.push(op_index(rec));
-        self.flags.push(keys.flags(rec.flags));
-        self.complete.push(wall(rec.complete_ns));
-        let issued = rec.issue_ns != 0;
-        self.issue.push(if issued { wall(rec.issue_ns) } else { 0 });
-        self.issue_valid.push(issued);
-        let entered = rec.enter_ns != 0 && rec.flags & flags::STARTED_BEFORE == 0;
-        self.enter
-            .push(if entered { wall(rec.enter_ns) } else { 0 });
-        self.enter_valid.push(entered);
         let clamp = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-        self.device_latency.push(clamp(rec.device_ns()));
-        self.total_latency.push(clamp(rec.total_ns()));
-        self.queue
-            .push(clamp(rec.issue_ns.saturating_sub(rec.enter_ns)));
-        self.bytes.push(i64::from(rec.bytes));
-        self.sector.push(clamp(rec.sector));
-        self.pid.push(rec.pid as i32);
-        let t = rec.task as usize;
+        let u32_col = |v: u32| i32::try_from(v).unwrap_or(i32::MAX);
+        let entered = |rec: &IoRecord| rec.enter_ns != 0 && rec.flags & flags::STARTED_BEFORE == 0;
+        for rec in recs {
+            self.device.push(keys.device(rec.dev, r));
+            self.flags.push(keys.flags(rec.flags));
+        }
+        self.op.extend(recs.iter().map(op_index));
+        self.complete
+            .extend(recs.iter().map(|rec| wall(rec.complete_ns)));
+        self.issue.extend(recs.iter().map(|rec| {
+            if rec.issue_ns != 0 {
+                wall(rec.issue_ns)
+            } else {
+                0
+            }
+        }));
+        self.issue_valid
+            .extend(recs.iter().map(|rec| rec.issue_ns != 0));
+        self.issue_nulls += recs.iter().filter(|rec| rec.issue_ns == 0).count();
+        self.enter.extend(
+            recs.iter()
+                .map(|rec| if entered(rec) { wall(rec.enter_ns) } else { 0 }),
+        );
+        self.enter_valid.extend(recs.iter().map(entered));
+        self.enter_nulls += recs.iter().filter(|rec| !entered(rec)).count();
+        self.device_latency
+            .extend(recs.iter().map(|rec| clamp(rec.device_ns())));
+        self.total_latency
+            .extend(recs.iter().map(|rec| clamp(rec.total_ns())));
+        self.queue.extend(
+            recs.iter()
+                .map(|rec| clamp(rec.issue_ns.saturating_sub(rec.enter_ns))),
+        );
+        self.bytes
+            .extend(recs.iter().map(|rec| i64::from(rec.bytes)));
+        self.sector.extend(recs.iter().map(|rec| clamp(rec.sector)));
+        self.pid.extend(recs.iter().map(|rec| rec.pid as i32));
+        for rec in recs {
+            let (comm, cgroup) = self.task_keys(rec.task as usize, r);
+            self.comm.push(comm);
+            self.cgroup.push(cgroup);
+        }
+        self.dev_inflight
+            .extend(recs.iter().map(|rec| u32_col(rec.dev_inflight)));
+        self.os_inflight
+            .extend(recs.iter().map(|rec| u32_col(rec.os_inflight)));
+        self.error.extend(recs.iter().map(|rec| rec.error));
+        self.requeues
+            .extend(recs.iter().map(|rec| i32::from(rec.requeues)));
+    }
+
+    /// The batch's comm and cgroup keys of task table index `t` (cgroup -1: null).
+    #[inline]
+    fn task_keys(&mut self, t: usize, r: &TraceReader) -> (i32, i32) {
         if t >= self.comm_of_task.len() {
             self.comm_of_task.resize(t + 1, -1);
-        }
-        if t >= self.cgroup_of_task.len() {
             self.cgroup_of_task.resize(t + 1, -1);
         }
         let mut k = self.comm_of_task[t];
@@ -368,94 +427,74 @@ impl Columns {
                 _ => -1,
             };
         }
-        self.comm.push(k);
-        self.cgroup.push(self.cgroup_of_task[t]);
-        let u32_col = |v: u32| i32::try_from(v).unwrap_or(i32::MAX);
-        self.dev_inflight.push(u32_col(rec.dev_inflight));
-        self.os_inflight.push(u32_col(rec.os_inflight));
-        self.error.push(rec.error);
-        self.requeues.push(i32::from(rec.requeues));
+        (k, self.cgroup_of_task[t])
     }
 
-    /// The buffered rows as a record batch; the buffers are left empty for the next batch.
-    fn take_batch(&mut self, schema: &SchemaRef, keys: &Keys) -> Result<RecordBatch, String> {
-        let n = self.len();
-        let dict = |k: &mut Vec<i32>, values: &mut dyn Iterator<Item = &str>| -> ArrayRef {
-            let keys = Int32Array::new(ScalarBuffer::from(std::mem::take(k)), None);
-            let values: ArrayRef = Arc::new(StringArray::from_iter_values(values));
-            Arc::new(DictionaryArray::<Int32Type>::new(keys, values))
-        };
-        let i64s = |v: &mut Vec<i64>, valid: Option<NullBuffer>| -> ArrayRef {
-            Arc::new(Int64Array::new(
-                ScalarBuffer::from(std::mem::take(v)),
-                valid,
-            ))
-        };
-        let i32s = |v: &mut Vec<i32>| -> ArrayRef {
-            Arc::new(Int32Array::new(ScalarBuffer::from(std::mem::take(v)), None))
-        };
-        let ts = |v: &mut Vec<i64>, valid: Option<NullBuffer>| -> ArrayRef {
-            Arc::new(
-                TimestampNanosecondArray::new(ScalarBuffer::from(std::mem::take(v)), valid)
-                    .with_timezone("UTC"),
-            )
-        };
-        let nulls = |v: &mut Vec<bool>| -> Option<NullBuffer> {
-            let b = NullBuffer::from(std::mem::take(v));
-            (b.null_count() > 0).then_some(b)
-        };
-        let issue_valid = nulls(&mut self.issue_valid);
-        let enter_valid = nulls(&mut self.enter_valid);
+    /// The numeric columns' buffered rows by schema position, with their validity when the
+    /// batch has nulls (null rows hold 0, to be left out).
+    fn numeric(&mut self) -> [(usize, Num<'_>, Option<&[bool]>); 13] {
+        let issue = (self.issue_nulls > 0).then_some(self.issue_valid.as_slice());
+        let enter = (self.enter_nulls > 0).then_some(self.enter_valid.as_slice());
         // Queue time needs both ends.
-        let queue_valid = NullBuffer::union(issue_valid.as_ref(), enter_valid.as_ref());
-        let mut host_keys = vec![0i32; n];
-        let columns: Vec<ArrayRef> = vec![
-            dict(&mut host_keys, &mut std::iter::once(keys.host.as_str())),
-            dict(
-                &mut self.device,
-                &mut keys.devices.iter().map(|d| d.1.as_str()),
-            ),
-            dict(&mut self.op, &mut keys.op_values.iter().map(String::as_str)),
-            dict(
-                &mut self.flags,
-                &mut keys.flag_values.iter().map(String::as_str),
-            ),
-            ts(&mut self.complete, None),
-            ts(&mut self.issue, issue_valid.clone()),
-            ts(&mut self.enter, enter_valid),
-            i64s(&mut self.device_latency, issue_valid),
-            i64s(&mut self.total_latency, None),
-            i64s(&mut self.queue, queue_valid),
-            i64s(&mut self.bytes, None),
-            i64s(&mut self.sector, None),
-            i32s(&mut self.pid),
-            dict(
-                &mut self.comm,
-                &mut self.comm_values.iter().map(String::as_str),
-            ),
-            i32s(&mut self.dev_inflight),
-            i32s(&mut self.os_inflight),
-            i32s(&mut self.error),
-            i32s(&mut self.requeues),
-            {
-                let keys = std::mem::take(&mut self.cgroup);
-                let valid: Vec<bool> = keys.iter().map(|&k| k >= 0).collect();
-                let keys: Vec<i32> = keys.into_iter().map(|k| k.max(0)).collect();
-                let valid = NullBuffer::from(valid);
-                let keys = Int32Array::new(
-                    ScalarBuffer::from(keys),
-                    (valid.null_count() > 0).then_some(valid),
-                );
-                // A dictionary needs a value for its null keys to point at.
-                if self.cgroup_values.is_empty() {
-                    self.cgroup_values.push(String::new());
-                }
-                let values: ArrayRef = Arc::new(StringArray::from_iter_values(
-                    self.cgroup_values.iter().map(String::as_str),
-                ));
-                Arc::new(DictionaryArray::<Int32Type>::new(keys, values))
-            },
-        ];
+        self.queue_valid.clear();
+        if issue.is_some() || enter.is_some() {
+            self.queue_valid.extend(
+                self.issue_valid
+                    .iter()
+                    .zip(&self.enter_valid)
+                    .map(|(a, b)| *a && *b),
+            );
+        }
+        let queue = (!self.queue_valid.is_empty()).then_some(self.queue_valid.as_slice());
+        [
+            (4, Num::I64(&self.complete), None),
+            (5, Num::I64(&self.issue), issue),
+            (6, Num::I64(&self.enter), enter),
+            (7, Num::I64(&self.device_latency), issue),
+            (8, Num::I64(&self.total_latency), None),
+            (9, Num::I64(&self.queue), queue),
+            (10, Num::I64(&self.bytes), None),
+            (11, Num::I64(&self.sector), None),
+            (12, Num::I32(&self.pid), None),
+            (14, Num::I32(&self.dev_inflight), None),
+            (15, Num::I32(&self.os_inflight), None),
+            (16, Num::I32(&self.error), None),
+            (17, Num::I32(&self.requeues), None),
+        ]
+    }
+
+    /// Empty the buffers (keeping their memory) and forget the batch's tasks.
+    fn clear(&mut self) {
+        for v in [
+            &mut self.complete,
+            &mut self.issue,
+            &mut self.enter,
+            &mut self.device_latency,
+            &mut self.total_latency,
+            &mut self.queue,
+            &mut self.bytes,
+            &mut self.sector,
+        ] {
+            v.clear();
+        }
+        for v in [
+            &mut self.device,
+            &mut self.op,
+            &mut self.flags,
+            &mut self.pid,
+            &mut self.comm,
+            &mut self.cgroup,
+            &mut self.dev_inflight,
+            &mut self.os_inflight,
+            &mut self.error,
+            &mut self.requeues,
+        ] {
+            v.clear();
+        }
+        self.issue_valid.clear();
+        self.enter_valid.clear();
+        self.issue_nulls = 0;
+        self.enter_nulls = 0;
         for &t in &self.comm_tasks {
             self.comm_of_task[t] = -1;
             self.cgroup_of_task[t] = -1;
@@ -463,16 +502,83 @@ impl Columns {
         self.comm_tasks.clear();
         self.comm_values.clear();
         self.cgroup_values.clear();
-        RecordBatch::try_new(schema.clone(), columns).map_err(|e| e.to_string())
     }
+}
+
+/// A numeric column's values.
+#[derive(Clone, Copy)]
+enum Num<'a> {
+    I64(&'a [i64]),
+    I32(&'a [i32]),
+}
+
+/// The numeric columns' writer: the parquet crate's column writer (encodings, statistics, page
+/// index, compression), given our buffers as they are. (Its Arrow writer copies every value
+/// through a gather of the non-null positions first, and walks the Arrow levels.)
+enum NumWriter {
+    I64(ColumnWriterImpl<'static, Int64Type>),
+    I32(ColumnWriterImpl<'static, Int32Type>),
+}
+
+/// Pages kept in memory until the row group is written (as the Arrow writer keeps them).
+#[derive(Clone, Default)]
+struct PageBuffer(Arc<Mutex<Option<TrackedWrite<Vec<u8>>>>>);
+
+impl PageWriter for PageBuffer {
+    fn write_page(&mut self, page: CompressedPage) -> parquet::errors::Result<PageWriteSpec> {
+        let mut guard = self.0.lock().expect("the page buffer's lock");
+        let buf = guard.get_or_insert_with(|| TrackedWrite::new(Vec::new()));
+        SerializedPageWriter::new(buf).write_page(page)
+    }
+
+    fn close(&mut self) -> parquet::errors::Result<()> {
+        Ok(())
+    }
+}
+
+impl NumWriter {
+    fn nullable(&self) -> bool {
+        match self {
+            NumWriter::I64(w) => w.get_descriptor().max_def_level() > 0,
+            NumWriter::I32(w) => w.get_descriptor().max_def_level() > 0,
+        }
+    }
+}
+
+impl PageBuffer {
+    fn take(&self) -> parquet::errors::Result<Bytes> {
+        let buf = self.0.lock().expect("the page buffer's lock").take();
+        Ok(Bytes::from(match buf {
+            Some(b) => b.into_inner()?,
+            None => Vec::new(),
+        }))
+    }
+}
+
+/// Schema positions of the dictionary string columns, written by [`DictColumn`]s.
+const DICT_COLUMNS: [usize; 6] = [0, 1, 2, 3, 13, 18];
+
+/// The row group being written: a column writer per numeric column, ours per dictionary one.
+struct Group {
+    numeric: Vec<(NumWriter, PageBuffer)>,
+    dict: Vec<DictColumn>,
+    rows: usize,
 }
 
 /// One Parquet file being written: under a `.part` name until complete.
 struct Part {
     part_path: PathBuf,
     path: PathBuf,
-    writer: ArrowWriter<BufWriter<File>>,
+    file: SerializedFileWriter<BufWriter<File>>,
+    group: Option<Group>,
+    row_group_rows: usize,
     cols: Columns,
+    /// Zero keys for the host column (one value per file).
+    host_keys: Vec<i32>,
+    /// Definition levels and non-null values of a batch's column with nulls.
+    levels: Vec<i16>,
+    packed_i64: Vec<i64>,
+    packed_i32: Vec<i32>,
     rows: u64,
     /// The UTC day (days since the epoch) of a partitioned file; for flushing days gone by.
     day: i64,
@@ -494,61 +600,243 @@ impl Part {
         let file = File::create(&part_path).map_err(|e| {
             ExportError::Output(format!("cannot write {}: {e}", part_path.display()))
         })?;
-        let writer = ArrowWriter::try_new(
-            BufWriter::with_capacity(1 << 20, file),
-            schema.clone(),
-            Some(props),
-        )
-        .map_err(|e| ExportError::Parquet {
+        let perr = |e| ExportError::Parquet {
             path: part_path.clone(),
             source: e,
-        })?;
+        };
+        // As the Arrow writer sets a file up: the Parquet schema of the Arrow one, and the
+        // Arrow schema in the metadata (readers get the dictionary and time zone types back).
+        let mut props = props;
+        let parquet_schema = ArrowSchemaConverter::new()
+            .with_coerce_types(props.coerce_types())
+            .convert(schema)
+            .map_err(perr)?;
+        add_encoded_arrow_schema_to_metadata(schema, &mut props);
+        let row_group_rows = props
+            .max_row_group_row_count()
+            .unwrap_or(DEFAULT_ROW_GROUP_ROWS);
+        let file = SerializedFileWriter::new(
+            BufWriter::with_capacity(1 << 20, file),
+            parquet_schema.root_schema_ptr(),
+            Arc::new(props),
+        )
+        .map_err(perr)?;
         Ok(Part {
             part_path,
             path,
-            writer,
+            file,
+            group: None,
+            row_group_rows: row_group_rows.max(1),
             cols: Columns::default(),
+            host_keys: Vec::new(),
+            levels: Vec::new(),
+            packed_i64: Vec::new(),
+            packed_i32: Vec::new(),
             rows: 0,
             day: 0,
             flushed: false,
         })
     }
 
-    fn write_batch(&mut self, schema: &SchemaRef, keys: &Keys) -> Result<(), ExportError> {
-        if self.cols.len() == 0 {
+    fn perr(&self) -> impl Fn(parquet::errors::ParquetError) -> ExportError + use<> {
+        let path = self.part_path.clone();
+        move |e| ExportError::Parquet {
+            path: path.clone(),
+            source: e,
+        }
+    }
+
+    fn write_batch(&mut self, keys: &Keys) -> Result<(), ExportError> {
+        let n = self.cols.len();
+        if n == 0 {
             return Ok(());
         }
-        let batch = self
-            .cols
-            .take_batch(schema, keys)
-            .map_err(ExportError::Output)?;
-        self.writer.write(&batch).map_err(|e| ExportError::Parquet {
-            path: self.part_path.clone(),
-            source: e,
-        })
+        // Out of `self` while their keys are written (a row group may end mid-batch).
+        let mut cols = std::mem::take(&mut self.cols);
+        let mut host_keys = std::mem::take(&mut self.host_keys);
+        let result = self.write_columns(keys, &mut cols, &mut host_keys);
+        self.cols = cols;
+        self.host_keys = host_keys;
+        result
+    }
+
+    fn write_columns(
+        &mut self,
+        keys: &Keys,
+        cols: &mut Columns,
+        host_keys: &mut Vec<i32>,
+    ) -> Result<(), ExportError> {
+        let n = cols.len();
+        let perr = self.perr();
+        host_keys.resize(n, 0);
+        let host = [keys.host.as_str()];
+        let devices: Vec<&str> = keys.devices.iter().map(|d| d.1.as_str()).collect();
+        let ops: Vec<&str> = keys.op_values.iter().map(String::as_str).collect();
+        let flag_values: Vec<&str> = keys.flag_values.iter().map(String::as_str).collect();
+        let comms: Vec<String> = std::mem::take(&mut cols.comm_values);
+        let cgroups: Vec<String> = std::mem::take(&mut cols.cgroup_values);
+        let comm_refs: Vec<&str> = comms.iter().map(String::as_str).collect();
+        let cgroup_refs: Vec<&str> = cgroups.iter().map(String::as_str).collect();
+        let device = std::mem::take(&mut cols.device);
+        let op = std::mem::take(&mut cols.op);
+        let flags = std::mem::take(&mut cols.flags);
+        let comm = std::mem::take(&mut cols.comm);
+        let cgroup = std::mem::take(&mut cols.cgroup);
+        let dict_keys: [(&[i32], &[&str]); 6] = [
+            (&host_keys[..n], &host),
+            (&device, &devices),
+            (&op, &ops),
+            (&flags, &flag_values),
+            (&comm, &comm_refs),
+            (&cgroup, &cgroup_refs),
+        ];
+        let numeric = cols.numeric();
+        let mut done = 0;
+        while done < n {
+            if self.group.is_none() {
+                let descr = self.file.schema_descr();
+                let props = self.file.properties().clone();
+                let numeric = numeric
+                    .iter()
+                    .map(|&(i, ..)| {
+                        let pages = PageBuffer::default();
+                        let w = get_column_writer(
+                            descr.column(i),
+                            props.clone(),
+                            Box::new(pages.clone()),
+                        );
+                        let w = match w {
+                            ColumnWriter::Int64ColumnWriter(w) => NumWriter::I64(w),
+                            ColumnWriter::Int32ColumnWriter(w) => NumWriter::I32(w),
+                            _ => unreachable!("the numeric columns are INT64 or INT32"),
+                        };
+                        (w, pages)
+                    })
+                    .collect();
+                let dict = DICT_COLUMNS
+                    .iter()
+                    .map(|&i| DictColumn::new(descr.column(i)))
+                    .collect();
+                self.group = Some(Group {
+                    numeric,
+                    dict,
+                    rows: 0,
+                });
+            }
+            let g = self.group.as_mut().expect("a group");
+            let take = (n - done).min(self.row_group_rows - g.rows);
+            let range = done..done + take;
+            for ((_, values, valid), (w, _)) in numeric.iter().zip(&mut g.numeric) {
+                let levels = match valid {
+                    Some(v) => {
+                        self.levels.clear();
+                        self.levels
+                            .extend(v[range.clone()].iter().map(|&b| i16::from(b)));
+                        Some(self.levels.as_slice())
+                    }
+                    None if w.nullable() => {
+                        self.levels.clear();
+                        self.levels.resize(take, 1);
+                        Some(self.levels.as_slice())
+                    }
+                    None => None,
+                };
+                let present = |i: &usize| valid.is_none_or(|v| v[*i]);
+                let written = match (w, values) {
+                    (NumWriter::I64(w), Num::I64(v)) => {
+                        let v = if valid.is_some() {
+                            self.packed_i64.clear();
+                            self.packed_i64
+                                .extend(range.clone().filter(present).map(|i| v[i]));
+                            &self.packed_i64[..]
+                        } else {
+                            &v[range.clone()]
+                        };
+                        w.write_batch(v, levels, None)
+                    }
+                    (NumWriter::I32(w), Num::I32(v)) => {
+                        let v = if valid.is_some() {
+                            self.packed_i32.clear();
+                            self.packed_i32
+                                .extend(range.clone().filter(present).map(|i| v[i]));
+                            &self.packed_i32[..]
+                        } else {
+                            &v[range.clone()]
+                        };
+                        w.write_batch(v, levels, None)
+                    }
+                    _ => unreachable!("a writer of the column's type"),
+                };
+                written.map_err(&perr)?;
+            }
+            for (d, (k, source)) in g.dict.iter_mut().zip(&dict_keys) {
+                d.write(&k[range.clone()], source).map_err(&perr)?;
+            }
+            g.rows += take;
+            done += take;
+            if g.rows == self.row_group_rows {
+                self.finish_group()?;
+            }
+        }
+        // Give the buffers back (with their memory) and forget the batch.
+        cols.device = device;
+        cols.op = op;
+        cols.flags = flags;
+        cols.comm = comm;
+        cols.cgroup = cgroup;
+        cols.comm_values = comms;
+        cols.cgroup_values = cgroups;
+        cols.clear();
+        Ok(())
+    }
+
+    /// Write the row group being built, if any, into the file.
+    fn finish_group(&mut self) -> Result<(), ExportError> {
+        let Some(g) = self.group.take() else {
+            return Ok(());
+        };
+        let perr = self.perr();
+        let columns = self.file.schema_descr().num_columns();
+        let mut rg = self.file.next_row_group().map_err(&perr)?;
+        let mut dict = g.dict.into_iter();
+        let mut numeric = g.numeric.into_iter();
+        for i in 0..columns {
+            if DICT_COLUMNS.contains(&i) {
+                let (bytes, close) = dict
+                    .next()
+                    .expect("a DictColumn per dictionary column")
+                    .finish()
+                    .map_err(&perr)?;
+                rg.append_column(&bytes, close).map_err(&perr)?;
+            } else {
+                let (w, pages) = numeric.next().expect("a writer per numeric column");
+                let close = match w {
+                    NumWriter::I64(w) => w.close(),
+                    NumWriter::I32(w) => w.close(),
+                }
+                .map_err(&perr)?;
+                let bytes = pages.take().map_err(&perr)?;
+                rg.append_column(&bytes, close).map_err(&perr)?;
+            }
+        }
+        rg.close().map_err(&perr)?;
+        Ok(())
     }
 
     /// Write what is buffered, the metadata, the footer; rename into place.
-    fn finish(
-        mut self,
-        schema: &SchemaRef,
-        keys: &Keys,
-        meta: &RunMeta,
-    ) -> Result<PathBuf, ExportError> {
-        self.write_batch(schema, keys)?;
+    fn finish(mut self, keys: &Keys, meta: &RunMeta) -> Result<PathBuf, ExportError> {
+        self.write_batch(keys)?;
+        self.finish_group()?;
         let meta = RunMeta {
             rows: self.rows,
             ..meta.clone()
         };
-        self.writer.append_key_value_metadata(KeyValue::new(
+        self.file.append_key_value_metadata(KeyValue::new(
             RUN_META_KEY.to_string(),
             serde_json::to_string(&meta).map_err(|e| ExportError::Output(e.to_string()))?,
         ));
-        let perr = |path: &Path| {
-            let path = path.to_path_buf();
-            move |e| ExportError::Parquet { path, source: e }
-        };
-        let mut out = self.writer.into_inner().map_err(perr(&self.part_path))?;
+        let perr = self.perr();
+        let mut out = self.file.into_inner().map_err(perr)?;
         std::io::Write::flush(&mut out)?;
         drop(out);
         std::fs::rename(&self.part_path, &self.path).map_err(|e| {
@@ -722,6 +1010,23 @@ fn export_one(
     let mut buf = Vec::new();
     let result = (|| -> Result<(), ExportError> {
         while r.next_chunk(&mut buf)? {
+            // The common case: every record of the chunk goes to the current file.
+            if let Some(p) = parts.get_mut(cur)
+                && !buf.is_empty()
+                && buf.iter().all(|rec| {
+                    window.holds(rec)
+                        && only.is_none_or(|d| d == rec.dev)
+                        && (!partitioned
+                            || header.wall_ns(rec.complete_ns).div_euclid(NS_PER_DAY) == p.day)
+                })
+            {
+                p.cols.extend(&buf, &header, &mut keys, &r);
+                p.rows += buf.len() as u64;
+                if p.cols.len() >= BATCH_ROWS {
+                    p.write_batch(&keys)?;
+                }
+                continue;
+            }
             for rec in &buf {
                 if !window.holds(rec) {
                     outside += 1;
@@ -752,20 +1057,18 @@ fn export_one(
                     let t = header.wall_ns(rec.complete_ns);
                     for p in parts.iter_mut().filter(|_| partitioned) {
                         if !p.flushed && (p.day + 1) * NS_PER_DAY + 60_000_000_000 < t {
-                            p.write_batch(&schema, &keys)?;
-                            p.writer.flush().map_err(|e| ExportError::Parquet {
-                                path: p.part_path.clone(),
-                                source: e,
-                            })?;
+                            p.write_batch(&keys)?;
+                            p.finish_group()?;
                             p.flushed = true;
                         }
                     }
                 }
                 let p = &mut parts[cur];
-                p.cols.push(rec, &header, &mut keys, &r);
+                p.cols
+                    .extend(std::slice::from_ref(rec), &header, &mut keys, &r);
                 p.rows += 1;
                 if p.cols.len() >= BATCH_ROWS {
-                    p.write_batch(&schema, &keys)?;
+                    p.write_batch(&keys)?;
                 }
             }
         }
@@ -819,7 +1122,7 @@ fn export_one(
     while let Some(p) = left.pop() {
         let rows = p.rows;
         let part_path = p.part_path.clone();
-        match p.finish(&schema, &keys, &meta) {
+        match p.finish(&keys, &meta) {
             Ok(path) => {
                 stats.files.push(path);
                 stats.written += rows;
@@ -841,7 +1144,8 @@ fn export_one(
 mod tests {
     use super::*;
     use crate::synth::{Io, WALL_NS, cassandra_like, write_trace};
-    use arrow_array::Array;
+    use arrow_array::types::Int32Type;
+    use arrow_array::{Array, Int64Array, RecordBatch, StringArray, TimestampNanosecondArray};
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
     /// Every row of every file, as (rows, run metadata of the first file).
@@ -989,6 +1293,111 @@ mod tests {
                 }
                 i += 1;
             }
+        }
+    }
+
+    #[test]
+    fn string_columns_carry_the_statistics_and_page_index_engines_skip_by() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.blkp");
+        let mut ios = cassandra_like(3, 500, &[(1.0, 0.5, 400.0)]);
+        write_trace(&p, &mut ios).unwrap();
+        let out = dir.path().join("t.parquet");
+        let opts = ParquetOptions {
+            row_group_rows: 1000,
+            ..Default::default()
+        };
+        let st = export_parquet(&[p], &out, &opts).unwrap();
+        let (batches, _) = read_back(&st.files);
+        let mut ops = Vec::new();
+        for b in &batches {
+            let op = arrow_array::cast::AsArray::as_dictionary::<Int32Type>(
+                &**b.column_by_name("op").unwrap(),
+            )
+            .clone();
+            let names = op.values().as_any().downcast_ref::<StringArray>().unwrap();
+            ops.extend(
+                (0..b.num_rows()).map(|r| names.value(op.keys().value(r) as usize).to_string()),
+            );
+        }
+        let reader =
+            parquet::file::reader::SerializedFileReader::new(File::open(&out).unwrap()).unwrap();
+        let meta = parquet::file::reader::FileReader::metadata(&reader);
+        assert!(meta.num_row_groups() > 2);
+        let mut seen = std::collections::BTreeSet::new();
+        for (g, rg) in meta.row_groups().iter().enumerate() {
+            let rows = &ops[g * 1000..(g * 1000 + 1000).min(ops.len())];
+            assert_eq!(rg.num_rows() as usize, rows.len());
+            let stats = rg.column(2).statistics().expect("op statistics");
+            let min = rows.iter().min().unwrap();
+            let max = rows.iter().max().unwrap();
+            assert_eq!(stats.min_bytes_opt(), Some(min.as_bytes()), "row group {g}");
+            assert_eq!(stats.max_bytes_opt(), Some(max.as_bytes()), "row group {g}");
+            seen.extend(rows.iter().cloned());
+            // No cgroups in this trace: the column is all nulls, and says so.
+            let cgroup = rg.column(18).statistics().expect("cgroup statistics");
+            assert_eq!(cgroup.null_count_opt(), Some(rows.len() as u64));
+            for c in rg.columns() {
+                assert!(
+                    c.column_index_offset().is_some() && c.offset_index_offset().is_some(),
+                    "page index of {}",
+                    c.column_path()
+                );
+            }
+        }
+        assert!(seen.len() >= 2, "reads and writes: {seen:?}");
+    }
+
+    /// The strings of a dictionary column, row by row.
+    fn strings(batches: &[RecordBatch], name: &str) -> Vec<Option<String>> {
+        let mut out = Vec::new();
+        for b in batches {
+            let col = b.column_by_name(name).unwrap();
+            let d = arrow_array::cast::AsArray::as_dictionary::<Int32Type>(&**col);
+            let values = d.values().as_any().downcast_ref::<StringArray>().unwrap();
+            out.extend((0..b.num_rows()).map(|r| {
+                (!d.is_null(r)).then(|| values.value(d.keys().value(r) as usize).to_string())
+            }));
+        }
+        out
+    }
+
+    #[test]
+    fn a_reader_skipping_pages_by_the_offset_index_reads_the_same_rows() {
+        use parquet::arrow::arrow_reader::{ArrowReaderOptions, RowSelection, RowSelector};
+        use parquet::file::metadata::PageIndexPolicy;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.blkp");
+        let mut ios = cassandra_like(60, 1000, &[(10.0, 2.0, 400.0)]);
+        write_trace(&p, &mut ios).unwrap();
+        assert!(
+            ios.len() > 50_000,
+            "pages of 20,000 rows to skip: {}",
+            ios.len()
+        );
+        let out = dir.path().join("t.parquet");
+        let st = export_parquet(&[p], &out, &ParquetOptions::default()).unwrap();
+        let (all, _) = read_back(&st.files);
+        let options = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Required);
+        let b = ParquetRecordBatchReaderBuilder::try_new_with_options(
+            File::open(&out).unwrap(),
+            options,
+        )
+        .unwrap();
+        let selection =
+            RowSelection::from(vec![RowSelector::skip(45_000), RowSelector::select(300)]);
+        let some: Vec<RecordBatch> = b
+            .with_row_selection(selection)
+            .build()
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        for name in ["op", "device", "comm", "cgroup"] {
+            assert_eq!(
+                strings(&some, name),
+                strings(&all, name)[45_000..45_300],
+                "{name}"
+            );
         }
     }
 

@@ -215,6 +215,7 @@ pub struct ArrayMember {
 impl TraceHeader {
     /// Unix ns of a CLOCK_MONOTONIC instant of the run (the header pairs the two clocks at its
     /// start), clamped to i64's range.
+    #[inline]
     pub fn wall_ns(&self, mono_ns: u64) -> i64 {
         let w = i128::from(self.wall_clock_start_ns) + i128::from(mono_ns)
             - i128::from(self.monotonic_base_ns);
