@@ -449,7 +449,7 @@ fn merges(cx: &Names, (major, minor): (u32, u32), op: &str) -> Option<(u64, f64)
         ),
         _ => return None,
     };
-    (ios > 0).then(|| (merged, (ios + merged) as f64 / ios as f64))
+    (ios > 0).then(|| (merged, (ios as f64 + merged as f64) / ios as f64))
 }
 
 fn model(v: &Value) -> Option<Model> {
