@@ -203,7 +203,7 @@ fn text(v: &Value, out: &mut dyn Write) -> std::io::Result<()> {
                 c.path,
                 tracer_common::coverage::thousands(c.ios),
                 c.pct_ios,
-                crate::sizes::human(c.bytes),
+                crate::text::bytes(c.bytes),
                 c.pct_bytes,
                 crate::text::fmt_us(c.p99_total_us)
             )?;
@@ -227,7 +227,7 @@ fn html(v: &Value, h: &mut String) -> std::fmt::Result {
                 escape(&c.path),
                 c.ios,
                 c.pct_ios,
-                escape(&crate::sizes::human(c.bytes)),
+                escape(&crate::text::bytes(c.bytes)),
                 c.pct_bytes,
                 escape(&crate::text::fmt_us(c.p99_total_us))
             )?;

@@ -451,7 +451,7 @@ fn text(v: &Value, out: &mut dyn Write) -> std::io::Result<()> {
     let h = crate::text::bytes;
     writeln!(
         out,
-        "\nworkload shape (workset: distinct bytes touched; write invalidation: bytes written / distinct bytes written; sequential share: see access pattern):"
+        "\nworkload shape (workset: distinct 4 KiB blocks touched; write invalidation: blocks written / distinct blocks written; sequential share: see access pattern):"
     )?;
     for d in &m.devices {
         let ops: Vec<String> = d
@@ -491,7 +491,7 @@ fn html(v: &Value, out: &mut String) -> std::fmt::Result {
     let Some(m) = model(v) else { return Ok(()) };
     let h = |b: u64| escape(&crate::text::bytes(b));
     out.push_str(
-        "<h3>Workload shape</h3><p>Workset: distinct bytes touched. Write invalidation factor: bytes written / distinct bytes written (how often each written byte was written). Sequential share: see Access pattern.</p>\
+        "<h3>Workload shape</h3><p>Workset: distinct 4 KiB blocks touched (counted exactly, or estimated from a sample of 1 MiB regions when more than 8,192 are touched). Write invalidation factor: blocks written / distinct blocks written (how often each written block was written). Sequential share: see Access pattern.</p>\
 <table><tr><th class='l'>device</th><th>workset</th><th>read workset</th><th>write workset</th><th>bytes written</th><th>write invalidation factor</th><th class='l'>note</th></tr>",
     );
     for d in &m.devices {
