@@ -14,6 +14,7 @@ use crate::series::Options;
 mod access;
 mod arrays;
 mod cgroups;
+pub mod heatmaps;
 mod phases;
 mod shape;
 
@@ -59,6 +60,7 @@ pub const SECTIONS: &[SectionDef] = &[
     shape::DEF,
     cgroups::DEF,
     arrays::DEF,
+    heatmaps::DEF,
 ];
 
 /// A new instance of every section.
