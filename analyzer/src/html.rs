@@ -107,6 +107,18 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}} th{{background:#
         for c in crate::plots::charts(j, d) {
             h.push_str(inline_svg(&c.svg()));
         }
+        let heat = crate::plots::heatmaps(j, d);
+        if !heat.is_empty() {
+            h.push_str("<h3>Heatmaps</h3><p>IOs per cell of time (x, by completion) and total latency, request size or offset on the device (y); colour on a log scale, white for none. Write bursts: orange (a bar above the cells, outlined over them); application flushes and compactions: blue lines.</p>");
+            for m in heat {
+                write!(
+                    h,
+                    "<div class='heatmap' id='{}'>{}</div>",
+                    escape(&m.name),
+                    inline_svg(&m.svg())
+                )?;
+            }
+        }
         if !d.bursts.is_empty() {
             write!(
                 h,

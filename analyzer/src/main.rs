@@ -70,6 +70,7 @@ impl Detect {
             spike_factor: self.spike_factor,
             spike_min_depth: self.spike_min_depth,
             spike_gap_ns: self.spike_gap,
+            heatmaps: false,
         }
     }
 }
@@ -164,6 +165,10 @@ struct ReportArgs {
     /// and each chart as SVG and PNG into this directory (created if missing).
     #[arg(short = 'o', long = "output-dir", value_name = "DIR")]
     out_dir: Option<PathBuf>,
+    /// Also make the heatmaps (IOs by time and latency, size and offset, per device and op)
+    /// and put them in the JSON; -o DIR always makes them (drawn in the HTML and as charts).
+    #[arg(long)]
+    heatmaps: bool,
     #[command(flatten)]
     detect: Detect,
 }
@@ -682,7 +687,9 @@ fn write_json(out: &mut impl std::io::Write, v: &impl serde::Serialize) -> std::
 }
 
 fn report(args: &ReportArgs) -> Result<(), Fail> {
-    let opts = args.detect.options();
+    let mut opts = args.detect.options();
+    // Only what is shown pays for them.
+    opts.heatmaps = args.heatmaps || args.out_dir.is_some();
     if let Some(dir) = &args.out_dir {
         std::fs::create_dir_all(dir)
             .map_err(|e| Fail::Input(format!("cannot create {}: {e}", dir.display())))?;
@@ -806,6 +813,11 @@ fn write_files(
             let base = dir.join(format!("{stem}-{}-{}", d.name.replace('/', "_"), c.name));
             std::fs::write(base.with_extension("svg"), c.svg())?;
             c.png(&base.with_extension("png"))?;
+        }
+        for h in analyzer::plots::heatmaps(j, d) {
+            let base = dir.join(format!("{stem}-{}-{}", d.name.replace('/', "_"), h.name));
+            std::fs::write(base.with_extension("svg"), h.svg())?;
+            h.png(&base.with_extension("png"))?;
         }
     }
     eprintln!(

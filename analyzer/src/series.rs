@@ -31,6 +31,9 @@ pub struct Options {
     pub spike_min_depth: f64,
     /// Spikes closer than this are merged.
     pub spike_gap_ns: u64,
+    /// Whether to make the heatmaps (crate::sections::heatmaps): only for the HTML report
+    /// and charts, or when asked, since they cost a few ns per IO.
+    pub heatmaps: bool,
 }
 
 impl Default for Options {
@@ -47,6 +50,7 @@ impl Default for Options {
             spike_factor: 4.0,
             spike_min_depth: 16.0,
             spike_gap_ns: 500_000_000,
+            heatmaps: false,
         }
     }
 }

@@ -669,3 +669,115 @@ fn check_rules_gate_on_section_figures() {
         assert!(e.contains(says), "{metric}: {e}");
     }
 }
+
+/// The heatmaps' cell of `value` in column `col`: the row whose edges hold it.
+fn heat_cell(map: &serde_json::Value, op: &str, value: u64, col: usize) -> u64 {
+    let m: analyzer::sections::heatmaps::Map = serde_json::from_value(map.clone()).unwrap();
+    let e = &m.row_edges;
+    let row = (0..e.len() - 1)
+        .find(|&r| e[r] <= value && value < e[r + 1])
+        .unwrap_or_else(|| panic!("{value} is in no row of {e:?}"));
+    let o = m.ops.iter().find(|o| o.op == op).expect(op);
+    o.matrix()[row][col]
+}
+
+/// Every cell of `op` in `map`, summed.
+fn heat_total(map: &serde_json::Value, op: &str) -> u64 {
+    let m: analyzer::sections::heatmaps::Map = serde_json::from_value(map.clone()).unwrap();
+    m.ops
+        .iter()
+        .filter(|o| o.op == op)
+        .map(|o| o.matrix().iter().flatten().sum::<u64>())
+        .sum()
+}
+
+#[test]
+fn the_heatmaps_hold_exactly_the_planted_ios() {
+    // (completion s, op, n, latency ns, bytes, sector); discards and flushes are not drawn.
+    let groups: [(f64, Op, u64, u64, u32, u64); 3] = [
+        (0.05, Op::Read, 3, 100_000, 4096, 0),
+        (1.05, Op::Write, 5, 2_000_000, 64 << 10, 1 << 20),
+        (2.05, Op::Read, 7, 30_000_000, 1 << 20, 1 << 21),
+    ];
+    // Without the last IO at 100 s the columns are 100 ms (the detection resolution); with
+    // it they are folded to 400 ms (100 s / 256 columns, rounded up by powers of two).
+    for (far, column_ns) in [(false, 100_000_000u64), (true, 400_000_000)] {
+        let mut ios = Vec::new();
+        for &(at_s, op, n, lat, bytes, sector) in &groups {
+            for i in 0..n {
+                let done = BASE_NS + (at_s * 1e9) as u64 + i * 1_000;
+                ios.push(planted(
+                    done - lat,
+                    lat / 4,
+                    lat - lat / 4,
+                    op,
+                    bytes,
+                    sector,
+                ));
+            }
+        }
+        ios.push(planted(
+            BASE_NS + 500_000_000,
+            1_000,
+            9_000,
+            Op::Discard,
+            1 << 20,
+            0,
+        ));
+        if far {
+            ios.push(planted(
+                BASE_NS + 100_050_000_000,
+                1_000,
+                9_000,
+                Op::Write,
+                4096,
+                8,
+            ));
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.blkp");
+        write_trace(&p, &mut ios).unwrap();
+        let plain = summarize(&p, &Options::default()).unwrap().to_json();
+        assert!(
+            !plain.sections.contains_key("heatmaps"),
+            "made only when asked for"
+        );
+        let opts = Options {
+            heatmaps: true,
+            ..Options::default()
+        };
+        let j = summarize(&p, &opts).unwrap().to_json();
+        let h = &j.sections["heatmaps"];
+        assert_eq!(h["column_ns"], column_ns);
+        let d = &h["devices"][0];
+        assert_eq!(d["name"], "nvme0n1");
+        let col = |s: f64| (s * 1e9) as usize / column_ns as usize;
+        assert_eq!(
+            d["columns"],
+            col(if far { 100.05 } else { 2.05 }) as u64 + 1
+        );
+        for &(at_s, op, n, lat, bytes, sector) in &groups {
+            let name = if op == Op::Read { "read" } else { "write" };
+            let c = col(at_s);
+            assert_eq!(
+                heat_cell(&d["latency"], name, lat, c),
+                n,
+                "{name} at {at_s}"
+            );
+            assert_eq!(heat_cell(&d["size"], name, bytes.into(), c), n);
+            assert_eq!(heat_cell(&d["offset"], name, sector * 512, c), n);
+        }
+        let writes = 5 + u64::from(far);
+        for map in ["latency", "size", "offset"] {
+            assert_eq!(heat_total(&d[map], "read"), 10, "{map}");
+            assert_eq!(heat_total(&d[map], "write"), writes, "{map}");
+        }
+        if far {
+            assert_eq!(heat_cell(&d["offset"], "write", 8 * 512, col(100.05)), 1);
+        }
+        // Rendered from the model alone: three heatmaps in the HTML, each an SVG.
+        let html = analyzer::html::render(&j);
+        assert_eq!(html.matches("<div class='heatmap'").count(), 3);
+        assert!(!analyzer::html::render(&plain).contains("class='heatmap'"));
+    }
+}

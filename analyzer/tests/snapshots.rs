@@ -163,12 +163,14 @@ fn export_formats() {
 fn a_saved_report_renders_as_its_trace() {
     let dir = tempfile::tempdir().unwrap();
     let saved = dir.path().join("saved.json");
-    let mut a = vec!["report", "--json"];
+    // With the heatmaps, which -o DIR makes (and draws) and --json leaves out unless asked.
+    let mut a = vec!["report", "--json", "--heatmaps"];
     a.extend(YCSB);
     let json = run(&a, 0);
+    assert!(json.contains("\"heatmaps\": {"));
     std::fs::write(&saved, &json).unwrap();
     let saved = saved.to_str().unwrap();
-    let mut a = vec!["report"];
+    let mut a = vec!["report", "--heatmaps"];
     a.extend(YCSB);
     same_text(
         &run(&["report", "--from-json", saved], 0),

@@ -68,7 +68,22 @@ fn html_report_renders_in_chromium_without_console_errors() {
     );
     assert_eq!(
         dom.matches("<svg").count(),
-        5,
-        "five charts for one device: throughput, discards, IOPS, latency, queue depth"
+        9,
+        "for one device: five charts (throughput, discards, IOPS, latency, queue depth), the workload shape's IOs by offset and three heatmaps (latency, size, offset)"
     );
+    // The heatmaps, as the browser parsed them: each a chart whose cells are one embedded
+    // PNG, with a panel per op (reads and writes).
+    for id in ["heatmap-latency", "heatmap-size", "heatmap-offset"] {
+        let at = dom
+            .find(&format!("id=\"{id}\""))
+            .unwrap_or_else(|| panic!("{id} is missing from the rendered page"));
+        let div = &dom[at..at + dom[at..].find("</div>").expect("closed")];
+        assert_eq!(
+            div.matches("<image").count(),
+            2,
+            "{id}: one bitmap of cells per op"
+        );
+        assert!(div.contains("data:image/png;base64,"), "{id}: cells inline");
+        assert!(div.contains(": read (IOs per cell") && div.contains(": write (IOs per cell"));
+    }
 }

@@ -14,6 +14,7 @@ use crate::series::Options;
 mod access;
 mod arrays;
 mod cgroups;
+pub mod heatmaps;
 mod phases;
 mod shape;
 
@@ -65,6 +66,7 @@ pub const SECTIONS: &[SectionDef] = &[
     shape::DEF,
     cgroups::DEF,
     arrays::DEF,
+    heatmaps::DEF,
 ];
 
 /// A new instance of every section.
