@@ -1560,17 +1560,28 @@ fn workload_shape_matches_fio_jobs_of_known_pattern() {
     let shape = find(&j["sections"]["workload_shape"], "devices", &dev.name);
     let w = find(&shape, "ops", "write");
     let r = find(&shape, "ops", "read");
-    assert_eq!(w["bytes"].as_u64(), Some(48 * MIB), "{shape:#}");
+    // This host's kernel now and then does not run the completion program (README, missed
+    // completions): an IO never completed in the trace is missing from it, a read a block
+    // short of the workset, a write 64 KiB short of the bytes written.
+    let missed = j["lost"]["missed_completions"].as_u64().unwrap_or(0);
+    let written = w["bytes"].as_u64().unwrap();
+    assert!(
+        (48 * MIB - missed * 64 * 1024..=48 * MIB).contains(&written),
+        "{shape:#}"
+    );
     assert_eq!(w["workset_bytes"].as_u64(), Some(16 * MIB), "{shape:#}");
-    assert_eq!(shape["write_invalidation_factor"].as_f64(), Some(3.0));
+    assert_eq!(
+        shape["write_invalidation_factor"].as_f64(),
+        Some(written as f64 / (16 * MIB) as f64)
+    );
     let rws = r["workset_bytes"].as_u64().unwrap();
     assert!(
-        (16 * MIB..=16 * MIB + stray_read_bytes).contains(&rws),
-        "read workset {rws}, stray reads {stray_read_bytes}: {shape:#}"
+        (16 * MIB - missed * 4096..=16 * MIB + stray_read_bytes).contains(&rws),
+        "read workset {rws}, stray reads {stray_read_bytes}, missed completions {missed}: {shape:#}"
     );
     let ws = shape["workset_bytes"].as_u64().unwrap();
     assert!(
-        (32 * MIB..=32 * MIB + stray_read_bytes).contains(&ws),
+        (32 * MIB - missed * 4096..=32 * MIB + stray_read_bytes).contains(&ws),
         "{shape:#}"
     );
     assert_eq!(shape["exact"].as_bool(), Some(true));
