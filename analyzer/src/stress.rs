@@ -80,7 +80,11 @@ pub fn parse_start(s: &str) -> Option<i64> {
 pub fn anchor(run: &mut StressRun, start_ns: i64) -> usize {
     let mut n = 0;
     for p in run.status.iter_mut().filter(|p| p.time_ns.is_none()) {
-        p.time_ns = Some(start_ns + p.elapsed_s as i64 * 1_000_000_000);
+        // A damaged or hostile file may claim any elapsed time: saturate.
+        let elapsed_ns = i64::try_from(p.elapsed_s)
+            .unwrap_or(i64::MAX)
+            .saturating_mul(1_000_000_000);
+        p.time_ns = Some(start_ns.saturating_add(elapsed_ns));
         n += 1;
     }
     run.anchored += n;
