@@ -368,14 +368,17 @@ impl Section for Phases {
                 let mut ops: Vec<OpModel> = stats
                     .ops
                     .iter()
-                    .map(|(op, o)| OpModel {
-                        op: op.clone(),
-                        ios: o.ios,
-                        merged_bios: merges(cx, (stats.major, stats.minor), op).map(|m| m.0),
-                        bios_per_request: merges(cx, (stats.major, stats.minor), op).map(|m| m.1),
-                        q2d_us: phase(&o.queue_latency_ns),
-                        d2c_us: phase(&o.device_latency_ns),
-                        q2c_us: phase(&o.total_latency_ns),
+                    .map(|(op, o)| {
+                        let m = merges(cx, (stats.major, stats.minor), op);
+                        OpModel {
+                            op: op.clone(),
+                            ios: o.ios,
+                            merged_bios: m.map(|m| m.0),
+                            bios_per_request: m.map(|m| m.1),
+                            q2d_us: phase(&o.queue_latency_ns),
+                            d2c_us: phase(&o.device_latency_ns),
+                            q2c_us: phase(&o.total_latency_ns),
+                        }
                     })
                     .collect();
                 // The report's order: read, write, discard, flush, then the rest by name.
