@@ -10,7 +10,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use tracer_common::format::{
-    DiskStats, Ending, IoRecord, TraceHeader, TraceReader, TraceTrailer, parse_diskstats,
+    DiskStats, Ending, IoRecord, Task, TraceHeader, TraceReader, TraceTrailer, parse_diskstats,
 };
 use tracer_common::op::StatGroup;
 
@@ -147,6 +147,12 @@ impl Scratch {
         Scratch { name, path, img }
     }
 
+    /// The device's IO scheduler ("none", "mq-deadline", ...); set back to none on drop.
+    pub fn set_scheduler(&self, name: &str) {
+        std::fs::write(format!("/sys/block/{}/queue/scheduler", self.name), name)
+            .unwrap_or_else(|e| panic!("scheduler {name} on {}: {e}", self.name));
+    }
+
     /// 2 = no merging at all: every bio becomes its own request.
     pub fn set_nomerges(&self, v: u32) {
         std::fs::write(
@@ -169,6 +175,7 @@ impl Drop for Scratch {
     fn drop(&mut self) {
         // Loop devices keep queue settings across detach: leave the default for the next user.
         let _ = std::fs::write(format!("/sys/block/{}/queue/nomerges", self.name), "0");
+        let _ = std::fs::write(format!("/sys/block/{}/queue/scheduler", self.name), "none");
         let _ = Command::new("losetup").args(["-d", &self.path]).status();
         let _ = std::fs::remove_file(&self.img);
     }
@@ -191,8 +198,14 @@ pub struct Finished {
 impl Tracer {
     /// Start and wait until the probe is attached.
     pub fn start(args: &[&str]) -> Tracer {
+        Self::start_env(args, &[])
+    }
+
+    /// [`Tracer::start`] with environment variables set for the tracer.
+    pub fn start_env(args: &[&str], env: &[(&str, &str)]) -> Tracer {
         let mut child = Command::new(bin("blkprof-trace"))
             .args(args)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -331,6 +344,8 @@ pub struct Trace {
     pub trailer: Option<TraceTrailer>,
     pub ending: Ending,
     pub records: Vec<IoRecord>,
+    /// The submitting tasks the records name (`IoRecord::task` indexes it).
+    pub tasks: Vec<Task>,
 }
 
 impl Trace {
@@ -346,7 +361,15 @@ impl Trace {
             trailer: r.trailer().cloned(),
             ending: r.ending().clone(),
             records,
+            tasks: r.tasks().to_vec(),
         }
+    }
+
+    /// The command name of the task that submitted `r` ("" if unknown).
+    pub fn comm(&self, r: &IoRecord) -> &str {
+        self.tasks
+            .get(r.task as usize)
+            .map_or("", |t| t.comm.as_str())
     }
 
     /// (ios, bytes) per diskstats group.

@@ -156,14 +156,19 @@ fn random_4k_reads_match_diskstats_and_fio() {
     );
     assert!(fio_reads > 1000);
     assert!(stdout.contains("coverage: read"), "{stdout}");
-    if misses == 0 {
-        assert!(
-            stdout.contains("read") && stdout.contains("100.000%"),
-            "{stdout}"
-        );
+    // The summary says how many were lost, and why. Skipped runs may be another device's (in
+    // a VM, the loop device's backing file lives on a traced-by-nobody NVMe disk whose
+    // completions nest in the loop device's): they are counted for every device.
+    let c = &trace.trailer.as_ref().unwrap().counters_end;
+    if traced_reads == fio_reads {
+        assert!(stdout.contains("100.000%"), "{stdout}");
     } else {
         assert!(
-            stdout.contains(&format!("{misses} completions not seen by the probe")),
+            stdout.contains(&format!(
+                "{} completions not seen by the probe, {} program runs skipped",
+                c.missed_completions,
+                c.recursion_misses()
+            )),
             "{stdout}"
         );
     }
@@ -1638,4 +1643,105 @@ fn workload_shape_matches_fio_jobs_of_known_pattern() {
     };
     assert!(line("pct_sequential_ios").contains("PASS"), "{text}");
     assert!(line("write_invalidation_factor").contains("FAIL"), "{text}");
+}
+
+/// The fallback for kernels without `block_io_start` (Linux 6.1-6.4: `block_getrq` records the
+/// submitter under the bio, the request's first event takes it up), forced on this kernel:
+/// exact against /proc/diskstats, and every request names its real submitter, also with an IO
+/// scheduler, where a kernel worker issues what the submitter inserted. The same runs in the
+/// 6.1 guest (tests/tests/vm.rs), where the fallback is chosen by itself.
+#[test]
+fn the_getrq_fallback_is_exact_and_names_each_submitter() {
+    for scheduler in ["none", "mq-deadline"] {
+        let dir = TestDir::new();
+        let dev = Scratch::new("getrq", 1024, true, false);
+        dev.set_scheduler(scheduler);
+        let out = out_path(&dir, "getrq");
+        let t = Tracer::start_env(
+            &["--device", &dev.name, "--output", &out, "--quiet"],
+            &[("BLKPROF_HOOKS", "getrq")],
+        );
+        let before = dev.diskstats();
+        let job = |args: &[&str]| {
+            let file = format!("--filename={}", dev.path);
+            let mut a = vec!["--name=getrq", file.as_str(), "--direct=1"];
+            a.extend_from_slice(args);
+            fio(&a);
+        };
+        job(&[
+            "--rw=randrw",
+            "--bs=4k",
+            "--ioengine=libaio",
+            "--iodepth=16",
+            "--numjobs=2",
+            "--runtime=2",
+            "--time_based",
+            "--size=512m",
+        ]);
+        // Sequential 4 KB writes from one submission of 32: merged into larger requests
+        // (bios appended to requests already made, which block_getrq never sees).
+        job(&[
+            "--rw=write",
+            "--bs=4k",
+            "--ioengine=libaio",
+            "--iodepth=32",
+            "--iodepth_batch_submit=32",
+            "--size=32m",
+        ]);
+        job(&["--rw=trim", "--bs=1m", "--size=64m", "--ioengine=sync"]);
+        job(&[
+            "--rw=write",
+            "--bs=4k",
+            "--size=2m",
+            "--ioengine=sync",
+            "--fsync=1",
+        ]);
+        let after = dev.diskstats();
+        let f = t.stop();
+        assert!(f.status.success(), "{}\n{}", f.stderr, f.stdout);
+        let trace = Trace::read(std::path::Path::new(&out));
+        assert_eq!(trace.header.submit_hook, "block_getrq");
+        assert_exact(&trace, &dev, &delta(&before, &after));
+        let requests: Vec<&IoRecord> = trace
+            .records
+            .iter()
+            .filter(|r| r.flags & flags::FLUSH_RQ == 0)
+            .collect();
+        let unseen = requests
+            .iter()
+            .filter(|r| r.flags & flags::STARTED_BEFORE != 0)
+            .count();
+        let not_fio: BTreeMap<&str, usize> = requests
+            .iter()
+            .filter(|r| trace.comm(r) != "fio")
+            .fold(BTreeMap::new(), |mut m, r| {
+                *m.entry(trace.comm(r)).or_default() += 1;
+                m
+            });
+        let tr = trace.trailer.as_ref().expect("trailer");
+        eprintln!(
+            "{scheduler}: {} requests, {unseen} without a seen submission, submitted by others: \
+             {not_fio:?}, submitters lost {}, reported misses {}",
+            requests.len(),
+            tr.counters_end.submitters_lost,
+            tr.counters_end.reported_misses()
+        );
+        assert!(requests.len() > 5_000, "{}", requests.len());
+        assert_eq!(unseen, 0, "{scheduler}: every submission seen");
+        assert!(
+            not_fio.is_empty(),
+            "{scheduler}: every request submitted by fio: {not_fio:?}"
+        );
+        assert!(
+            requests
+                .iter()
+                .all(|r| r.enter_ns != 0 && r.enter_ns <= r.complete_ns),
+            "{scheduler}: queue times"
+        );
+        let merged = requests
+            .iter()
+            .filter(|r| r.op == Op::Write && r.bytes > 4096)
+            .count();
+        assert!(merged > 0, "{scheduler}: some writes were merged");
+    }
 }

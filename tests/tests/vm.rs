@@ -18,6 +18,14 @@ fn disk() -> Option<String> {
     d
 }
 
+/// "6.1.0-56-amd64" -> (6, 1).
+fn kernel_version(release: &str) -> (u32, u32) {
+    let mut it = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|n| n.parse().unwrap_or(0));
+    (it.next().unwrap_or(0), it.next().unwrap_or(0))
+}
+
 fn diskstats(name: &str) -> DiskStats {
     let s = std::fs::read_to_string("/proc/diskstats").unwrap();
     tracer_common::format::parse_diskstats(&s, 0)
@@ -126,6 +134,30 @@ fn an_nvme_disk_is_traced_exactly() {
         .filter(|r| r.op == Op::Flush && r.flags & flags::FLUSH_RQ != 0)
         .count();
     assert!(flushes >= 256, "a device flush per fsync: {flushes}");
+    // The submission hook the kernel offers: block_io_start from 6.5, else the block_getrq
+    // fallback; either way every request names fio, which submitted them all.
+    let (major, minor) = kernel_version(&trace.header.kernel);
+    let hook = if (major, minor) >= (6, 5) {
+        "block_io_start"
+    } else {
+        "block_getrq"
+    };
+    assert_eq!(trace.header.submit_hook, hook, "{}", trace.header.kernel);
+    let requests = || {
+        trace
+            .records
+            .iter()
+            .filter(|r| r.flags & flags::FLUSH_RQ == 0)
+    };
+    let unseen = requests()
+        .filter(|r| r.flags & flags::STARTED_BEFORE != 0)
+        .count();
+    assert_eq!(unseen, 0, "every submission seen");
+    let others: Vec<&str> = requests()
+        .map(|r| trace.comm(r))
+        .filter(|c| *c != "fio")
+        .collect();
+    assert!(others.is_empty(), "submitted by fio: {others:?}");
     eprintln!(
         "{disk} on {}: {} records, {misses} reported misses",
         trace.header.kernel,

@@ -25,7 +25,8 @@ pub const MAP_CUTS: &str = "CUTS";
 /// Name of the global holding the [`ProbeConfig`].
 pub const GLOBAL_CONFIG: &str = "CONFIG";
 
-/// Program names (the eBPF function names), one per tracepoint.
+/// Program names (the eBPF function names) and their tracepoints, submission side first, on
+/// kernels with the `block_io_start` tracepoint (Linux 6.5 and newer).
 pub const PROGRAMS: [(&str, &str); 5] = [
     ("blkprof_io_start", "block_io_start"),
     ("blkprof_rq_issue", "block_rq_issue"),
@@ -33,6 +34,67 @@ pub const PROGRAMS: [(&str, &str); 5] = [
     ("blkprof_rq_merge", "block_rq_merge"),
     ("blkprof_rq_complete", "block_rq_complete"),
 ];
+
+/// The programs on kernels without `block_io_start` (Linux 6.1 to 6.4): `block_getrq`, in the
+/// submitter's task for every request `blk_mq_submit_bio` makes, records the submitter under
+/// the bio's address ([`MAP_BIOS`]), and the first request event that meets the request adopts
+/// it through `rq->bio` (docs/design/kernel-6.1-fallback.md).
+pub const PROGRAMS_GETRQ: [(&str, &str); 6] = [
+    ("blkprof_getrq", "block_getrq"),
+    ("blkprof_insert_fb", "block_rq_insert"),
+    ("blkprof_issue_fb", "block_rq_issue"),
+    ("blkprof_rq_requeue", "block_rq_requeue"),
+    ("blkprof_merge_fb", "block_rq_merge"),
+    ("blkprof_complete_fb", "block_rq_complete"),
+];
+
+/// How the probe sees a request's submission.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hooks {
+    /// `block_io_start` (Linux 6.5+): the request at its accounting start, in the submitter.
+    IoStart,
+    /// `block_getrq` plus adoption (Linux 6.1-6.4, or forced for tests).
+    GetRq,
+}
+
+impl Hooks {
+    pub fn programs(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            Hooks::IoStart => &PROGRAMS,
+            Hooks::GetRq => &PROGRAMS_GETRQ,
+        }
+    }
+
+    /// The submission tracepoint's name, as the trace header records it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Hooks::IoStart => "block_io_start",
+            Hooks::GetRq => "block_getrq",
+        }
+    }
+}
+
+/// Submitters of new requests by bio address, direct-mapped ([`BioSlot`]), between
+/// `block_getrq` and the request's first event ([`Hooks::GetRq`] only).
+pub const MAP_BIOS: &str = "BIOS";
+pub const BIO_SLOT_COUNT: u32 = 1 << 14;
+/// [`BioSlot::key`] while a program fills the slot.
+pub const BIO_SLOT_BUSY: u64 = 1;
+
+/// A new request's submitter, recorded at `block_getrq` under its first bio. The slot holds
+/// one count of its device's `os_inflight` until a request adopts it or it is overwritten.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BioSlot {
+    /// The bio's address; 0 when free, [`BIO_SLOT_BUSY`] while being filled.
+    pub key: u64,
+    pub ts: u64,
+    pub cgroup: u64,
+    pub pid: u32,
+    pub dev: u32,
+    pub comm: [u8; 16],
+}
+const _: () = assert!(core::mem::size_of::<BioSlot>() == 48);
 
 /// Slots of the per-CPU counter array.
 #[repr(u32)]
@@ -58,6 +120,10 @@ pub enum Counter {
     MissedIssued = 7,
     /// ...had never been issued.
     MissedNeverIssued = 8,
+    /// [`Hooks::GetRq`]: a submitter recorded at `block_getrq` that no request adopted before
+    /// another bio took its slot (its request, if it lives, shows no submitter), or that could
+    /// not be recorded because another CPU was filling the slot.
+    SubmitterLost = 9,
 }
 pub const COUNTER_SLOTS: u32 = 16;
 
@@ -93,6 +159,10 @@ pub struct ProbeConfig {
     /// Wake the reader only when this many bytes wait in the ring (it also polls on a
     /// timer): a wakeup per record would cost more than the rest of the probe.
     pub wakeup_bytes: u32,
+    /// [`Hooks::GetRq`] only: `struct bio::bi_next`, `bio::bi_bdev`, `block_device::bd_disk`.
+    pub bio_next: u32,
+    pub bio_bdev: u32,
+    pub bdev_disk: u32,
 }
 
 /// Device filters of up to this many devices are compared inline (no map lookup per IO).
@@ -375,6 +445,7 @@ mod pod {
     unsafe impl aya::Pod for super::RequestState {}
     unsafe impl aya::Pod for super::RequestSlot {}
     unsafe impl aya::Pod for super::Cuts {}
+    unsafe impl aya::Pod for super::BioSlot {}
 }
 
 #[cfg(test)]

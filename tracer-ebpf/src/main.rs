@@ -36,9 +36,10 @@ use aya_ebpf::{
 };
 use tracer_common::{
     AGG_FLUSH_RQ, AGG_NOT_ACCOUNTED, AGGREGATE_SLOT_COUNT, AggKey, Aggregate, AggregateSlot,
-    COUNTER_SLOTS, Counter, DEVICE_SLOT_COUNT, DeviceSlot, DeviceState, EV_NEVER_ISSUED,
-    EV_NOT_ACCOUNTED, EV_STARTED_BEFORE_ATTACH, FILTER_LIST, FILTER_LIST_MAX, HIST_BUCKETS,
-    IoEvent, KIND_FLUSH_RQ, KIND_IO, ProbeConfig, RequestState, dev_join, log2_bucket,
+    BIO_SLOT_BUSY, BIO_SLOT_COUNT, BioSlot, COUNTER_SLOTS, Counter, DEVICE_SLOT_COUNT, DeviceSlot,
+    DeviceState, EV_NEVER_ISSUED, EV_NOT_ACCOUNTED, EV_STARTED_BEFORE_ATTACH, FILTER_LIST,
+    FILTER_LIST_MAX, HIST_BUCKETS, IoEvent, KIND_FLUSH_RQ, KIND_IO, ProbeConfig, RequestState,
+    dev_join, log2_bucket,
 };
 use tracer_common::{Cuts, EV_OUTSIDE_CUT, RequestSlot, SLOT_COUNT};
 
@@ -63,6 +64,9 @@ static CONFIG: ProbeConfig = ProbeConfig {
     filter_list_len: 0,
     filter_list: [0; FILTER_LIST_MAX],
     wakeup_bytes: 0,
+    bio_next: 0,
+    bio_bdev: 0,
+    bdev_disk: 0,
 };
 
 /// Zeroed template for creating aggregate slots (too big for the BPF stack).
@@ -111,6 +115,10 @@ static AGGREGATES: PerCpuHashMap<AggKey, Aggregate> = PerCpuHashMap::with_max_en
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_SLOTS, 0);
 #[map(name = "DEVICE_FILTER")]
 static DEVICE_FILTER: HashMap<u32, u8> = HashMap::with_max_entries(256, 0);
+/// Kernels without `block_io_start`: submitters of new requests by bio address (see
+/// [`blkprof_getrq`]).
+#[map(name = "BIOS")]
+static BIOS: Array<BioSlot> = Array::with_max_entries(BIO_SLOT_COUNT, 0);
 
 const BPF_NOEXIST: u64 = 1;
 
@@ -121,6 +129,8 @@ const SCRATCH_ISSUE: u32 = 1;
 const SCRATCH_REQUEUE: u32 = 2;
 const SCRATCH_MERGE: u32 = 3;
 const SCRATCH_COMPLETE: u32 = 4;
+const SCRATCH_GETRQ: u32 = 5;
+const SCRATCH_INSERT: u32 = 6;
 
 /// The request's address as a plain number, to hash and store (the verifier forbids
 /// arithmetic on the typed pointer): stored into this program's per-CPU scratch word and
@@ -136,6 +146,19 @@ fn key_of(ctx: &BtfTracePointContext, scratch: u32) -> u64 {
     // interleave on this CPU.
     unsafe {
         core::ptr::write_volatile(w.cast::<*const u8>(), rq);
+        core::ptr::read_volatile(w)
+    }
+}
+
+/// A kernel pointer as a plain number, through this program's scratch word (see [`key_of`]).
+#[inline(always)]
+fn bits_of(p: *const u8, scratch: u32) -> u64 {
+    let Some(w) = SCRATCH.get_ptr_mut(scratch) else {
+        return 0;
+    };
+    // SAFETY: as in key_of.
+    unsafe {
+        core::ptr::write_volatile(w.cast::<*const u8>(), p);
         core::ptr::read_volatile(w)
     }
 }
@@ -312,7 +335,12 @@ fn traced_dev(cfg: &ProbeConfig, rq: *const u8) -> Option<u32> {
     if q.is_null() {
         return None;
     }
-    let disk: *const u8 = load(q, cfg_u32(&cfg.q_disk));
+    disk_dev(cfg, load(q, cfg_u32(&cfg.q_disk)))
+}
+
+/// Whole-disk `dev_t` of a `struct gendisk *`, if it should be traced.
+#[inline(always)]
+fn disk_dev(cfg: &ProbeConfig, disk: *const u8) -> Option<u32> {
     if disk.is_null() {
         return None;
     }
@@ -414,6 +442,24 @@ fn state_or_new(cfg: &ProbeConfig, rq: *const u8, key: u64) -> Option<*mut Reque
     track(key, 0, dev, 0, EV_STARTED_BEFORE_ATTACH)
 }
 
+/// A tracked request is being submitted again: it was freed and reused, so it completed, but
+/// the completion program did not run for it. Count the loss and release what it held.
+#[inline(always)]
+fn missed(key: u64, old: *mut RequestState) {
+    bump(Counter::MissedCompletion);
+    // SAFETY: map value pointer.
+    let st = unsafe { &mut *old };
+    bump(if st.complete_ns != 0 {
+        Counter::MissedAfterPartial
+    } else if st.issued != 0 || st.issue_ns != 0 {
+        Counter::MissedIssued
+    } else {
+        Counter::MissedNeverIssued
+    });
+    release(st);
+    untrack(key);
+}
+
 #[btf_tracepoint(function = "block_io_start")]
 pub fn blkprof_io_start(ctx: BtfTracePointContext) -> i32 {
     try_io_start(&ctx);
@@ -426,20 +472,7 @@ fn try_io_start(ctx: &BtfTracePointContext) -> Option<()> {
     let dev = traced_dev(cfg, rq)?;
     let key = key_of(ctx, SCRATCH_IO_START);
     if let Some(old) = lookup(key) {
-        // The request was freed and reused, so it completed, but the completion program did
-        // not run for it: count the loss and release what it held.
-        bump(Counter::MissedCompletion);
-        // SAFETY: map value pointer.
-        let st = unsafe { &mut *old };
-        bump(if st.complete_ns != 0 {
-            Counter::MissedAfterPartial
-        } else if st.issued != 0 || st.issue_ns != 0 {
-            Counter::MissedIssued
-        } else {
-            Counter::MissedNeverIssued
-        });
-        release(st);
-        untrack(key);
+        missed(key, old);
     }
     // The kernel's own start stamp when it keeps one: no clock read. It stamps a request at
     // allocation when it accounts it (RQF_IO_STAT); on others (iostats off) the field holds
@@ -464,14 +497,26 @@ fn try_io_start(ctx: &BtfTracePointContext) -> Option<()> {
 
 #[btf_tracepoint(function = "block_rq_issue")]
 pub fn blkprof_rq_issue(ctx: BtfTracePointContext) -> i32 {
-    try_rq_issue(&ctx);
+    try_rq_issue::<false>(&ctx);
     0
 }
 
-fn try_rq_issue(ctx: &BtfTracePointContext) -> Option<()> {
+/// `block_rq_issue` on kernels without `block_io_start`.
+#[btf_tracepoint(function = "block_rq_issue")]
+pub fn blkprof_issue_fb(ctx: BtfTracePointContext) -> i32 {
+    try_rq_issue::<true>(&ctx);
+    0
+}
+
+fn try_rq_issue<const GETRQ: bool>(ctx: &BtfTracePointContext) -> Option<()> {
     let cfg = config();
     let rq: *const u8 = ctx.arg(0);
-    let p = state_or_new(cfg, rq, key_of(ctx, SCRATCH_ISSUE))?;
+    let key = key_of(ctx, SCRATCH_ISSUE);
+    let p = if GETRQ {
+        state_adopted(cfg, rq, key, SCRATCH_ISSUE, true)?
+    } else {
+        state_or_new(cfg, rq, key)?
+    };
     // SAFETY: map value pointer.
     let st = unsafe { &mut *p };
     let ds = device(st.dev)?;
@@ -524,32 +569,63 @@ fn try_rq_requeue(ctx: &BtfTracePointContext) -> Option<()> {
 /// `rq` was merged into another request and is freed without completing.
 #[btf_tracepoint(function = "block_rq_merge")]
 pub fn blkprof_rq_merge(ctx: BtfTracePointContext) -> i32 {
-    try_rq_merge(&ctx);
+    try_rq_merge::<false>(&ctx);
     0
 }
 
-fn try_rq_merge(ctx: &BtfTracePointContext) -> Option<()> {
+/// `block_rq_merge` on kernels without `block_io_start`.
+#[btf_tracepoint(function = "block_rq_merge")]
+pub fn blkprof_merge_fb(ctx: BtfTracePointContext) -> i32 {
+    try_rq_merge::<true>(&ctx);
+    0
+}
+
+fn try_rq_merge<const GETRQ: bool>(ctx: &BtfTracePointContext) -> Option<()> {
     let key = key_of(ctx, SCRATCH_MERGE);
-    let p = lookup(key)?;
-    // SAFETY: map value pointer.
-    release(unsafe { &mut *p });
-    untrack(key);
+    if let Some(p) = lookup(key) {
+        // SAFETY: map value pointer.
+        release(unsafe { &mut *p });
+        untrack(key);
+    } else if GETRQ {
+        // Merged before any program met it: its submitter, waiting under its first bio (still
+        // `rq->bio` here), goes with it.
+        let cfg = config();
+        let rq: *const u8 = ctx.arg(0);
+        let bio: *const u8 = load(rq, cfg_u32(&cfg.rq_bio));
+        if !bio.is_null() {
+            let b = bits_of(bio, SCRATCH_MERGE);
+            if let Some((_, dev)) = take_submitter(b) {
+                leave_os(dev);
+            }
+        }
+    }
     Some(())
 }
 
 #[btf_tracepoint(function = "block_rq_complete")]
 pub fn blkprof_rq_complete(ctx: BtfTracePointContext) -> i32 {
-    try_rq_complete(&ctx);
+    try_rq_complete::<false>(&ctx);
     0
 }
 
-fn try_rq_complete(ctx: &BtfTracePointContext) -> Option<()> {
+/// `block_rq_complete` on kernels without `block_io_start`.
+#[btf_tracepoint(function = "block_rq_complete")]
+pub fn blkprof_complete_fb(ctx: BtfTracePointContext) -> i32 {
+    try_rq_complete::<true>(&ctx);
+    0
+}
+
+fn try_rq_complete<const GETRQ: bool>(ctx: &BtfTracePointContext) -> Option<()> {
     let cfg = config();
     let rq: *const u8 = ctx.arg(0);
     let error: i32 = ctx.arg::<u64>(1) as u8 as i32;
     let nr_bytes: u32 = ctx.arg::<u64>(2) as u32;
     let key = key_of(ctx, SCRATCH_COMPLETE);
-    let p = state_or_new(cfg, rq, key)?;
+    let p = if GETRQ {
+        state_adopted(cfg, rq, key, SCRATCH_COMPLETE, true)?
+    } else {
+        state_or_new(cfg, rq, key)?
+    };
     // SAFETY: map value pointer.
     let st = unsafe { &mut *p };
     if st.complete_ns == 0 {
@@ -594,6 +670,223 @@ fn try_rq_complete(ctx: &BtfTracePointContext) -> Option<()> {
     finish(cfg, rq, st, KIND_IO, cmd_flags);
     untrack(key);
     Some(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernels without `block_io_start` (Linux 6.1 to 6.4). `block_getrq` fires in the submitter's
+// task once for every request `blk_mq_submit_bio` makes, just before the bio is put in it, but
+// carries only the bio. It records the submitter under the bio's address; the first request
+// event that meets the request (insert, issue, or completion) finds the bio through `rq->bio`
+// and takes the submitter over. The slot holds one count of the device's requests in the OS
+// from `block_getrq` on, as `block_io_start` would have added it, and hands it to the request
+// (or gives it back when it is dropped). docs/design/kernel-6.1-fallback.md.
+// ---------------------------------------------------------------------------------------------
+
+#[inline(always)]
+fn bio_slot(bio: u64) -> Option<*mut BioSlot> {
+    let idx = (bio >> 6).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 50;
+    BIOS.get_ptr_mut(idx as u32 & (BIO_SLOT_COUNT - 1))
+}
+
+/// The device's requests in the OS, one fewer.
+#[inline(always)]
+fn leave_os(dev: u32) {
+    if let Some(ds) = device_state(dev) {
+        // SAFETY: map value pointer.
+        atomic_add(unsafe { &raw mut (*ds).os_inflight }, u64::MAX);
+    }
+}
+
+/// The submitter recorded under `bio`, removed from its slot: (slot, device). The one program
+/// whose compare-and-swap frees the slot owns the entry's count in the OS.
+#[inline(always)]
+fn take_submitter(bio: u64) -> Option<(*mut BioSlot, u32)> {
+    let slot = bio_slot(bio)?;
+    // SAFETY: array value pointer.
+    if unsafe { core::ptr::read_volatile(&raw const (*slot).key) } != bio {
+        return None;
+    }
+    // SAFETY: as above; read before the slot is given up (a writer claims it with a CAS first,
+    // which would make ours fail).
+    let dev = unsafe { core::ptr::read_volatile(&raw const (*slot).dev) };
+    // SAFETY: as above.
+    let (_, won) = unsafe {
+        atomic_cxchg::<u64, { AtomicOrdering::AcqRel }, { AtomicOrdering::Relaxed }>(
+            &raw mut (*slot).key,
+            bio,
+            0,
+        )
+    };
+    won.then_some((slot, dev))
+}
+
+#[btf_tracepoint(function = "block_getrq")]
+pub fn blkprof_getrq(ctx: BtfTracePointContext) -> i32 {
+    try_getrq(&ctx);
+    0
+}
+
+fn try_getrq(ctx: &BtfTracePointContext) -> Option<()> {
+    let cfg = config();
+    let bio: *const u8 = ctx.arg(0);
+    let bdev: *const u8 = load(bio, cfg_u32(&cfg.bio_bdev));
+    if bdev.is_null() {
+        return None;
+    }
+    let dev = disk_dev(cfg, load(bdev, cfg_u32(&cfg.bdev_disk)))?;
+    let ds = device(dev)?;
+    let key = key_of(ctx, SCRATCH_GETRQ);
+    let slot = bio_slot(key)?;
+    // SAFETY: array value pointer.
+    let old = unsafe { core::ptr::read_volatile(&raw const (*slot).key) };
+    // SAFETY: as above. Claim the slot (BUSY) so that no taker reads a half-written entry.
+    let won = old != BIO_SLOT_BUSY
+        && unsafe {
+            atomic_cxchg::<u64, { AtomicOrdering::AcqRel }, { AtomicOrdering::Relaxed }>(
+                &raw mut (*slot).key,
+                old,
+                BIO_SLOT_BUSY,
+            )
+        }
+        .1;
+    if !won {
+        // Another CPU is filling the slot this instant.
+        bump(Counter::SubmitterLost);
+        return None;
+    }
+    if old != 0 {
+        // An entry no request took up: its count in the OS goes with it.
+        bump(Counter::SubmitterLost);
+        // SAFETY: array value pointer of a slot this program owns.
+        leave_os(unsafe { core::ptr::read_volatile(&raw const (*slot).dev) });
+    }
+    // SAFETY: as above.
+    unsafe {
+        core::ptr::write_volatile(&raw mut (*slot).ts, now_ns());
+        core::ptr::write_volatile(&raw mut (*slot).dev, dev);
+        core::ptr::write_volatile(
+            &raw mut (*slot).pid,
+            (bpf_get_current_pid_tgid() >> 32) as u32,
+        );
+        core::ptr::write_volatile(&raw mut (*slot).cgroup, bpf_get_current_cgroup_id());
+        core::ptr::write_volatile((&raw mut (*slot).comm).cast::<u64>(), 0);
+        core::ptr::write_volatile((&raw mut (*slot).comm).cast::<u64>().add(1), 0);
+        bpf_get_current_comm((*slot).comm.as_mut_ptr().cast(), 16);
+    }
+    // SAFETY: map value pointer.
+    atomic_add(unsafe { &raw mut (*ds).os_inflight }, 1);
+    // SAFETY: array value pointer; the CAS publishes the entry after its fields.
+    unsafe {
+        atomic_cxchg::<u64, { AtomicOrdering::AcqRel }, { AtomicOrdering::Relaxed }>(
+            &raw mut (*slot).key,
+            BIO_SLOT_BUSY,
+            key,
+        )
+    };
+    Some(())
+}
+
+/// The state of a request met at one of its events, on kernels without `block_io_start`:
+/// tracked already, or taken up from the submitter its bios left at `block_getrq`, or (with
+/// `create`) new with the submission unseen, as before attach.
+#[inline(always)]
+fn state_adopted(
+    cfg: &ProbeConfig,
+    rq: *const u8,
+    key: u64,
+    scratch: u32,
+    create: bool,
+) -> Option<*mut RequestState> {
+    let head: *const u8 = load(rq, cfg_u32(&cfg.rq_bio));
+    let head = if head.is_null() {
+        0
+    } else {
+        bits_of(head, scratch)
+    };
+    let fresh = |b: u64| {
+        // SAFETY: array value pointer.
+        b != 0
+            && bio_slot(b)
+                .is_some_and(|s| unsafe { core::ptr::read_volatile(&raw const (*s).key) } == b)
+    };
+    if let Some(p) = lookup(key) {
+        // Tracked, yet its first bio left a submitter to take up: the request was freed and
+        // reused without its completion seen (block_io_start's check, made here).
+        if !fresh(head) {
+            return Some(p);
+        }
+        missed(key, p);
+    }
+    let dev = traced_dev(cfg, rq)?;
+    // The request's own bio is its first unless a bio was front-merged into it since: look a
+    // few bios down the chain.
+    let mut bio = head;
+    let mut next: *const u8 = load(rq, cfg_u32(&cfg.rq_bio));
+    for _ in 0..4 {
+        if bio == 0 {
+            break;
+        }
+        if let Some((slot, sdev)) = take_submitter(bio) {
+            if sdev != dev {
+                leave_os(sdev);
+            } else if let Some(p) = track(key, 0, dev, 1, 0) {
+                // SAFETY: slot and state are map value pointers; the slot is ours until
+                // published again, and a getrq for another bio would have to claim it first.
+                unsafe {
+                    core::ptr::write_volatile(
+                        &raw mut (*p).enter_ns,
+                        core::ptr::read_volatile(&raw const (*slot).ts),
+                    );
+                    core::ptr::write_volatile(
+                        &raw mut (*p).pid,
+                        core::ptr::read_volatile(&raw const (*slot).pid),
+                    );
+                    core::ptr::write_volatile(
+                        &raw mut (*p).cgroup,
+                        core::ptr::read_volatile(&raw const (*slot).cgroup),
+                    );
+                    let c = (&raw const (*slot).comm).cast::<u64>();
+                    let d = (&raw mut (*p).comm).cast::<u64>();
+                    core::ptr::write_volatile(d, core::ptr::read_volatile(c));
+                    core::ptr::write_volatile(d.add(1), core::ptr::read_volatile(c.add(1)));
+                }
+                return Some(p);
+            } else {
+                leave_os(dev);
+                return None;
+            }
+        }
+        if next.is_null() {
+            break;
+        }
+        next = load(next, cfg_u32(&cfg.bio_next));
+        bio = if next.is_null() {
+            0
+        } else {
+            bits_of(next, scratch)
+        };
+    }
+    if !create {
+        return None;
+    }
+    track(key, 0, dev, 0, EV_STARTED_BEFORE_ATTACH)
+}
+
+/// `block_rq_insert` on kernels without `block_io_start`: with an IO scheduler, the submitter
+/// inserts its request before a worker issues it, so the request is taken up here, where the
+/// current task is still its submitter's (the requeue worker inserts too: it only finds
+/// requests already tracked).
+#[btf_tracepoint(function = "block_rq_insert")]
+pub fn blkprof_insert_fb(ctx: BtfTracePointContext) -> i32 {
+    let rq: *const u8 = ctx.arg(0);
+    let _ = state_adopted(
+        config(),
+        rq,
+        key_of(&ctx, SCRATCH_INSERT),
+        SCRATCH_INSERT,
+        false,
+    );
+    0
 }
 
 /// This CPU's aggregate of a key: its direct-mapped slot (an inlined array lookup), or, when

@@ -18,11 +18,14 @@ pub enum BtfError {
     NoMember(String, String),
     #[error("kernel BTF has no enumerator {0}")]
     NoEnumerator(String),
+    #[error("the kernel has no tracepoint {0}")]
+    NoTracepoint(String),
 }
 
 const KIND_INT: u32 = 1;
 const KIND_ARRAY: u32 = 3;
 const KIND_STRUCT: u32 = 4;
+const KIND_TYPEDEF: u32 = 8;
 const KIND_UNION: u32 = 5;
 const KIND_ENUM: u32 = 6;
 const KIND_FUNC_PROTO: u32 = 13;
@@ -35,6 +38,7 @@ pub struct KernelBtf {
     /// struct name -> member name -> bit offset
     structs: HashMap<String, HashMap<String, u32>>,
     enumerators: HashMap<String, i64>,
+    typedefs: std::collections::HashSet<String>,
 }
 
 impl KernelBtf {
@@ -82,6 +86,7 @@ impl KernelBtf {
         };
         let mut structs = HashMap::new();
         let mut enumerators = HashMap::new();
+        let mut typedefs = std::collections::HashSet::new();
         let mut pos = 0usize;
         while pos + 12 <= types.len() {
             let name_off = t32(pos).ok_or(BtfError::Malformed("short type"))?;
@@ -135,6 +140,9 @@ impl KernelBtf {
                     }
                     pos += vlen * 12;
                 }
+                KIND_TYPEDEF => {
+                    typedefs.insert(name(name_off).to_string());
+                }
                 KIND_FUNC_PROTO => pos += vlen * 8,
                 KIND_DATASEC => pos += vlen * 12,
                 _ => {}
@@ -143,6 +151,7 @@ impl KernelBtf {
         Ok(KernelBtf {
             structs,
             enumerators,
+            typedefs,
         })
     }
 
@@ -156,6 +165,12 @@ impl KernelBtf {
             .get(member)
             .ok_or_else(|| BtfError::NoMember(name.into(), member.into()))?;
         Ok(bits / 8)
+    }
+
+    /// Whether the kernel has the tracepoint (BTF names each one's prototype
+    /// `btf_trace_NAME`, which is what tp_btf programs attach by).
+    pub fn has_tracepoint(&self, name: &str) -> bool {
+        self.typedefs.contains(&format!("btf_trace_{name}"))
     }
 
     pub fn enumerator(&self, name: &str) -> Result<i64, BtfError> {
@@ -180,6 +195,9 @@ mod tests {
         assert!(btf.member_offset("request", "__sector").unwrap() > 0);
         assert_eq!(btf.enumerator("REQ_OP_READ").unwrap(), 0);
         assert_eq!(btf.enumerator("REQ_OP_WRITE").unwrap(), 1);
+        assert!(btf.has_tracepoint("block_rq_issue"));
+        assert!(btf.has_tracepoint("block_getrq"));
+        assert!(!btf.has_tracepoint("block_no_such_event"));
     }
 
     #[test]

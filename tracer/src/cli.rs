@@ -16,7 +16,7 @@ use tracer_common::op::Op;
 Every request's submission, issue and completion is captured (device, sector, size, op and flags, \
 submitting pid/comm, queue and device latency, in-flight counts). Totals are kept exactly in the kernel \
 even if the ring buffer overflows, and checked against /proc/diskstats at the end.\n\n\
-Needs root (or CAP_BPF + CAP_PERFMON) and a kernel with BTF (Linux 6.11+).",
+Needs root (or CAP_BPF + CAP_PERFMON) and a kernel with BTF (Linux 6.1+; submitters are taken at block_io_start from 6.5, at block_getrq before).",
     after_help = "Examples:\n  \
 blkprof-trace --device loop3 --duration 30s --output run.blkp\n  \
 blkprof-trace --device nvme0n1 --json --interval 5s\n  \

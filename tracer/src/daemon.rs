@@ -258,6 +258,7 @@ impl Run {
             utc_offset_s: 0,
             time_zone: String::new(),
             arrays: self.arrays.clone(),
+            submit_hook: self.probe.hooks.name().into(),
         };
         if self.seq > 0 {
             // A rotated file starts at its cut's instant, on the same clocks.
@@ -1260,6 +1261,13 @@ fn summary(
             out,
             "warning: {} IOs were recorded but left out of the exact aggregates (aggregate map full): the coverage check counts them as missed",
             thousands(counters.aggregate_map_full)
+        );
+    }
+    if counters.submitters_lost > 0 {
+        let _ = writeln!(
+            out,
+            "note: {} submitters seen at block_getrq were not taken up by their requests (this kernel has no block_io_start): those IOs, if they completed, show no submitter",
+            thousands(counters.submitters_lost)
         );
     }
     if counters.missed_completions > 0 {

@@ -3,15 +3,40 @@
 //! blkprof's own stable op and flag encoding.
 
 use tracer_common::{
-    ProbeConfig,
+    Hooks, ProbeConfig,
     op::{Op, flags},
 };
 
 use crate::btf::{BtfError, KernelBtf};
 
-/// Kernels that work: the probe needs the `block_io_start` tracepoint (Linux 6.5) and
-/// the request flags as an enum in BTF (`__RQF_*`, Linux 6.11; `#define`s before).
-pub const KERNEL_REQUIREMENT: &str = "Linux 6.11 or newer with CONFIG_DEBUG_INFO_BTF=y (the block_io_start tracepoint and the request flags enum in BTF)";
+/// Kernels that work: BTF, and either the `block_io_start` tracepoint (Linux 6.5) or
+/// `block_getrq` with `bio::bi_bdev` (the fallback, for Linux 6.1 to 6.4). The request
+/// flags are an enum in BTF from Linux 6.11 (`__RQF_*`); before, `#define`s with fixed bits.
+pub const KERNEL_REQUIREMENT: &str =
+    "Linux 6.1 or newer with CONFIG_DEBUG_INFO_BTF=y (the block layer's tracepoints in BTF)";
+
+/// `RQF_IO_STAT` and `RQF_FLUSH_SEQ` on kernels whose request flags are `#define`s (before
+/// 6.11): bits 13 and 4 in 6.1.20, 6.1.158 and 6.6.63, and in the lines 6.11-rc1 removed
+/// (docs/design/kernel-6.1-fallback.md §3). A wrong bit would show as IOs the kernel did not
+/// account, or accounted ones missing, in the run's exact check against /proc/diskstats.
+const RQF_IO_STAT_BIT_DEFINE: u32 = 13;
+const RQF_FLUSH_SEQ_BIT_DEFINE: u32 = 4;
+
+/// Which submission hook the running kernel offers. `BLKPROF_HOOKS=getrq` forces the
+/// fallback on a kernel that has both (how the fallback is tested on newer kernels).
+pub fn choose_hooks(btf: &KernelBtf) -> Result<Hooks, BtfError> {
+    let forced = std::env::var("BLKPROF_HOOKS").ok();
+    let hooks = match forced.as_deref() {
+        Some("getrq") => Hooks::GetRq,
+        Some("io_start") => Hooks::IoStart,
+        _ if btf.has_tracepoint("block_io_start") => Hooks::IoStart,
+        _ => Hooks::GetRq,
+    };
+    if !btf.has_tracepoint(hooks.name()) {
+        return Err(BtfError::NoTracepoint(hooks.name().into()));
+    }
+    Ok(hooks)
+}
 
 #[derive(Clone, Debug)]
 pub struct OpDecoder {
@@ -38,8 +63,23 @@ impl OpDecoder {
     }
 }
 
-pub fn probe_config(btf: &KernelBtf) -> Result<(ProbeConfig, OpDecoder), BtfError> {
-    let bit = |name: &str| -> Result<u32, BtfError> { Ok(1u32 << btf.enumerator(name)?) };
+pub fn probe_config(btf: &KernelBtf, hooks: Hooks) -> Result<(ProbeConfig, OpDecoder), BtfError> {
+    let (rqf_io_stat, rqf_flush_seq) = match (
+        btf.enumerator("__RQF_IO_STAT"),
+        btf.enumerator("__RQF_FLUSH_SEQ"),
+    ) {
+        (Ok(io_stat), Ok(flush_seq)) => (1u32 << io_stat, 1u32 << flush_seq),
+        (Err(_), Err(_)) => (
+            1u32 << RQF_IO_STAT_BIT_DEFINE,
+            1u32 << RQF_FLUSH_SEQ_BIT_DEFINE,
+        ),
+        (Err(e), _) | (_, Err(e)) => return Err(e),
+    };
+    // Only the fallback reads bios.
+    let bio = |s: &str, m: &str| match hooks {
+        Hooks::GetRq => btf.member_offset(s, m),
+        Hooks::IoStart => Ok(0),
+    };
     let op_bits = btf.enumerator("__REQ_FAILFAST_DEV")?; // == REQ_OP_BITS
     let op_mask = (1u32 << op_bits) - 1;
     let cfg = ProbeConfig {
@@ -53,14 +93,17 @@ pub fn probe_config(btf: &KernelBtf) -> Result<(ProbeConfig, OpDecoder), BtfErro
         q_disk: btf.member_offset("request_queue", "disk")?,
         disk_major: btf.member_offset("gendisk", "major")?,
         disk_first_minor: btf.member_offset("gendisk", "first_minor")?,
-        rqf_io_stat: bit("__RQF_IO_STAT")?,
-        rqf_flush_seq: bit("__RQF_FLUSH_SEQ")?,
+        rqf_io_stat,
+        rqf_flush_seq,
         req_op_flush: btf.enumerator("REQ_OP_FLUSH")? as u32,
         req_op_mask: op_mask,
         filter_devices: 0,
         filter_list_len: 0,
         filter_list: [0; tracer_common::FILTER_LIST_MAX],
         wakeup_bytes: 0,
+        bio_next: bio("bio", "bi_next")?,
+        bio_bdev: bio("bio", "bi_bdev")?,
+        bdev_disk: bio("block_device", "bd_disk")?,
     };
     let mut ops = Vec::new();
     for (name, op) in [
@@ -119,7 +162,8 @@ mod tests {
         let Ok(btf) = KernelBtf::from_sys() else {
             return;
         };
-        let (cfg, dec) = probe_config(&btf).expect("this kernel is supported");
+        let (cfg, dec) = probe_config(&btf, Hooks::GetRq).expect("this kernel is supported");
+        assert!(cfg.bio_bdev > 0 && cfg.bdev_disk > 0);
         assert_eq!(cfg.req_op_mask, 0xff);
         let sync = 1u32 << btf.enumerator("__REQ_SYNC").unwrap();
         let fua = 1u32 << btf.enumerator("__REQ_FUA").unwrap();

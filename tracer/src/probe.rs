@@ -9,14 +9,14 @@ use aya::{
 };
 use tracer_common::{
     AGG_EPOCH, AGG_FLUSH_RQ, AGG_NOT_ACCOUNTED, AGGREGATE_SLOT_COUNT, AggKey, Aggregate,
-    AggregateSlot, COUNTER_SLOTS, Counter, DeviceSlot, DeviceState, GLOBAL_CONFIG,
+    AggregateSlot, COUNTER_SLOTS, Counter, DeviceSlot, DeviceState, GLOBAL_CONFIG, Hooks,
     MAP_AGGREGATE_SLOTS, MAP_AGGREGATES, MAP_COUNTERS, MAP_DEVICE_FILTER, MAP_DEVICE_SLOTS,
-    MAP_DEVICES, MAP_EVENTS, PROGRAMS, ProbeConfig, dev_split,
+    MAP_DEVICES, MAP_EVENTS, ProbeConfig, dev_split,
     format::{AggregateSnapshot, ProbeCounters, ProgramStats},
     {Cuts, MAP_CUTS, MAP_REQUESTS, MAP_SLOTS, RequestSlot, RequestState, SLOT_COUNT},
 };
 
-use crate::kernel::{KERNEL_REQUIREMENT, OpDecoder, probe_config};
+use crate::kernel::{KERNEL_REQUIREMENT, OpDecoder, choose_hooks, probe_config};
 
 static PROBE_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/blkprof"));
 
@@ -79,6 +79,8 @@ pub struct Probe {
     ebpf: Ebpf,
     pub decoder: OpDecoder,
     pub config: ProbeConfig,
+    /// The submission hook the running kernel offers (the programs loaded follow it).
+    pub hooks: Hooks,
     links: Vec<(String, aya::programs::tp_btf::BtfTracePointLinkId)>,
 }
 
@@ -96,7 +98,8 @@ impl Probe {
         unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &rlim) };
 
         let kbtf = crate::btf::KernelBtf::from_sys()?;
-        let (mut config, decoder) = probe_config(&kbtf)?;
+        let hooks = choose_hooks(&kbtf)?;
+        let (mut config, decoder) = probe_config(&kbtf, hooks)?;
         if opts.devices.len() > tracer_common::FILTER_LIST_MAX {
             config.filter_devices = tracer_common::FILTER_MAP;
         } else if !opts.devices.is_empty() {
@@ -124,7 +127,7 @@ impl Probe {
                     .map_err(|e| ProbeError::Load(e.to_string()))?;
             }
         }
-        for (prog, tracepoint) in PROGRAMS {
+        for &(prog, tracepoint) in hooks.programs() {
             let p: &mut BtfTracePoint = ebpf
                 .program_mut(prog)
                 .ok_or_else(|| ProbeError::Load(format!("program {prog} missing from the object")))?
@@ -139,6 +142,7 @@ impl Probe {
             ebpf,
             decoder,
             config,
+            hooks,
             links: Vec::new(),
         })
     }
@@ -146,7 +150,7 @@ impl Probe {
     /// Attach in the order that keeps the in-flight counts consistent: completion side first,
     /// submission last.
     pub fn attach(&mut self) -> Result<(), ProbeError> {
-        for (prog, tracepoint) in PROGRAMS.iter().rev() {
+        for (prog, tracepoint) in self.hooks.programs().iter().rev() {
             let p: &mut BtfTracePoint = self
                 .ebpf
                 .program_mut(prog)
@@ -275,7 +279,7 @@ impl Probe {
             *s = vals.iter().sum();
         }
         let mut programs = Vec::new();
-        for (prog, tracepoint) in PROGRAMS {
+        for (prog, tracepoint) in self.hooks.programs() {
             if let Some(p) = self.ebpf.program(prog) {
                 let p: Result<&BtfTracePoint, _> = p.try_into();
                 if let Ok(fd) = p.map_err(|_| ()).and_then(|p| p.fd().map_err(|_| ())) {
@@ -302,6 +306,7 @@ impl Probe {
                 sums[Counter::MissedIssued as usize],
                 sums[Counter::MissedNeverIssued as usize],
             ],
+            submitters_lost: sums[Counter::SubmitterLost as usize],
             programs,
         })
     }

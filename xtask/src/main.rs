@@ -52,6 +52,10 @@ enum Cmd {
     Test {
         /// Only run end-to-end tests whose name contains this.
         filter: Option<String>,
+        /// Only the nested-VM stage: the end-to-end tests in stock 6.12 and 6.1 kernels
+        /// (about 3 minutes each; as root).
+        #[arg(long)]
+        vm_only: bool,
     },
     /// Set up, then measure: tracer overhead vs untraced and vs biolatency, bytes per IO,
     /// analyzer throughput. Prints a table.
@@ -128,9 +132,13 @@ fn main() -> Result<()> {
             setup::setup()?;
             demo::demo(seconds, out)
         }
-        Cmd::Test { filter } => {
+        Cmd::Test { filter, vm_only } => {
             setup::setup()?;
-            util::test(filter)
+            if vm_only {
+                util::test_vms()
+            } else {
+                util::test(filter)
+            }
         }
         Cmd::Bench {
             seconds,

@@ -132,7 +132,15 @@ pub struct ProbeCounters {
     /// issued to the device, never issued). A diagnostic for the cause.
     #[serde(default)]
     pub missed_stage: [u64; 3],
+    /// On kernels without `block_io_start`: submitters recorded at `block_getrq` that no
+    /// request took up (their IOs, if any, have no submitter). 0 elsewhere.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub submitters_lost: u64,
     pub programs: Vec<ProgramStats>,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 impl ProbeCounters {
@@ -185,6 +193,11 @@ pub struct TraceHeader {
     /// files of tracers before it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub arrays: Vec<ArrayInfo>,
+    /// The tracepoint that saw submissions: "block_io_start" (Linux 6.5+; also "" in files of
+    /// tracers before this field) or "block_getrq" (Linux 6.1-6.4: submitters adopted through
+    /// the request's bios, see docs/design/kernel-6.1-fallback.md).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub submit_hook: String,
 }
 
 /// An md array over traced disks: what the report groups its members by.
