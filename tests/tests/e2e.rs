@@ -584,6 +584,22 @@ fn fsync_driven_flushes_are_counted_like_the_kernel() {
         flushes.len()
     );
     assert!(flushes.iter().all(|r| r.op == Op::Flush && r.issue_ns != 0));
+    // The flush machinery's own request is never submitted as such: it is not "started before
+    // tracing" (it was, in every run, until the probe told it apart), and carries the task
+    // that issued it and the kernel's queue time.
+    let unseen = flushes
+        .iter()
+        .filter(|r| r.flags & flags::STARTED_BEFORE != 0 || r.pid == 0 || r.enter_ns == 0)
+        .count();
+    assert_eq!(
+        unseen, 0,
+        "flush requests with an issuing task and a queue time"
+    );
+    let t = trace.trailer.as_ref().expect("trailer");
+    assert_eq!(
+        t.counters_end.started_before_attach - trace.header.counters_start.started_before_attach,
+        0
+    );
 }
 
 #[test]

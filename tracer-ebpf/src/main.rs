@@ -439,7 +439,30 @@ fn state_or_new(cfg: &ProbeConfig, rq: *const u8, key: u64) -> Option<*mut Reque
         return Some(p);
     }
     let dev = traced_dev(cfg, rq)?;
-    track(key, 0, dev, 0, EV_STARTED_BEFORE_ATTACH)
+    track_unseen(cfg, rq, key, dev)
+}
+
+/// Track a request met after its submission: one submitted before the probe attached, or
+/// the flush machinery's own flush request, which no submission event ever sees (the block
+/// layer makes it in `blk_kick_flush`). That one is not "started before attach": it gets the
+/// task that issues it, and its queue time from the kernel's stamp, like any request.
+#[inline(always)]
+fn track_unseen(cfg: &ProbeConfig, rq: *const u8, key: u64, dev: u32) -> Option<*mut RequestState> {
+    let cmd_flags: u32 = load(rq, cfg_u32(&cfg.rq_cmd_flags));
+    let rq_flags: u32 = load(rq, cfg_u32(&cfg.rq_rq_flags));
+    let flush_rq = cmd_flags & cfg_u32(&cfg.req_op_mask) == cfg_u32(&cfg.req_op_flush)
+        && rq_flags & cfg_u32(&cfg.rqf_flush_seq) != 0;
+    track(
+        key,
+        0,
+        dev,
+        0,
+        if flush_rq {
+            0
+        } else {
+            EV_STARTED_BEFORE_ATTACH
+        },
+    )
 }
 
 /// A tracked request is being submitted again: it was freed and reused, so it completed, but
@@ -869,7 +892,7 @@ fn state_adopted(
     if !create {
         return None;
     }
-    track(key, 0, dev, 0, EV_STARTED_BEFORE_ATTACH)
+    track_unseen(cfg, rq, key, dev)
 }
 
 /// `block_rq_insert` on kernels without `block_io_start`: with an IO scheduler, the submitter
