@@ -224,7 +224,8 @@ fn text(v: &Value, out: &mut dyn Write) -> std::io::Result<()> {
     Ok(())
 }
 
-/// An array's lines in the terminal report (also `blkprof whatif`'s).
+/// An array's lines in the terminal report (also `blkprof whatif`'s): volumes as the report
+/// gives them (decimal units), request sizes as block sizes are quoted.
 pub(crate) fn write_text(out: &mut dyn Write, a: &ArrayModel) -> std::io::Result<()> {
     writeln!(
         out,
@@ -233,7 +234,7 @@ pub(crate) fn write_text(out: &mut dyn Write, a: &ArrayModel) -> std::io::Result
         a.level,
         crate::sizes::human(a.chunk_bytes),
         tracer_common::coverage::thousands(a.ios),
-        crate::sizes::human(a.bytes),
+        crate::text::bytes(a.bytes),
         a.members.len(),
         a.imbalance_ios
     )?;
@@ -245,7 +246,7 @@ pub(crate) fn write_text(out: &mut dyn Write, a: &ArrayModel) -> std::io::Result
             mb.slot.map_or_else(|| "-".to_string(), |s| s.to_string()),
             tracer_common::coverage::thousands(mb.ios),
             mb.pct_ios,
-            crate::sizes::human(mb.bytes),
+            crate::text::bytes(mb.bytes),
             mb.pct_bytes,
             crate::sizes::human(mb.mean_request_bytes as u64),
             mb.queue_depth_mean,
