@@ -18,4 +18,5 @@ pub mod stress;
 pub mod summary;
 pub mod synth;
 pub mod text;
+pub mod whatif;
 pub mod zone;

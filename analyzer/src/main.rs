@@ -295,6 +295,34 @@ enum Cmd {
         #[command(flatten)]
         detect: Detect,
     },
+    /// What one traced disk's IO would do on an md RAID0 of N disks with chunk C: every IO
+    /// mapped onto the members exactly as Linux md raid0 maps it (split at chunk boundaries;
+    /// a discard as one request per member; a flush to every member). Per member: requests,
+    /// bytes and their shares, reads and writes, size mix, mean size, queue depth replayed on
+    /// the trace's own times; the busiest member over the mean; how many IOs were split.
+    #[command(
+        after_help = "Examples:\n  blkprof whatif --raid0 4 --chunk 64K node1.blkp\n  for c in 4K 64K 128K 256K; do blkprof whatif --raid0 4 --chunk $c node1.blkp; done\n  blkprof whatif --raid0 4 --chunk 512K --device nvme0n1 --json node1.blkp\n\nTrace the single disk of a node as it runs the workload (blkprof-trace), then ask what a\nstripe would see. The members are named member0.. in md's slot order; the lines read as the\n`arrays` section of `blkprof report` reads for a traced md array. Not modelled (said in the\noutput too): merging of a member's contiguous pieces in its queue (\"if merged\" counts each\nIO's pieces on a member as one), md's and the disks' own request size limits, md's data\noffset (it shifts addresses only), and timing (depths replay the trace's own times)."
+    )]
+    Whatif {
+        /// Trace file written by blkprof-trace (of the single disk the array would replace).
+        trace: PathBuf,
+        /// Members of the md RAID0 (2 or more).
+        #[arg(long, value_name = "N")]
+        raid0: u32,
+        /// md's chunk size: a multiple of 4 KiB (4K, 64K, 64KiB, 512k; mdadm's default 512K).
+        #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+        chunk: u64,
+        /// Device to model (name or MAJ:MIN) when the trace has several.
+        #[arg(long)]
+        device: Option<String>,
+        /// Where the array's data would start on the traced disk (the start of the partition
+        /// holding the data, e.g. 1M), subtracted from every address; IOs before it are left out.
+        #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "0")]
+        offset: u64,
+        /// Print the result as JSON (the array in the shape of the report's `arrays` section).
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// `blkprof import --from`: whose trace the input is (docs/importers.md).
@@ -442,6 +470,14 @@ fn main() -> ExitCode {
             json,
             detect,
         } => compare(&traces, device.as_deref(), json, &detect.options()),
+        Cmd::Whatif {
+            trace,
+            raid0,
+            chunk,
+            device,
+            offset,
+            json,
+        } => whatif(&trace, raid0, chunk, device, offset, json),
         Cmd::Report(args) => report(&args),
     };
     match r {
@@ -605,21 +641,9 @@ fn parse_time_point(s: &str) -> Result<analyzer::export::perfetto::TimePoint, St
     analyzer::export::perfetto::TimePoint::parse(s)
 }
 
-/// Bytes, or with a binary suffix: 4K, 512K, 1M, 2G.
+/// Bytes, or with a binary suffix: 4K, 64KiB, 512k, 1M, 2G (tracer_common::units).
 fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let t = t.strip_suffix(['B', 'b']).unwrap_or(t);
-    let (num, mult) = match t.char_indices().last() {
-        Some((i, 'K' | 'k')) => (&t[..i], 1u64 << 10),
-        Some((i, 'M' | 'm')) => (&t[..i], 1 << 20),
-        Some((i, 'G' | 'g')) => (&t[..i], 1 << 30),
-        _ => (t, 1),
-    };
-    num.trim()
-        .parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(mult))
-        .ok_or_else(|| format!("{s:?} is not a size (try 4096, 4K, 512K, 1M)"))
+    tracer_common::units::parse_size(s)
 }
 
 fn export_parquet(
@@ -672,6 +696,30 @@ fn compare(
         write_json(&mut out, &c)
     } else {
         analyzer::compare::write_text(&mut out, &c)
+    }
+    .map_err(|e| Fail::stdout(e, ""))
+}
+
+fn whatif(
+    trace: &std::path::Path,
+    members: u32,
+    chunk_bytes: u64,
+    device: Option<String>,
+    offset_bytes: u64,
+    json: bool,
+) -> Result<(), Fail> {
+    let opts = analyzer::whatif::Options {
+        raid0: analyzer::whatif::Raid0::new(members, chunk_bytes).map_err(Fail::input)?,
+        device,
+        offset_bytes,
+    };
+    let w = analyzer::whatif::whatif(trace, &opts).map_err(Fail::input)?;
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    if json {
+        write_json(&mut out, &w)
+    } else {
+        analyzer::whatif::write_text(&mut out, &w)
     }
     .map_err(|e| Fail::stdout(e, ""))
 }

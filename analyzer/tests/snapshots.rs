@@ -125,6 +125,23 @@ fn compare_text_and_json() {
     insta::assert_snapshot!("compare-shaped-json", run(&a, 0));
 }
 
+/// The real Cassandra trace (reads, writes, discards, flushes) laid onto a 4-disk RAID0.
+#[test]
+fn whatif_text_and_json() {
+    let a = [
+        "whatif",
+        "--raid0",
+        "4",
+        "--chunk",
+        "64K",
+        "cassandra-ycsb-a.blkp",
+    ];
+    insta::assert_snapshot!("whatif-ycsb-a-raid0-4x64k-text", run(&a, 0));
+    let mut a = a.to_vec();
+    a.push("--json");
+    insta::assert_snapshot!("whatif-ycsb-a-raid0-4x64k-json", run(&a, 0));
+}
+
 #[test]
 fn check_against_a_baseline() {
     let dir = tempfile::tempdir().unwrap();

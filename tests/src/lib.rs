@@ -238,7 +238,9 @@ impl Tracer {
                 Ok(line) => {
                     t.stderr.push_str(&line);
                     t.stderr.push('\n');
-                    if line.contains("tracing ") {
+                    // The attach line, not a device note that also says "tracing" ("md0 is
+                    // bio-based ...; tracing its members ..."), which comes before the attach.
+                    if line.starts_with("blkprof-trace: tracing ") {
                         break;
                     }
                 }

@@ -1,4 +1,4 @@
-//! Command-line durations, shared by blkprof-trace and blkprof.
+//! Command-line durations and sizes, shared by blkprof-trace and blkprof.
 
 use std::time::Duration;
 
@@ -31,6 +31,31 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         Ok(_) => Err(format!("{s:?}: a duration must be positive")),
         Err(_) => Err(format!("{s:?}: not a duration this tool can use")),
     }
+}
+
+/// "4096", "4K", "64KiB", "512k", "1 MB", "2G", "1T" -> bytes (binary units: block sizes are
+/// quoted in them). Zero is a size here; callers that need more say so.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let v: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (try 4096, 4K, 64KiB, 1M)"))?;
+    let shift = match unit.trim().to_ascii_uppercase().as_str() {
+        "" | "B" => 0,
+        "K" | "KB" | "KIB" => 10,
+        "M" | "MB" | "MIB" => 20,
+        "G" | "GB" | "GIB" => 30,
+        "T" | "TB" | "TIB" => 40,
+        _ => {
+            return Err(format!(
+                "{s:?}: unknown unit {unit:?} (use K, M, G, T, as in 64K or 64KiB)"
+            ));
+        }
+    };
+    v.checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("{s:?}: too large"))
 }
 
 /// A duration in the largest unit that states it exactly: "1s", "100ms", "90s", "250us".
@@ -73,6 +98,28 @@ mod tests {
         assert_eq!(format_duration_ns(100_000_000), "100ms");
         for bad in ["abc", "0s", "0.1ns", "5y", "", "99999999999999999999999d"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn sizes() {
+        for (text, bytes) in [
+            ("4096", 4096),
+            ("4K", 4096),
+            ("64K", 65536),
+            ("64KiB", 65536),
+            ("64kib", 65536),
+            ("64KB", 65536),
+            ("512k", 512 << 10),
+            ("1 M", 1 << 20),
+            ("2G", 2 << 30),
+            ("1T", 1 << 40),
+            ("0", 0),
+        ] {
+            assert_eq!(parse_size(text), Ok(bytes), "{text}");
+        }
+        for bad in ["", "K", "64X", "-4K", "1.5M", "99999999999T", "64KK", "64I"] {
+            assert!(parse_size(bad).is_err(), "{bad}");
         }
     }
 }

@@ -29,36 +29,81 @@ struct Model {
     arrays: Vec<ArrayModel>,
 }
 
-#[derive(Serialize, Deserialize, Default)]
+/// One array and its members: the section's model, and `blkprof whatif`'s (crate::whatif), so
+/// that a modelled array reads as a traced one.
+#[derive(Serialize, Deserialize, Default, Debug)]
 #[serde(default)]
-struct ArrayModel {
-    name: String,
-    level: String,
-    chunk_bytes: u64,
-    ios: u64,
-    bytes: u64,
+pub(crate) struct ArrayModel {
+    pub name: String,
+    pub level: String,
+    pub chunk_bytes: u64,
+    pub ios: u64,
+    pub bytes: u64,
     /// The busiest member's IOs over the members' mean: 1.00 when the IO spread evenly.
-    imbalance_ios: f64,
-    members: Vec<MemberModel>,
+    pub imbalance_ios: f64,
+    pub members: Vec<MemberModel>,
 }
 
-#[derive(Serialize, Deserialize, Default)]
+#[derive(Serialize, Deserialize, Default, Debug, Clone)]
 #[serde(default)]
-struct MemberModel {
-    disk: String,
-    slot: Option<u32>,
-    ios: u64,
-    bytes: u64,
-    read_ios: u64,
-    write_ios: u64,
-    pct_ios: f64,
-    pct_bytes: f64,
-    mean_request_bytes: f64,
+pub(crate) struct MemberModel {
+    pub disk: String,
+    pub slot: Option<u32>,
+    pub ios: u64,
+    pub bytes: u64,
+    pub read_ios: u64,
+    pub write_ios: u64,
+    pub pct_ios: f64,
+    pub pct_bytes: f64,
+    pub mean_request_bytes: f64,
     /// Requests in the OS at each IO's issue (this one included): mean and most.
-    queue_depth_mean: f64,
-    queue_depth_max: u32,
-    /// Total latency (submission to completion), microseconds.
-    p99_total_us: f64,
+    pub queue_depth_mean: f64,
+    pub queue_depth_max: u32,
+    /// Total latency (submission to completion), microseconds; none where nothing measured
+    /// it (a modelled array).
+    pub p99_total_us: Option<f64>,
+}
+
+impl ArrayModel {
+    /// The array of these members (their counts filled in): the totals, each member's share
+    /// and the imbalance.
+    pub(crate) fn new(
+        name: String,
+        level: String,
+        chunk_bytes: u64,
+        mut members: Vec<MemberModel>,
+    ) -> ArrayModel {
+        let ios: u64 = members.iter().map(|m| m.ios).sum();
+        let bytes: u64 = members.iter().map(|m| m.bytes).sum();
+        for m in &mut members {
+            m.pct_ios = if ios == 0 {
+                0.0
+            } else {
+                m.ios as f64 * 100.0 / ios as f64
+            };
+            m.pct_bytes = if bytes == 0 {
+                0.0
+            } else {
+                m.bytes as f64 * 100.0 / bytes as f64
+            };
+            m.mean_request_bytes = if m.ios == 0 {
+                0.0
+            } else {
+                m.bytes as f64 / m.ios as f64
+            };
+        }
+        let most = members.iter().map(|m| m.ios).max().unwrap_or(0);
+        let mean = ios as f64 / members.len().max(1) as f64;
+        ArrayModel {
+            name,
+            level,
+            chunk_bytes,
+            ios,
+            bytes,
+            imbalance_ios: if mean > 0.0 { most as f64 / mean } else { 0.0 },
+            members,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -149,39 +194,19 @@ impl Section for Arrays {
                     row.read_ios = t.read_ios;
                     row.write_ios = t.write_ios;
                     if t.ios > 0 {
-                        row.mean_request_bytes = t.bytes as f64 / t.ios as f64;
                         row.queue_depth_mean = t.inflight_sum as f64 / t.ios as f64;
-                        row.p99_total_us = h.value_at_quantile(0.99) as f64 / 1e3;
+                        row.p99_total_us = Some(h.value_at_quantile(0.99) as f64 / 1e3);
                     }
                     row.queue_depth_max = t.inflight_max;
                 }
                 members.push(row);
             }
-            let ios: u64 = members.iter().map(|m| m.ios).sum();
-            let bytes: u64 = members.iter().map(|m| m.bytes).sum();
-            for m in &mut members {
-                m.pct_ios = if ios == 0 {
-                    0.0
-                } else {
-                    m.ios as f64 * 100.0 / ios as f64
-                };
-                m.pct_bytes = if bytes == 0 {
-                    0.0
-                } else {
-                    m.bytes as f64 * 100.0 / bytes as f64
-                };
-            }
-            let most = members.iter().map(|m| m.ios).max().unwrap_or(0);
-            let mean = ios as f64 / members.len().max(1) as f64;
-            arrays.push(ArrayModel {
-                name: a.name.clone(),
-                level: a.level.clone(),
-                chunk_bytes: a.chunk_bytes,
-                ios,
-                bytes,
-                imbalance_ios: if mean > 0.0 { most as f64 / mean } else { 0.0 },
+            arrays.push(ArrayModel::new(
+                a.name.clone(),
+                a.level.clone(),
+                a.chunk_bytes,
                 members,
-            });
+            ));
         }
         serde_json::to_value(Model { arrays }).unwrap_or(Value::Null)
     }
@@ -194,35 +219,47 @@ fn model(v: &Value) -> Option<Model> {
 fn text(v: &Value, out: &mut dyn Write) -> std::io::Result<()> {
     let Some(m) = model(v) else { return Ok(()) };
     for a in &m.arrays {
-        writeln!(
-            out,
-            "\narray {} ({}, chunk {}): {} IOs, {} over {} members; busiest member {:.2}x the mean",
-            a.name,
-            a.level,
-            crate::sizes::human(a.chunk_bytes),
-            tracer_common::coverage::thousands(a.ios),
-            crate::sizes::human(a.bytes),
-            a.members.len(),
-            a.imbalance_ios
-        )?;
-        for mb in &a.members {
-            writeln!(
-                out,
-                "  {:<12} slot {:<4} {:>12} IOs {:>5.1}%  {:>10} {:>5.1}%  mean {:>8}  queue {:.1} (max {})  p99 {}",
-                mb.disk,
-                mb.slot.map_or_else(|| "-".to_string(), |s| s.to_string()),
-                tracer_common::coverage::thousands(mb.ios),
-                mb.pct_ios,
-                crate::sizes::human(mb.bytes),
-                mb.pct_bytes,
-                crate::sizes::human(mb.mean_request_bytes as u64),
-                mb.queue_depth_mean,
-                mb.queue_depth_max,
-                crate::text::fmt_us(mb.p99_total_us)
-            )?;
-        }
+        write_text(out, a)?;
     }
     Ok(())
+}
+
+/// An array's lines in the terminal report (also `blkprof whatif`'s): volumes as the report
+/// gives them (decimal units), request sizes as block sizes are quoted.
+pub(crate) fn write_text(out: &mut dyn Write, a: &ArrayModel) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "\narray {} ({}, chunk {}): {} IOs, {} over {} members; busiest member {:.2}x the mean",
+        a.name,
+        a.level,
+        crate::sizes::human(a.chunk_bytes),
+        tracer_common::coverage::thousands(a.ios),
+        crate::text::bytes(a.bytes),
+        a.members.len(),
+        a.imbalance_ios
+    )?;
+    for mb in &a.members {
+        writeln!(
+            out,
+            "  {:<12} slot {:<4} {:>12} IOs {:>5.1}%  {:>10} {:>5.1}%  mean {:>8}  queue {:.1} (max {})  p99 {}",
+            mb.disk,
+            mb.slot.map_or_else(|| "-".to_string(), |s| s.to_string()),
+            tracer_common::coverage::thousands(mb.ios),
+            mb.pct_ios,
+            crate::text::bytes(mb.bytes),
+            mb.pct_bytes,
+            crate::sizes::human(mb.mean_request_bytes as u64),
+            mb.queue_depth_mean,
+            mb.queue_depth_max,
+            p99(mb)
+        )?;
+    }
+    Ok(())
+}
+
+fn p99(mb: &MemberModel) -> String {
+    mb.p99_total_us
+        .map_or_else(|| "-".to_string(), crate::text::fmt_us)
 }
 
 fn html(v: &Value, h: &mut String) -> std::fmt::Result {
@@ -252,7 +289,7 @@ fn html(v: &Value, h: &mut String) -> std::fmt::Result {
                 escape(&crate::sizes::human(mb.mean_request_bytes as u64)),
                 mb.queue_depth_mean,
                 mb.queue_depth_max,
-                escape(&crate::text::fmt_us(mb.p99_total_us))
+                escape(&p99(mb))
             )?;
         }
         h.push_str("</table>");
@@ -338,7 +375,7 @@ mod tests {
         assert_eq!(md.members[1].queue_depth_mean, 2.0);
         assert_eq!(md.members[1].queue_depth_max, 3);
         assert_eq!(md.members[0].mean_request_bytes, 131_072.0);
-        assert!((md.members[0].p99_total_us - 100.0).abs() < 0.1);
+        assert!((md.members[0].p99_total_us.unwrap() - 100.0).abs() < 0.1);
         let mut t = Vec::new();
         text(&v, &mut t).unwrap();
         let t = String::from_utf8(t).unwrap();

@@ -12,7 +12,7 @@ use tracer_common::format::{IoRecord, TraceHeader};
 use crate::series::Options;
 
 mod access;
-mod arrays;
+pub(crate) mod arrays;
 mod cgroups;
 pub mod heatmaps;
 mod phases;
