@@ -151,33 +151,32 @@ fn e2e_test_executable(name: &str) -> Result<String> {
 }
 
 /// The end-to-end tests in nested VMs with stock kernels, 6.12 (the `block_io_start` path)
-/// and 6.1 LTS (the `block_getrq` fallback): tests/tests/vm.rs on an emulated NVMe disk
-/// (nvme0n1), then the host tests of [`VM_E2E_TESTS`] on loop devices whose images live on an
-/// ext4 file system on a second NVMe disk (tmpfs has no O_DIRECT on 6.1). About 3 minutes per
-/// kernel, plus each kernel's installation on a fresh machine.
+/// and 6.1 LTS (the `block_getrq` fallback), each with six emulated NVMe disks:
+/// tests/tests/vm.rs (an NVMe disk, nvme0n1; md RAID0 over nvme0n1-nvme3n1, chunks 64 and
+/// 512 KB), tests/tests/vm_whatif.rs (whatif's prediction from nvme4n1 against the md run),
+/// then the host tests of [`VM_E2E_TESTS`] on loop devices whose images live on ext4 on
+/// nvme5n1 (tmpfs has no O_DIRECT on 6.1).
 fn vm_tests() -> Result<()> {
     let vm = e2e_test_executable("vm")?;
+    let whatif = e2e_test_executable("vm_whatif")?;
     let e2e = e2e_test_executable("e2e")?;
     let bin_dir = root().join("target/release");
     let bin_dir = bin_dir.display();
-    // The md RAID0 test is run by hand for now (cargo xtask vm --disks 4 -- env
-    // BLKPROF_VM_DISK=nvme0n1 BLKPROF_BIN_DIR=... VM_TEST_BINARY md_raid0): on a fresh machine
-    // it once found the kernel counting 1 read more than the trace on a member, with IO on the
-    // members at the tracer's start, under investigation.
     let script = format!(
-        "set -e; modprobe loop max_loop=16; mkfs.ext4 -q /dev/nvme1n1; mount /dev/nvme1n1 /mnt; \
-         env BLKPROF_VM_DISK=nvme0n1 BLKPROF_BIN_DIR={bin_dir} {vm} an_nvme_disk_is_traced_exactly --test-threads=1; \
+        "set -e; modprobe loop max_loop=16; mkfs.ext4 -q /dev/nvme5n1; mount /dev/nvme5n1 /mnt; mkdir /mnt/whatif; \
+         env BLKPROF_VM_DISK=nvme0n1 BLKPROF_BIN_DIR={bin_dir} {vm} --test-threads=1; \
+         env BLKPROF_VM_WHATIF=/mnt/whatif BLKPROF_BIN_DIR={bin_dir} {whatif} --test-threads=1; \
          env TMPDIR=/mnt BLKPROF_BIN_DIR={bin_dir} {e2e} --exact --test-threads=1 {}",
         VM_E2E_TESTS.join(" ")
     );
     for kernel in ["6.12", "6.1"] {
         let o = crate::vm::Options {
             kernel: kernel.into(),
-            disks: 2,
+            disks: 6,
             disk_mb: 4096,
             cpus: 2,
             memory_mb: 2048,
-            timeout: 900,
+            timeout: 1200,
             mttcg: false,
             out: Some(root().join(format!("target/vm/out-{kernel}"))),
             command: vec!["sh".into(), "-c".into(), script.clone()],
