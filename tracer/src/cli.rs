@@ -125,28 +125,13 @@ fn parse_per_octave(s: &str) -> Result<u32, String> {
 
 pub use tracer_common::units::parse_duration;
 
+/// A positive size ("64K", "16MiB", "1G"): the analyzer's parser, which the tracer's sizes
+/// share, with zero refused (no buffer, file or rotation can be empty).
 pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let v: u64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a size (try 64K, 16M, 1G)"))?;
-    let mult: u64 = match unit
-        .to_ascii_uppercase()
-        .trim_end_matches('B')
-        .trim_end_matches('I')
-    {
-        "" => 1,
-        "K" => 1 << 10,
-        "M" => 1 << 20,
-        "G" => 1 << 30,
-        "T" => 1 << 40,
-        _ => return Err(format!("{s:?}: unknown unit {unit:?} (use K, M, G, T)")),
-    };
-    v.checked_mul(mult)
-        .filter(|&b| b > 0)
-        .ok_or_else(|| format!("{s:?}: size must be positive and fit in 64 bits"))
+    match tracer_common::units::parse_size(s)? {
+        0 => Err(format!("{s:?}: size must be positive")),
+        v => Ok(v),
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -303,6 +288,8 @@ mod tests {
         assert_eq!(parse_size("1GiB").unwrap(), 1 << 30);
         assert_eq!(parse_size("4096").unwrap(), 4096);
         assert!(parse_size("12Q").is_err());
+        assert!(parse_size("0K").unwrap_err().contains("positive"));
+        assert_eq!(parse_size("64KiB").unwrap(), 64 << 10);
     }
 
     #[test]
