@@ -105,6 +105,7 @@ pub fn import_msr(input: &Path, output: &Path, skip_bad: bool) -> Result<ImportS
                         major: 0,
                         minor: m,
                         logical_block_size: 512,
+                        queue: None,
                     })?;
                 }
                 m
@@ -123,6 +124,7 @@ pub fn import_msr(input: &Path, output: &Path, skip_bad: bool) -> Result<ImportS
                     major: 0,
                     minor,
                     logical_block_size: 512,
+                    queue: None,
                 }],
                 ..Default::default()
             };
@@ -260,6 +262,7 @@ pub fn import_blk(input: &Path, output: &Path, skip_bad: bool) -> Result<ImportS
                     major,
                     minor,
                     logical_block_size: 512,
+                    queue: None,
                 }
             })
             .collect(),

@@ -50,6 +50,7 @@ pub fn write_trace(path: &Path, ios: &mut [Io]) -> Result<(), FormatError> {
             major: 259,
             minor: 1,
             logical_block_size: 512,
+            queue: None,
         }],
         interval_ms: 1000,
         diskstats_start: vec![start.clone()],

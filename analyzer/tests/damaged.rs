@@ -143,6 +143,7 @@ fn far_times(path: &Path, complete: &[u64], issue_after_complete: bool) {
             major: 254,
             minor: 0,
             logical_block_size: 512,
+            queue: None,
         }],
         ..Default::default()
     };

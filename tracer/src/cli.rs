@@ -92,6 +92,11 @@ pub struct Args {
     /// says its window is shorter).
     #[arg(long, default_value = "512M", value_name = "SIZE", value_parser = parse_size)]
     pub flight_recorder_size: u64,
+    /// Name the run: KEY=VALUE written into the trace's header (e.g. arm=ra8,
+    /// read_ahead_kb=8, node=cass-3). `blkprof report` shows the labels and `blkprof compare`
+    /// names each trace by the ones that differ between them. Repeatable.
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
+    pub labels: Vec<(String, String)>,
     /// Where the flight recorder writes its dumps (flight-YYYYMMDDTHHMMSSZ.blkp).
     #[arg(long, default_value = ".", value_name = "DIR")]
     pub dump_dir: PathBuf,
@@ -114,6 +119,33 @@ fn parse_listen(s: &str) -> Result<std::net::SocketAddr, String> {
     s.parse().map_err(|_| {
         format!("{s:?} is not an address to listen on (try 127.0.0.1:9755, [::1]:9755 or 9755)")
     })
+}
+
+/// Most labels one run may carry, and the longest key and value: a header stays small.
+const MAX_LABELS: usize = 32;
+const MAX_LABEL_KEY: usize = 64;
+const MAX_LABEL_VALUE: usize = 256;
+
+/// `KEY=VALUE`: the key letters, digits, `_`, `-` and `.`; the value any printable text.
+fn parse_label(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?}: a label is KEY=VALUE (e.g. read_ahead_kb=8)"))?;
+    let key_ok = !k.is_empty()
+        && k.len() <= MAX_LABEL_KEY
+        && k.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    if !key_ok {
+        return Err(format!(
+            "{k:?}: a label's key is 1-{MAX_LABEL_KEY} letters, digits, '_', '-' or '.'"
+        ));
+    }
+    if v.len() > MAX_LABEL_VALUE || v.chars().any(char::is_control) {
+        return Err(format!(
+            "{k}: a label's value is at most {MAX_LABEL_VALUE} bytes of printable text"
+        ));
+    }
+    Ok((k.to_string(), v.to_string()))
 }
 
 fn parse_per_octave(s: &str) -> Result<u32, String> {
@@ -158,6 +190,8 @@ pub struct Config {
     pub keep: Option<usize>,
     pub ring_bytes: u32,
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// `--label`s, written into every file's header.
+    pub labels: std::collections::BTreeMap<String, String>,
     pub metrics_per_octave: u32,
     pub flight_recorder: Option<FlightRecorder>,
 }
@@ -247,7 +281,20 @@ impl Args {
                 .collect::<Result<Vec<_>, _>>()?
         };
         let targets = crate::devices::targets(&self.devices).map_err(|e| e.to_string())?;
+        if self.labels.len() > MAX_LABELS {
+            return Err(format!(
+                "at most {MAX_LABELS} --label (got {})",
+                self.labels.len()
+            ));
+        }
+        let mut labels = std::collections::BTreeMap::new();
+        for (k, v) in self.labels {
+            if labels.insert(k.clone(), v).is_some() {
+                return Err(format!("--label {k}=... given twice"));
+            }
+        }
         Ok(Config {
+            labels,
             devices: self.devices,
             targets: targets.devices,
             device_notes: targets.notes,
@@ -298,6 +345,15 @@ mod tests {
         assert!(a.into_config().unwrap_err().contains("--keep needs"));
         let a = Args::parse_from(["blkprof-trace", "--op", "wrte"]);
         assert!(a.into_config().unwrap_err().contains("unknown operation"));
+        let a = Args::parse_from(["blkprof-trace", "--label", "a=1", "--label", "a=2"]);
+        assert!(a.into_config().unwrap_err().contains("given twice"));
+        assert!(Args::try_parse_from(["blkprof-trace", "--label", "noequals"]).is_err());
+        assert!(Args::try_parse_from(["blkprof-trace", "--label", "sp ace=1"]).is_err());
+        assert!(Args::try_parse_from(["blkprof-trace", "--label", "k=a\nb"]).is_err());
+        let a = Args::parse_from(["blkprof-trace", "--label", "arm=ra 8", "--label", "x=a=b"]);
+        let c = a.into_config().unwrap();
+        assert_eq!(c.labels["arm"], "ra 8");
+        assert_eq!(c.labels["x"], "a=b");
         let a = Args::parse_from(["blkprof-trace", "--ring-size", "5000"]);
         assert!(a.into_config().unwrap_err().contains("power of two"));
         assert!(Args::try_parse_from(["blkprof-trace", "--metrics-addr", "localhost"]).is_err());

@@ -259,6 +259,7 @@ impl Run {
             time_zone: String::new(),
             arrays: self.arrays.clone(),
             submit_hook: self.probe.hooks.name().into(),
+            labels: self.cfg.labels.clone(),
         };
         if self.seq > 0 {
             // A rotated file starts at its cut's instant, on the same clocks.
@@ -782,6 +783,7 @@ impl Run {
                 major: ma,
                 minor: mi,
                 logical_block_size: 512,
+                queue: None,
             });
         self.names.insert(dev, info.name.clone());
         if !self.devices.iter().any(|d| d.dev() == dev) {

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use tracer_common::format::{ArrayInfo, ArrayMember, DeviceInfo, DiskStats};
+use tracer_common::format::{ArrayInfo, ArrayMember, DeviceInfo, DiskStats, QueueSettings};
 
 /// The sysfs tree every lookup reads (tests build a fake one).
 const SYSFS: &str = "/sys";
@@ -143,7 +143,34 @@ fn info_in(sys: &Path, name: &str) -> Result<DeviceInfo, DeviceError> {
         major: maj.parse().map_err(|_| DeviceError::BadSpec(dev.clone()))?,
         minor: min.parse().map_err(|_| DeviceError::BadSpec(dev.clone()))?,
         logical_block_size: lbs,
+        queue: Some(queue_settings(&class.join("queue"))),
     })
+}
+
+/// The queue's settings as sysfs gives them (a missing or odd file leaves its field absent).
+fn queue_settings(q: &Path) -> QueueSettings {
+    let num = |f: &str| {
+        read_trim(&q.join(f))
+            .ok()
+            .and_then(|s| s.parse::<u32>().ok())
+    };
+    // "mq-deadline kyber [bfq] none": the active one is in brackets; "none" alone when
+    // the queue has no choice.
+    let scheduler = read_trim(&q.join("scheduler"))
+        .ok()
+        .map(|s| {
+            s.split_whitespace()
+                .find_map(|w| w.strip_prefix('[').and_then(|w| w.strip_suffix(']')))
+                .map_or_else(|| s.trim().to_string(), str::to_string)
+        })
+        .unwrap_or_default();
+    QueueSettings {
+        read_ahead_kb: num("read_ahead_kb"),
+        scheduler,
+        nr_requests: num("nr_requests"),
+        max_sectors_kb: num("max_sectors_kb"),
+        rotational: num("rotational").map(|r| r != 0),
+    }
 }
 
 pub fn name_of(major: u32, minor: u32) -> Option<String> {
@@ -534,6 +561,32 @@ mod tests {
         s.member(&dm2, "virtual/block/zram0");
         s.member(&dm2, "virtual/block/loop3");
         s
+    }
+
+    #[test]
+    fn a_disks_queue_settings_are_recorded() {
+        let s = machine();
+        let q = s.root().join("devices/virtual/block/loop1/queue");
+        std::fs::create_dir_all(&q).unwrap();
+        for (f, v) in [
+            ("read_ahead_kb", "4096\n"),
+            ("scheduler", "mq-deadline kyber [bfq] none\n"),
+            ("nr_requests", "64\n"),
+            ("rotational", "0\n"),
+            ("max_sectors_kb", "odd\n"),
+        ] {
+            std::fs::write(q.join(f), v).unwrap();
+        }
+        let t = s.targets(&["loop1"]).unwrap();
+        let got = t.devices[0].queue.clone().unwrap();
+        assert_eq!(got.read_ahead_kb, Some(4096));
+        assert_eq!(got.scheduler, "bfq");
+        assert_eq!(got.nr_requests, Some(64));
+        assert_eq!(got.rotational, Some(false));
+        assert_eq!(got.max_sectors_kb, None, "an unreadable value is left out");
+        std::fs::write(q.join("scheduler"), "none\n").unwrap();
+        let t = s.targets(&["loop1"]).unwrap();
+        assert_eq!(t.devices[0].queue.as_ref().unwrap().scheduler, "none");
     }
 
     #[test]

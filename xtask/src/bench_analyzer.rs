@@ -27,6 +27,7 @@ fn write_big(path: &Path, n: u64) -> Result<()> {
             major: 259,
             minor: 1,
             logical_block_size: 512,
+            queue: None,
         }],
         ..Default::default()
     };

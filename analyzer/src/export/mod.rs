@@ -299,6 +299,7 @@ mod tests {
                 major: 8,
                 minor: 0,
                 logical_block_size: 512,
+                queue: None,
             }],
             ..Default::default()
         };

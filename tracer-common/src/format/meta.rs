@@ -22,6 +22,32 @@ pub struct DeviceInfo {
     pub major: u32,
     pub minor: u32,
     pub logical_block_size: u32,
+    /// The disk's queue settings at the start (sysfs `queue/`); absent in files of tracers
+    /// before it and for devices met mid-run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<QueueSettings>,
+}
+
+/// What the disk's request queue was set to (each absent where sysfs does not say): the
+/// settings A/B experiments vary, so that a trace says which arm it is.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct QueueSettings {
+    /// `read_ahead_kb`: the most the page cache reads ahead of a sequential reader.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub read_ahead_kb: Option<u32>,
+    /// The active I/O scheduler (`none`, `mq-deadline`, `bfq`, `kyber`).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub scheduler: String,
+    /// `nr_requests`: requests the queue may hold per hardware queue.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nr_requests: Option<u32>,
+    /// `max_sectors_kb`: the largest request the block layer builds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_sectors_kb: Option<u32>,
+    /// `rotational`: a spinning disk.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rotational: Option<bool>,
 }
 
 impl DeviceInfo {
@@ -198,6 +224,10 @@ pub struct TraceHeader {
     /// the request's bios, see docs/design/kernel-6.1-fallback.md).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub submit_hook: String,
+    /// The user's `--label KEY=VALUE`s: what the run was (an experiment's arm, a node's role),
+    /// for reports and `blkprof compare` to name it by.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 /// An md array over traced disks: what the report groups its members by.

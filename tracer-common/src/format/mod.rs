@@ -38,7 +38,7 @@ pub use crate::time::rfc3339;
 pub use frames::FrameKind;
 pub use meta::{
     AggregateSnapshot, ArrayInfo, ArrayMember, CgroupInfo, Cut, CutDevice, DeviceInfo, Filters,
-    ProbeCounters, ProgramStats, StatsFrame, TraceHeader, TraceTrailer,
+    ProbeCounters, ProgramStats, QueueSettings, StatsFrame, TraceHeader, TraceTrailer,
 };
 pub use reader::{Ending, Scan, TraceReader};
 pub use record::{IoRecord, Task, comm_bytes, comm_str};

@@ -47,6 +47,7 @@ fn header() -> TraceHeader {
             major: 7,
             minor: 0,
             logical_block_size: 512,
+            queue: None,
         }],
         ..Default::default()
     }
@@ -103,6 +104,7 @@ fn frames_written_in_memory_append_into_a_file() {
                 major: 7,
                 minor: 1,
                 logical_block_size: 512,
+                queue: None,
             })
             .unwrap();
         }
@@ -291,6 +293,7 @@ fn writer_output_is_pinned() {
                 major: 8,
                 minor: 0,
                 logical_block_size: 4096,
+                queue: None,
             })
             .unwrap();
         }
