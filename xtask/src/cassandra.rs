@@ -43,6 +43,25 @@ pub struct Options {
     /// as on a node whose data set is larger than memory.
     #[arg(long, default_value_t = 64)]
     pub page_cache_mib: u64,
+    /// Set the data disk's read_ahead_kb (sysfs) before the node starts: the most the page
+    /// cache reads ahead of a sequential reader (the kernel's default here is 128; CentOS
+    /// tunings use 4096, Cassandra guides 8). Default: left as the kernel made it. The value
+    /// in force is recorded in the trace either way.
+    #[arg(long, value_name = "KB")]
+    pub read_ahead_kb: Option<u32>,
+    /// YCSB fields per document (the table's text columns field0..).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub field_count: u32,
+    /// Bytes per YCSB field: a document is field-count x field-length bytes (YCSB's default
+    /// 10 x 100, about 1 KB).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
+    pub field_length: u32,
+    /// Updates write every field of the document (YCSB writeallfields), not one.
+    #[arg(long)]
+    pub write_all_fields: bool,
+    /// KEY=VALUE written into the trace's header (blkprof-trace --label). Repeatable.
+    #[arg(long = "label", value_name = "KEY=VALUE")]
+    pub labels: Vec<String>,
 }
 
 const CQL_PORT: u16 = 9042;
@@ -302,7 +321,7 @@ fn mvn(pom_dir: &Path, goals: &[&str]) -> Result<()> {
 }
 
 /// Class paths: the node's, the YCSB client's (with the binding) and the binding test's.
-struct Java {
+pub struct Java {
     server_cp: String,
     jamm: String,
     client_cp: String,
@@ -310,7 +329,7 @@ struct Java {
 }
 
 /// Cassandra's jars, and the YCSB client with the binding, compiled and unit-tested.
-fn build_java() -> Result<Java> {
+pub fn build_java() -> Result<Java> {
     let base = root().join("cassandra");
     let t = Instant::now();
     eprintln!(
@@ -527,6 +546,12 @@ fn ycsb(
         &format!("recordcount={}", o.records),
         "-p",
         &format!("cql.port={CQL_PORT}"),
+        "-p",
+        &format!("fieldcount={}", o.field_count),
+        "-p",
+        &format!("fieldlength={}", o.field_length),
+        "-p",
+        &format!("writeallfields={}", o.write_all_fields),
     ]);
     for e in extra {
         c.args(["-p", e]);
@@ -534,13 +559,28 @@ fn ycsb(
     c
 }
 
+/// Where one run left its results.
+pub struct RunOutput {
+    /// The run's JSON report (`report -o`), with YCSB's results and the node's log.
+    pub report_json: PathBuf,
+    /// The text report.
+    pub report_txt: PathBuf,
+}
+
 pub fn cassandra(o: Options) -> Result<()> {
+    let java = prepare()?;
+    let r = run_node(&o, &java)?;
+    println!("{}", std::fs::read_to_string(&r.report_txt)?);
+    Ok(())
+}
+
+/// What every run needs: root, a free CQL port, Java 17, the Java side built.
+pub fn prepare() -> Result<(PathBuf, Java)> {
     if !is_root() {
         bail!(
             "this task creates a loop device, mounts a filesystem and loads eBPF programs: run `cargo xtask cassandra` as root"
         );
     }
-    let started = Instant::now();
     catch_signals();
     if TcpStream::connect_timeout(
         &([127, 0, 0, 1], CQL_PORT).into(),
@@ -554,12 +594,19 @@ pub fn cassandra(o: Options) -> Result<()> {
     }
     packages()?;
     let java = java()?;
+    Ok((java, build_java()?))
+}
+
+/// One node from an empty disk: load, the traced run, the report. `prepare` first.
+pub fn run_node(o: &Options, (java, jars): &(PathBuf, Java)) -> Result<RunOutput> {
+    let started = Instant::now();
+    let java = java.clone();
     let Java {
         server_cp,
         jamm,
         client_cp,
         test_cp,
-    } = build_java()?;
+    } = jars;
 
     std::fs::create_dir_all(&o.out)
         .with_context(|| format!("cannot create {}", o.out.display()))?;
@@ -584,6 +631,17 @@ pub fn cassandra(o: Options) -> Result<()> {
         .arg(&mnt))?;
     s.mounted = Some(mnt.clone());
     let devname = dev.trim_start_matches("/dev/").to_string();
+    if let Some(kb) = o.read_ahead_kb {
+        let f = format!("/sys/block/{devname}/queue/read_ahead_kb");
+        std::fs::write(&f, kb.to_string()).with_context(|| format!("setting {f} to {kb}"))?;
+        let got = std::fs::read_to_string(&f)?.trim().to_string();
+        if got != kb.to_string() {
+            bail!(
+                "{f} reads {got} after writing {kb}: the kernel rounded it; pick a multiple of the page size in KB"
+            );
+        }
+        eprintln!("cassandra: {devname} read_ahead_kb = {kb}");
+    }
     eprintln!(
         "cassandra: {dev} ({} GiB, ext4 mounted with discard at {})",
         o.disk_gib,
@@ -652,7 +710,7 @@ pub fn cassandra(o: Options) -> Result<()> {
     // The binding's own test, against this node.
     let it_out = out.join("binding-test.txt");
     let st = Command::new(&java)
-        .args(["-Duser.timezone=UTC", "-cp", &test_cp])
+        .args(["-Duser.timezone=UTC", "-cp", test_cp])
         .arg("-Dcql.host=127.0.0.1")
         .arg(format!("-Dcql.port={CQL_PORT}"))
         .args(["org.junit.runner.JUnitCore", "blkprof.ycsb.CqlBindingIT"])
@@ -680,9 +738,9 @@ pub fn cassandra(o: Options) -> Result<()> {
     );
     let mut load = ycsb(
         &java,
-        &client_cp,
+        client_cp,
         "-load",
-        &o,
+        o,
         &workload,
         &[
             "cql.create_schema=true".into(),
@@ -732,6 +790,7 @@ pub fn cassandra(o: Options) -> Result<()> {
     tracer
         .args(["--device", &devname, "--quiet", "--output"])
         .arg(&trace)
+        .args(o.labels.iter().flat_map(|l| ["--label", l.as_str()]))
         .stdout(std::fs::File::create(&trace_out)?)
         .stderr(Stdio::piped());
     s.spawn("blkprof-trace", &mut tracer, Duration::from_secs(30))?;
@@ -743,9 +802,9 @@ pub fn cassandra(o: Options) -> Result<()> {
     );
     let mut runc = ycsb(
         &java,
-        &client_cp,
+        client_cp,
         "-t",
-        &o,
+        o,
         &workload,
         &[
             // Stopped by maxexecutiontime; YCSB runs nothing with operationcount=0.
@@ -811,14 +870,19 @@ pub fn cassandra(o: Options) -> Result<()> {
         .arg("-o")
         .arg(&report_dir);
     let text = output(&mut rep)?;
-    std::fs::write(out.join("report.txt"), &text)?;
-    println!("{text}");
+    let report_txt = out.join("report.txt");
+    std::fs::write(&report_txt, &text)?;
+    // -o writes the JSON report beside the HTML, named after the trace.
+    let report_json = report_dir.join("cassandra.json");
     eprintln!(
         "cassandra: done in {:.0} s; report in {} (report.txt, report/)",
         started.elapsed().as_secs_f64(),
         out.display()
     );
-    Ok(())
+    Ok(RunOutput {
+        report_json,
+        report_txt,
+    })
 }
 
 /// blkprof-trace says "tracing ..." on stderr once the probe is attached.

@@ -6,6 +6,7 @@
 //!   cargo xtask test    all tests, the root end-to-end ones included
 //!   cargo xtask bench   overhead and throughput figures (BENCHMARKS.md)
 //!   cargo xtask cassandra  a real Cassandra node under YCSB workload A, traced, and its report
+//!   cargo xtask experiment NAME  one of the seeds' A/B experiments (readahead, docsize), compared
 //!   cargo xtask fuzz    the fuzz targets of fuzz/ (cargo-fuzz, nightly), N seconds each
 //!   cargo xtask gate-stability  does `blkprof check` pass reruns of a workload and fail changes?
 //!   cargo xtask fleet-check  docs/fleet.md's SQL on DuckDB and Spark, against the report
@@ -15,6 +16,7 @@ mod bench;
 mod bench_analyzer;
 mod cassandra;
 mod demo;
+mod experiment;
 mod fleet;
 mod fuzz;
 mod gate;
@@ -97,6 +99,20 @@ enum Cmd {
     /// Fuzz the analyzer's inputs (trace files, stress and log text, importers, check rules)
     /// with cargo-fuzz (installed when missing) on nightly: each target for --seconds, from
     /// seeds made of the repository's files; fails on any crash and names its input file.
+    /// Set up, then one of the seeds' A/B experiments for real: every arm a fresh Cassandra
+    /// node under YCSB workload A (as `cargo xtask cassandra`) with only the arm's setting
+    /// changed, traced; then `blkprof compare` over the arms and one page (README.md) with the
+    /// comparison, the flagged differences explained and each arm's report. As root.
+    #[command(
+        after_help = "Examples:\n  cargo xtask experiment readahead          # 4096 vs 128 vs 8 KB, about 10 min\n  cargo xtask experiment docsize            # 2/4/8/16/32 KB documents, about 15 min\n  cargo xtask experiment readahead --arms 4096,8 --duration 30 --repeat 2"
+    )]
+    Experiment {
+        #[command(flatten)]
+        opts: experiment::ExpOptions,
+        /// Use the release binaries as built (skip setup and the build).
+        #[arg(long)]
+        prebuilt: bool,
+    },
     Fuzz {
         /// Seconds per target.
         #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
@@ -164,6 +180,13 @@ fn main() -> Result<()> {
                 util::build_release()?;
             }
             cassandra::cassandra(opts)
+        }
+        Cmd::Experiment { opts, prebuilt } => {
+            if !prebuilt {
+                setup::setup()?;
+                util::build_release()?;
+            }
+            experiment::experiment(opts)
         }
         Cmd::Fuzz { seconds, targets } => fuzz::fuzz(fuzz::Budget::Each { seconds }, &targets),
         Cmd::GateStability { opts } => {
