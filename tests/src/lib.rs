@@ -57,6 +57,30 @@ pub fn sh(cmd: &str) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
+/// A fresh md RAID0 `/dev/md0` of these whole disks (names under /dev) with this chunk: any
+/// md0 left over is stopped first. Stop it with [`md_stop`].
+pub fn md_raid0(members: &[impl AsRef<str>], chunk_kb: u64) {
+    md_stop();
+    let devs: Vec<String> = members
+        .iter()
+        .map(|m| format!("/dev/{}", m.as_ref()))
+        .collect();
+    sh(&format!(
+        "mdadm --create /dev/md0 --level=0 --raid-devices={} --chunk={chunk_kb} --run --force --metadata=1.2 {} 2>&1",
+        members.len(),
+        devs.join(" ")
+    ));
+}
+
+/// Stop `/dev/md0` if it runs.
+pub fn md_stop() {
+    let _ = Command::new("mdadm")
+        .args(["--stop", "/dev/md0"])
+        .stderr(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .status();
+}
+
 /// One test's scratch directory (trace files, logs, mount points) under the temp directory,
 /// removed when it is dropped at the end of the test. A failing test keeps it, and so does
 /// every test with `BLKPROF_KEEP=1`; the path is then printed with the test's output.
@@ -350,6 +374,14 @@ pub struct Trace {
     pub tasks: Vec<Task>,
 }
 
+/// What [`Trace::submissions`] counts.
+#[derive(Debug, Default)]
+pub struct Submissions<'a> {
+    pub requests: usize,
+    pub unseen: usize,
+    pub others: BTreeMap<&'a str, usize>,
+}
+
 impl Trace {
     pub fn read(path: &Path) -> Trace {
         let mut r = TraceReader::open(path).expect("trace opens");
@@ -372,6 +404,28 @@ impl Trace {
         self.tasks
             .get(r.task as usize)
             .map_or("", |t| t.comm.as_str())
+    }
+
+    /// Who submitted the requests (every record but the flush machinery's own flushes): how
+    /// many, how many without a seen submission (`STARTED_BEFORE`), and the count per submitter
+    /// other than `expected`.
+    pub fn submissions(&self, expected: &str) -> Submissions<'_> {
+        let mut s = Submissions::default();
+        for r in self
+            .records
+            .iter()
+            .filter(|r| r.flags & tracer_common::op::flags::FLUSH_RQ == 0)
+        {
+            s.requests += 1;
+            if r.flags & tracer_common::op::flags::STARTED_BEFORE != 0 {
+                s.unseen += 1;
+            }
+            let c = self.comm(r);
+            if c != expected {
+                *s.others.entry(c).or_default() += 1;
+            }
+        }
+        s
     }
 
     /// (ios, bytes) per diskstats group.

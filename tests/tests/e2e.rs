@@ -1718,44 +1718,33 @@ fn the_getrq_fallback_is_exact_and_names_each_submitter() {
         let trace = Trace::read(std::path::Path::new(&out));
         assert_eq!(trace.header.submit_hook, "block_getrq");
         assert_exact(&trace, &dev, &delta(&before, &after));
-        let requests: Vec<&IoRecord> = trace
-            .records
-            .iter()
-            .filter(|r| r.flags & flags::FLUSH_RQ == 0)
-            .collect();
-        let unseen = requests
-            .iter()
-            .filter(|r| r.flags & flags::STARTED_BEFORE != 0)
-            .count();
-        let not_fio: BTreeMap<&str, usize> = requests
-            .iter()
-            .filter(|r| trace.comm(r) != "fio")
-            .fold(BTreeMap::new(), |mut m, r| {
-                *m.entry(trace.comm(r)).or_default() += 1;
-                m
-            });
+        let subs = trace.submissions("fio");
+        let (n, unseen, not_fio) = (subs.requests, subs.unseen, &subs.others);
         let tr = trace.trailer.as_ref().expect("trailer");
         eprintln!(
             "{scheduler}: {} requests, {unseen} without a seen submission, submitted by others: \
              {not_fio:?}, submitters lost {}, reported misses {}",
-            requests.len(),
+            n,
             tr.counters_end.submitters_lost,
             tr.counters_end.reported_misses()
         );
-        assert!(requests.len() > 5_000, "{}", requests.len());
+        assert!(n > 5_000, "{n}");
         assert_eq!(unseen, 0, "{scheduler}: every submission seen");
         assert!(
             not_fio.is_empty(),
             "{scheduler}: every request submitted by fio: {not_fio:?}"
         );
-        assert!(
-            requests
+        let requests = || {
+            trace
+                .records
                 .iter()
-                .all(|r| r.enter_ns != 0 && r.enter_ns <= r.complete_ns),
+                .filter(|r| r.flags & flags::FLUSH_RQ == 0)
+        };
+        assert!(
+            requests().all(|r| r.enter_ns != 0 && r.enter_ns <= r.complete_ns),
             "{scheduler}: queue times"
         );
-        let merged = requests
-            .iter()
+        let merged = requests()
             .filter(|r| r.op == Op::Write && r.bytes > 4096)
             .count();
         assert!(merged > 0, "{scheduler}: some writes were merged");

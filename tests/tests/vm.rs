@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use blkprof_e2e::{TestDir, Trace, Tracer, delta, fio};
+use blkprof_e2e::{TestDir, Trace, Tracer, delta, fio, md_raid0, md_stop};
 use tracer_common::format::{DiskStats, Ending};
 use tracer_common::op::{Op, StatGroup, flags};
 
@@ -143,39 +143,18 @@ fn an_nvme_disk_is_traced_exactly() {
         "block_getrq"
     };
     assert_eq!(trace.header.submit_hook, hook, "{}", trace.header.kernel);
-    let requests = || {
-        trace
-            .records
-            .iter()
-            .filter(|r| r.flags & flags::FLUSH_RQ == 0)
-    };
-    let unseen = requests()
-        .filter(|r| r.flags & flags::STARTED_BEFORE != 0)
-        .count();
-    assert_eq!(unseen, 0, "every submission seen");
-    let others: Vec<&str> = requests()
-        .map(|r| trace.comm(r))
-        .filter(|c| *c != "fio")
-        .collect();
-    assert!(others.is_empty(), "submitted by fio: {others:?}");
+    let subs = trace.submissions("fio");
+    assert_eq!(subs.unseen, 0, "every submission seen");
+    assert!(
+        subs.others.is_empty(),
+        "submitted by fio: {:?}",
+        subs.others
+    );
     eprintln!(
         "{disk} on {}: {} records, {misses} reported misses",
         trace.header.kernel,
         trace.records.len()
     );
-}
-
-fn sh(cmd: &str) -> String {
-    let o = std::process::Command::new("sh")
-        .args(["-c", cmd])
-        .output()
-        .expect("sh");
-    assert!(
-        o.status.success(),
-        "{cmd}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
 /// md RAID0 of four NVMe disks, chunk 64 KB and 512 KB: `--device md0` says md0 has no request
@@ -195,15 +174,7 @@ fn md_raid0_members_are_traced_exactly() {
     }
     let dir = TestDir::new();
     for chunk_kb in [64u32, 512] {
-        let _ = sh("mdadm --stop /dev/md0 2>/dev/null; true");
-        sh(&format!(
-            "mdadm --create /dev/md0 --level=0 --raid-devices=4 --chunk={chunk_kb} --run --force --metadata=1.2 {} 2>&1",
-            members
-                .iter()
-                .map(|m| format!("/dev/{m}"))
-                .collect::<Vec<_>>()
-                .join(" ")
-        ));
+        md_raid0(&members, chunk_kb.into());
         let out = dir.join(format!("md{chunk_kb}.blkp")).display().to_string();
         let t = Tracer::start(&["--device", "md0", "--output", &out, "--quiet"]);
         let base = |args: &[&str]| {
@@ -228,7 +199,7 @@ fn md_raid0_members_are_traced_exactly() {
             "--iodepth=4",
         ]);
         let f = t.stop();
-        sh("mdadm --stop /dev/md0 2>&1");
+        md_stop();
         assert!(f.status.success(), "{}\n{}", f.stderr, f.stdout);
         assert!(
             f.stderr.contains(

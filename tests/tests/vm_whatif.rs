@@ -13,7 +13,7 @@
 
 use std::path::{Path, PathBuf};
 
-use blkprof_e2e::{Tracer, fio, sh};
+use blkprof_e2e::{Tracer, fio, md_raid0, md_stop};
 
 /// Where to keep the traces; none: skipped.
 fn out_dir() -> Option<PathBuf> {
@@ -100,18 +100,10 @@ fn whatif_predicts_a_real_md_raid0s_members() {
     trace(single, &format!("/dev/{single}"), &single_trace);
     let mut worst: f64 = 0.0;
     for chunk_kb in [64u64, 512] {
-        let _ = sh("mdadm --stop /dev/md0 2>/dev/null; true");
-        sh(&format!(
-            "mdadm --create /dev/md0 --level=0 --raid-devices=4 --chunk={chunk_kb} --run --force --metadata=1.2 {} 2>&1",
-            members
-                .iter()
-                .map(|m| format!("/dev/{m}"))
-                .collect::<Vec<_>>()
-                .join(" ")
-        ));
+        md_raid0(&members, chunk_kb.into());
         let md_trace = dir.join(format!("md{chunk_kb}.blkp"));
         trace("md0", "/dev/md0", &md_trace);
-        sh("mdadm --stop /dev/md0 2>&1");
+        md_stop();
 
         let w = analyzer::whatif::whatif(
             &single_trace,

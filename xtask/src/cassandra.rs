@@ -854,6 +854,20 @@ pub fn run_node(o: &Options, (java, jars): &(PathBuf, Java)) -> Result<RunOutput
     );
     drop(s);
 
+    let r = report(&out)?;
+    eprintln!(
+        "cassandra: done in {:.0} s; report in {} (report.txt, report/)",
+        started.elapsed().as_secs_f64(),
+        out.display()
+    );
+    Ok(r)
+}
+
+/// The report of a run in `out` (its trace, YCSB's output, the node's log): report.txt and
+/// report/ (HTML, JSON, charts). Run again on a finished run after a change to the analyzer.
+pub fn report(out: &Path) -> Result<RunOutput> {
+    let trace = out.join("cassandra.blkp");
+    let logs = out.join("cassandra-logs");
     let report_dir = out.join("report");
     let mut rep = Command::new(root().join("target/release/blkprof"));
     rep.arg("report")
@@ -874,11 +888,6 @@ pub fn run_node(o: &Options, (java, jars): &(PathBuf, Java)) -> Result<RunOutput
     std::fs::write(&report_txt, &text)?;
     // -o writes the JSON report beside the HTML, named after the trace.
     let report_json = report_dir.join("cassandra.json");
-    eprintln!(
-        "cassandra: done in {:.0} s; report in {} (report.txt, report/)",
-        started.elapsed().as_secs_f64(),
-        out.display()
-    );
     Ok(RunOutput {
         report_json,
         report_txt,

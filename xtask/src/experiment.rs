@@ -58,8 +58,8 @@ pub struct ExpOptions {
     /// Output directory. Default: target/experiments/NAME.
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Run nothing: compare the arms' reports already in the output directory again and
-    /// rewrite its page (after a change to `blkprof compare`).
+    /// Run no node: report each arm's trace in the output directory again, compare them and
+    /// rewrite the page (after a change to the analyzer).
     #[arg(long)]
     pub recompare: bool,
 }
@@ -160,14 +160,15 @@ pub fn experiment(e: ExpOptions) -> Result<()> {
     if e.recompare {
         for round in 0..e.repeat {
             for arm in &arms {
-                let json = run_dir(&out, arm, round, e.repeat).join("report/cassandra.json");
-                if !json.exists() {
+                let dir = run_dir(&out, arm, round, e.repeat);
+                if !dir.join("cassandra.blkp").exists() {
                     bail!(
                         "--recompare: no {} (run the experiment with the same --arms and --repeat first)",
-                        json.display()
+                        dir.join("cassandra.blkp").display()
                     );
                 }
-                runs.push((arm.name.clone(), json));
+                let r = cassandra::report(&dir)?;
+                runs.push((arm.name.clone(), r.report_json));
             }
         }
     } else {
