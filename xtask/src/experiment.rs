@@ -25,8 +25,10 @@ pub enum Name {
     /// Seed 001: documents of 2, 4, 8, 16 and 32 KB (10 fields of 205 to 3,277 bytes; updates
     /// write the whole document).
     Docsize,
-    /// Seed 000: md RAID0 chunk size on 4 disks. Needs the nested-VM lab; not yet runnable
-    /// here (see `blkprof whatif --raid0` for the prediction from a single-disk trace).
+    /// Seed 000: md RAID0 chunk size 4, 64, 256 and 512 KB on 4 disks. A Cassandra node's
+    /// traced IO (the readahead experiment's 128 KB arm, or --source) is replayed with fio,
+    /// with its timing, onto a real md RAID0 of four NVMe disks in the nested-VM lab, once per
+    /// chunk size, traced; beside each, `blkprof whatif`'s prediction from the source trace.
     RaidChunk,
 }
 
@@ -38,8 +40,8 @@ pub struct ExpOptions {
     /// Seconds of YCSB workload A per arm (the traced run phase).
     #[arg(long, default_value_t = 60)]
     pub duration: u64,
-    /// YCSB records per arm. Default: 200,000 for readahead (about 220 MB, more than
-    /// the node's page cache); 20,000 for docsize
+    /// YCSB records per arm. Default: 400,000 for readahead (about 440 MB, twice the
+    /// node's page cache); 20,000 for docsize
     /// (40 MB at 2 KB to 650 MB at 32 KB: the same documents, as the seed's fixed key range).
     #[arg(long)]
     pub records: Option<u64>,
@@ -52,6 +54,11 @@ pub struct ExpOptions {
     /// Only these arms (the experiment's values, comma-separated: 4096,8 or 2,32).
     #[arg(long, value_delimiter = ',')]
     pub arms: Vec<u32>,
+    /// raid-chunk: the trace to replay onto the arrays (a single disk's, as blkprof-trace
+    /// wrote it). Default: target/experiments/readahead/ra128/cassandra.blkp, made by a
+    /// Cassandra run first when missing.
+    #[arg(long)]
+    pub source: Option<PathBuf>,
     /// Page cache (MiB) the node may use during the run (as `cargo xtask cassandra`).
     #[arg(long, default_value_t = 64)]
     pub page_cache_mib: u64,
@@ -74,11 +81,7 @@ fn arms(e: &ExpOptions) -> Result<(&'static str, Vec<Arm>)> {
     let (exp, all): (&str, &[u32]) = match e.name {
         Name::Readahead => ("readahead", &[4096, 128, 8]),
         Name::Docsize => ("docsize", &[2, 4, 8, 16, 32]),
-        Name::RaidChunk => bail!(
-            "raid-chunk needs md RAID0 over several disks: it runs in the nested-VM lab, which cannot start Cassandra yet. \
-             Predict it from a single-disk trace instead: `blkprof whatif --raid0 4 --chunk 64K TRACE` \
-             (checked against a real md array in tests/tests/vm_whatif.rs)"
-        ),
+        Name::RaidChunk => ("raid-chunk", &[4, 64, 256, 512]),
     };
     let chosen: Vec<u32> = if e.arms.is_empty() {
         all.to_vec()
@@ -98,7 +101,8 @@ fn arms(e: &ExpOptions) -> Result<(&'static str, Vec<Arm>)> {
         .map(|v| Arm {
             name: match e.name {
                 Name::Readahead => format!("ra{v}"),
-                _ => format!("doc{v}k"),
+                Name::Docsize => format!("doc{v}k"),
+                Name::RaidChunk => format!("chunk{v}k"),
             },
             value: v,
         })
@@ -112,7 +116,7 @@ fn arm_options(e: &ExpOptions, exp: &str, arm: &Arm, round: u32, out: &Path) -> 
         duration: e.duration,
         records: e.records.unwrap_or(match e.name {
             Name::Docsize => 20_000,
-            _ => 200_000,
+            _ => 400_000,
         }),
         threads: e.threads,
         out: out.to_path_buf(),
@@ -154,6 +158,9 @@ pub fn experiment(e: ExpOptions) -> Result<()> {
         .unwrap_or_else(|| root().join("target/experiments").join(exp));
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
     let out = out.canonicalize()?;
+    if e.name == Name::RaidChunk {
+        return raid_chunk(&e, &arms, &out, started);
+    }
     let n = arms.len();
     let mut runs: Vec<(String, PathBuf)> = Vec::new();
     let took_file = out.join("took-seconds.txt");
@@ -315,4 +322,291 @@ fn readme(
         );
     }
     Ok(p)
+}
+
+/// Members of the arrays, and the guest disks' size: larger than the source's whole disk.
+const RAID_MEMBERS: u32 = 4;
+
+fn raid_chunk(e: &ExpOptions, arms: &[Arm], out: &Path, started: Instant) -> Result<()> {
+    let blkprof = root().join("target/release/blkprof");
+    // The source: a Cassandra node's disk, traced on this machine.
+    let source = match &e.source {
+        Some(s) => s
+            .canonicalize()
+            .with_context(|| format!("--source {}", s.display()))?,
+        None => {
+            let default = root().join("target/experiments/readahead/ra128/cassandra.blkp");
+            if !default.exists() {
+                eprintln!(
+                    "experiment raid-chunk: no {}: tracing a Cassandra node first (the readahead experiment's 128 KB arm)",
+                    default.display()
+                );
+                let ra = ExpOptions {
+                    name: Name::Readahead,
+                    out: None,
+                    recompare: false,
+                    source: None,
+                    arms: vec![128],
+                    repeat: 1,
+                    ..*e
+                };
+                let arm = Arm {
+                    name: "ra128".into(),
+                    value: 128,
+                };
+                let dir = default.parent().expect("arm directory").to_path_buf();
+                let java = cassandra::prepare()?;
+                cassandra::run_node(&arm_options(&ra, "readahead", &arm, 0, &dir), &java)?;
+            }
+            default
+        }
+    };
+    // Kept with the experiment's results: the default source is rewritten by the next
+    // readahead experiment.
+    let kept = out.join("source.blkp");
+    if source != kept && !e.recompare {
+        std::fs::copy(&source, &kept)
+            .with_context(|| format!("copying {} to {}", source.display(), kept.display()))?;
+    }
+    let origin = source.clone();
+    let source = if kept.exists() { kept } else { source };
+    let r = tracer_common::format::TraceReader::open(&source)
+        .with_context(|| format!("reading {}", source.display()))?;
+    let h = r.header();
+    let [disk] = h.devices.as_slice() else {
+        bail!(
+            "{}: a single disk's trace is replayed; this one has {} devices",
+            source.display(),
+            h.devices.len()
+        );
+    };
+    let disk = disk.name.clone();
+    // The arrays must hold every offset of the source's disk.
+    let disk_bytes = std::fs::read_to_string(format!("/sys/class/block/{disk}/size"))
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .map(|sectors| sectors * 512);
+    let max_end = max_offset(&source)?;
+    let need = disk_bytes.unwrap_or(0).max(max_end);
+    let member_mb = (need.div_ceil(u64::from(RAID_MEMBERS)) >> 20) + 128;
+
+    // --recompare: the arrays' traces are there; only the tables are made again.
+    if !e.recompare {
+        let iolog = out.join("source.iolog");
+        let exported = Command::new(&blkprof)
+            .arg("export")
+            .arg(&source)
+            .args(["--format", "iolog", "--target", "/dev/md0", "-o"])
+            .arg(&iolog)
+            .output()?;
+        if !exported.status.success() {
+            bail!(
+                "blkprof export failed: {}",
+                String::from_utf8_lossy(&exported.stderr)
+            );
+        }
+        let chunks: Vec<String> = arms.iter().map(|a| a.value.to_string()).collect();
+        eprintln!(
+            "experiment raid-chunk: replaying {} ({disk}, {:.1} GB of address space) onto md RAID0 of {RAID_MEMBERS} NVMe disks of {member_mb} MiB in a 6.12 guest, chunks {} KB",
+            source.display(),
+            need as f64 / 1e9,
+            chunks.join(", ")
+        );
+        let mut cmd = vec![
+            "sh".to_string(),
+            root()
+                .join("xtask/scripts/raid-chunk-vm.sh")
+                .display()
+                .to_string(),
+            out.display().to_string(),
+            iolog.display().to_string(),
+        ];
+        cmd.extend(chunks.iter().cloned());
+        let vm = crate::vm::run_vm(&crate::vm::Options {
+            kernel: "6.12".into(),
+            disks: RAID_MEMBERS,
+            disk_mb: member_mb,
+            cpus: 2,
+            memory_mb: 2048,
+            timeout: 3600,
+            mttcg: false,
+            out: Some(out.join("vm")),
+            command: cmd,
+        })?;
+        if vm.code != 0 {
+            bail!(
+                "the replay failed in the VM (exit code {}); its output is in {}",
+                vm.code,
+                vm.out.display()
+            );
+        }
+        eprintln!(
+            "experiment raid-chunk: the VM replayed every chunk in {:.0} s",
+            vm.seconds
+        );
+    }
+
+    // Per chunk: the real array's members (its trace's arrays section) beside whatif's.
+    let mut table = String::new();
+    let _ = writeln!(
+        table,
+        "source: {} ({disk}); fio replays reads, writes and syncs (not discards), so reads and writes are compared\n",
+        source.display()
+    );
+    let _ = writeln!(
+        table,
+        "{:>6}  {:>6}  {:>9} {:>9} {:>7}  {:>9} {:>9}  {:>8} {:>6} {:>6}  {:>9}",
+        "chunk",
+        "member",
+        "real r+w",
+        "whatif",
+        "diff",
+        "real MB",
+        "mean KB",
+        "qd mean",
+        "qd max",
+        "p99 ms",
+        "split IOs"
+    );
+    let mut worst: f64 = 0.0;
+    let mut summary = Vec::new();
+    for arm in arms {
+        let trace = out.join(format!("md{}.blkp", arm.value));
+        let report = analyzer::summary::summarize(&trace, &Default::default())
+            .map_err(|e| anyhow::anyhow!("{}: {e}", trace.display()))?
+            .to_json();
+        let real = report.sections["arrays"]["arrays"]
+            .as_array()
+            .and_then(|a| a.iter().find(|a| a["name"] == "md0"))
+            .cloned()
+            .with_context(|| format!("{}: no md0 in its arrays section", trace.display()))?;
+        let w = analyzer::whatif::whatif(
+            &source,
+            &analyzer::whatif::Options {
+                raid0: analyzer::whatif::Raid0::new(RAID_MEMBERS, u64::from(arm.value) * 1024)
+                    .map_err(|e| anyhow::anyhow!("{e}"))?,
+                device: Some(disk.clone()),
+                offset_bytes: 0,
+            },
+        )
+        .map_err(|e| anyhow::anyhow!("whatif on {}: {e}", source.display()))?;
+        let predicted = serde_json::to_value(&w)?;
+        let n = |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap_or(0);
+        let fl = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap_or(0.0);
+        let mut real_rw = Vec::new();
+        for slot in 0..RAID_MEMBERS {
+            let p = &predicted["array"]["members"][slot as usize];
+            let m = real["members"]
+                .as_array()
+                .and_then(|ms| ms.iter().find(|m| m["slot"] == slot))
+                .with_context(|| format!("{}: no member in slot {slot}", trace.display()))?;
+            let r_rw = n(m, "read_ios") + n(m, "write_ios");
+            let p_rw = n(p, "read_ios") + n(p, "write_ios");
+            let diff = if r_rw == 0 {
+                0.0
+            } else {
+                (p_rw as f64 - r_rw as f64) * 100.0 / r_rw as f64
+            };
+            worst = worst.max(diff.abs());
+            real_rw.push(r_rw);
+            let _ = writeln!(
+                table,
+                "{:>5}K  {:>6}  {:>9} {:>9} {:>+6.1}%  {:>9.1} {:>9.1}  {:>8.2} {:>6} {:>6}  {:>9}",
+                arm.value,
+                m["disk"].as_str().unwrap_or("?"),
+                r_rw,
+                p_rw,
+                diff,
+                fl(m, "bytes") / 1e6,
+                fl(m, "mean_request_bytes") / 1024.0,
+                fl(m, "queue_depth_mean"),
+                n(m, "queue_depth_max"),
+                m["p99_total_us"]
+                    .as_f64()
+                    .map_or("-".into(), |v| format!("{:.1}", v / 1e3)),
+                if slot == 0 {
+                    format!("{:.1}%", fl(&predicted["splits"], "pct_split"))
+                } else {
+                    String::new()
+                },
+            );
+        }
+        let most = real_rw.iter().copied().max().unwrap_or(0) as f64;
+        let mean = real_rw.iter().sum::<u64>() as f64 / f64::from(RAID_MEMBERS);
+        summary.push(format!(
+            "chunk {:>3} KB: members' reads+writes {}; busiest over mean {:.2} (whatif {:.2}); {:.1}% of the source's reads and writes split across members",
+            arm.value,
+            real_rw
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(" / "),
+            if mean > 0.0 { most / mean } else { 0.0 },
+            w.imbalance_ios(),
+            fl(&predicted["splits"], "pct_split"),
+        ));
+        table.push('\n');
+    }
+    let _ = writeln!(
+        table,
+        "whatif's per-member reads+writes against the real arrays': worst {worst:.1}% (held to 5%)"
+    );
+    std::fs::write(out.join("compare.txt"), &table)?;
+    let took = started.elapsed().as_secs();
+    std::fs::write(out.join("took-seconds.txt"), took.to_string())?;
+    let mut p = String::new();
+    let _ = writeln!(
+        p,
+        "# md RAID0 chunk size under Cassandra's IO (seed 000)\n\n\
+         Made by `cargo xtask experiment raid-chunk` (as root, from the repository) in {} min {} s on this machine.\n\n\
+         The source is a Cassandra node's data disk traced on this machine (`source.blkp`, \
+         copied from `{}`: YCSB workload A, read_ahead_kb 128, the readahead experiment's \
+         baseline arm). Its reads, writes and syncs are replayed \
+         with their timing by fio (`blkprof export --format iolog`, then `fio --read_iolog`) onto a real \
+         md RAID0 of {RAID_MEMBERS} emulated NVMe disks in a nested VM (stock Debian 6.12 kernel, \
+         `cargo xtask vm`), once per chunk size, traced by blkprof-trace (`--device md0` traces the \
+         members). Cassandra itself does not run in the VM: the guest's CPU is emulated (TCG, \
+         about 3x slower than this host), and a JVM there would not keep up; replaying its IO \
+         gives each chunk size the same requests in the same order. Discards are not replayed \
+         (fio 3.33 does not replay trims). Latencies are the emulated disks' and say nothing \
+         about real NVMe; the per-member counts, sizes and depths are the array's own.\n",
+        took / 60,
+        took % 60,
+        origin.display()
+    );
+    let _ = writeln!(p, "## Per chunk size\n");
+    for l in &summary {
+        let _ = writeln!(p, "- {l}");
+    }
+    let _ = writeln!(
+        p,
+        "\n## Per member: the real array beside `blkprof whatif --raid0 {RAID_MEMBERS} --chunk C` on the source\n"
+    );
+    let _ = writeln!(p, "```\n{table}```");
+    std::fs::write(out.join("README.md"), p)?;
+    println!("{table}");
+    for l in &summary {
+        println!("{l}");
+    }
+    if worst > 5.0 {
+        bail!("whatif's prediction is off the real arrays by up to {worst:.1}% (more than 5%)");
+    }
+    Ok(())
+}
+
+/// The end of the furthest IO in the trace, bytes.
+fn max_offset(path: &Path) -> Result<u64> {
+    let mut r = tracer_common::format::TraceReader::open(path)?;
+    let mut buf = Vec::new();
+    let mut end = 0u64;
+    while r.next_chunk(&mut buf)? {
+        for rec in &buf {
+            end = end.max(
+                rec.sector
+                    .saturating_mul(512)
+                    .saturating_add(u64::from(rec.bytes)),
+            );
+        }
+    }
+    Ok(end)
 }
