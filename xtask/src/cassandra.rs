@@ -505,13 +505,18 @@ fn evict(dir: &Path) -> Result<(u64, u64)> {
             if ft.is_dir() {
                 stack.push(e.path());
             } else if ft.is_file() {
-                let f = std::fs::File::open(e.path())?;
+                // Compaction deletes SSTables while we walk: a file gone is nothing to evict.
+                let f = match std::fs::File::open(e.path()) {
+                    Ok(f) => f,
+                    Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
+                    Err(err) => return Err(err.into()),
+                };
                 // SAFETY: a valid fd; offset 0 and length 0 mean the whole file.
                 let r =
                     unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
                 if r == 0 {
                     files += 1;
-                    bytes += e.metadata()?.len();
+                    bytes += f.metadata()?.len();
                 }
             }
         }

@@ -69,6 +69,10 @@ pub struct ExpOptions {
     /// rewrite the page (after a change to the analyzer).
     #[arg(long)]
     pub recompare: bool,
+    /// Keep the arms already run to the end in the output directory (their trace and report
+    /// are there); run only the others.
+    #[arg(long)]
+    pub resume: bool,
 }
 
 /// One arm: its name, its labels and how it sets the node up.
@@ -185,6 +189,11 @@ pub fn experiment(e: ExpOptions) -> Result<()> {
                 let arm = &arms[(k + round as usize) % n];
                 let dir = run_dir(&out, arm, round, e.repeat);
                 let o = arm_options(&e, exp, arm, round, &dir);
+                if e.resume && dir.join("report/cassandra.json").exists() {
+                    eprintln!("experiment {exp}: arm {} already run: kept", arm.name);
+                    runs.push((arm.name.clone(), cassandra::report(&dir)?.report_json));
+                    continue;
+                }
                 eprintln!(
                     "experiment {exp}: arm {} (round {} of {}, run {} of {}), {:.0} s in",
                     arm.name,
@@ -199,7 +208,19 @@ pub fn experiment(e: ExpOptions) -> Result<()> {
                 runs.push((arm.name.clone(), r.report_json));
             }
         }
-        std::fs::write(&took_file, started.elapsed().as_secs().to_string())?;
+        // Resumed: the arms kept took their time in the earlier run.
+        let before: u64 = if e.resume {
+            std::fs::read_to_string(&took_file)
+                .ok()
+                .and_then(|t| t.trim().parse().ok())
+                .unwrap_or(0)
+        } else {
+            0
+        };
+        std::fs::write(
+            &took_file,
+            (before + started.elapsed().as_secs()).to_string(),
+        )?;
     }
     let took_s = std::fs::read_to_string(&took_file)
         .ok()
@@ -345,6 +366,7 @@ fn raid_chunk(e: &ExpOptions, arms: &[Arm], out: &Path, started: Instant) -> Res
                     name: Name::Readahead,
                     out: None,
                     recompare: false,
+                    resume: false,
                     source: None,
                     arms: vec![128],
                     repeat: 1,
