@@ -81,13 +81,8 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}} th{{background:#
             escape(&d.start),
             escape(&d.end)
         )?;
-        if let Some(q) = d
-            .queue
-            .as_ref()
-            .map(crate::summary::queue_parts)
-            .filter(|p| !p.is_empty())
-        {
-            write!(h, "<p>queue: {}</p>", escape(&q.join(", ")))?;
+        if let Some(q) = d.queue.as_ref().and_then(crate::summary::describe_queue) {
+            write!(h, "<p>queue: {}</p>", escape(&q))?;
         }
         write!(
             h,

@@ -921,27 +921,36 @@ pub struct JsonReport {
     pub sections: BTreeMap<String, serde_json::Value>,
 }
 
-/// A disk's queue settings as the reports say them, one part per setting sysfs gave:
-/// `read-ahead 8 KB`, `scheduler none`, `nr_requests 64`, `max_sectors_kb 1280`,
-/// `rotational` or `non-rotational`. `compare` names arms by the parts that differ.
-pub fn queue_parts(q: &tracer_common::format::QueueSettings) -> Vec<String> {
+/// A disk's queue settings as the reports say them, one part per setting sysfs gave, each
+/// with its sysfs name: `read-ahead 8 KB`, `scheduler none`, `nr_requests 64`,
+/// `max_sectors_kb 1280`, `rotational` or `non-rotational`. `compare` names arms by the
+/// settings that differ.
+pub fn queue_parts(q: &tracer_common::format::QueueSettings) -> Vec<(&'static str, String)> {
     let mut p = Vec::new();
     if let Some(kb) = q.read_ahead_kb {
-        p.push(format!("read-ahead {kb} KB"));
+        p.push(("read_ahead_kb", format!("read-ahead {kb} KB")));
     }
     if !q.scheduler.is_empty() {
-        p.push(format!("scheduler {}", q.scheduler));
+        p.push(("scheduler", format!("scheduler {}", q.scheduler)));
     }
     if let Some(n) = q.nr_requests {
-        p.push(format!("nr_requests {n}"));
+        p.push(("nr_requests", format!("nr_requests {n}")));
     }
     if let Some(kb) = q.max_sectors_kb {
-        p.push(format!("max_sectors_kb {kb}"));
+        p.push(("max_sectors_kb", format!("max_sectors_kb {kb}")));
     }
     if let Some(r) = q.rotational {
-        p.push(if r { "rotational" } else { "non-rotational" }.to_string());
+        let s = if r { "rotational" } else { "non-rotational" };
+        p.push(("rotational", s.to_string()));
     }
     p
+}
+
+/// [`queue_parts`] in one line: `read-ahead 8 KB, scheduler none, ...`; None when sysfs gave
+/// none.
+pub fn describe_queue(q: &tracer_common::format::QueueSettings) -> Option<String> {
+    let p = queue_parts(q);
+    (!p.is_empty()).then(|| p.into_iter().map(|(_, s)| s).collect::<Vec<_>>().join(", "))
 }
 
 /// A trace's labels as the reports say them: `experiment=readahead read_ahead_kb=8`.

@@ -5,7 +5,7 @@ use std::io::Write;
 use tracer_common::coverage::{describe, thousands};
 
 use crate::sizes::human;
-use crate::summary::{JsonLatency, JsonReport, describe_labels, queue_parts};
+use crate::summary::{JsonLatency, JsonReport, describe_labels, describe_queue};
 
 pub(crate) fn bytes(b: u64) -> String {
     const U: [&str; 5] = ["B", "KB", "MB", "GB", "TB"];
@@ -67,8 +67,8 @@ pub fn write(out: &mut dyn Write, j: &JsonReport) -> std::io::Result<()> {
             "\n{} ({}:{})  {} .. {}",
             d.name, d.major, d.minor, d.start, d.end
         )?;
-        if let Some(q) = d.queue.as_ref().map(queue_parts).filter(|p| !p.is_empty()) {
-            writeln!(out, "  queue: {}", q.join(", "))?;
+        if let Some(q) = d.queue.as_ref().and_then(describe_queue) {
+            writeln!(out, "  queue: {q}")?;
         }
         writeln!(
             out,

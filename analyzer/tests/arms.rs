@@ -68,7 +68,11 @@ fn arm(dir: &Path, name: &str, m: &Meta, reads: (u64, u32, bool), writes: u64) -
         push(
             Op::Read,
             bytes,
-            if readahead { flags::RAHEAD } else { flags::SYNC },
+            if readahead {
+                flags::RAHEAD
+            } else {
+                flags::SYNC
+            },
         );
     }
     for _ in 0..writes {
@@ -82,7 +86,10 @@ fn arm(dir: &Path, name: &str, m: &Meta, reads: (u64, u32, bool), writes: u64) -
 #[test]
 fn the_report_carries_the_labels_and_the_queue_settings() {
     let dir = tempfile::tempdir().unwrap();
-    let m = meta(&[("experiment", "readahead"), ("read_ahead_kb", "8")], Some(8));
+    let m = meta(
+        &[("experiment", "readahead"), ("read_ahead_kb", "8")],
+        Some(8),
+    );
     let t = arm(dir.path(), "ra8.blkp", &m, (100, 8192, false), 10);
     let t = t.to_str().unwrap();
     let j: Value = serde_json::from_str(&stdout(&blkprof(&["report", "--json", t]))).unwrap();
@@ -114,7 +121,13 @@ fn the_report_carries_the_labels_and_the_queue_settings() {
     assert!(html.contains("queue: read-ahead 8 KB, scheduler none"));
 
     // A trace without them: empty labels, null queue, no such lines.
-    let t = arm(dir.path(), "plain.blkp", &Meta::default(), (100, 8192, false), 10);
+    let t = arm(
+        dir.path(),
+        "plain.blkp",
+        &Meta::default(),
+        (100, 8192, false),
+        10,
+    );
     let t = t.to_str().unwrap();
     let j: Value = serde_json::from_str(&stdout(&blkprof(&["report", "--json", t]))).unwrap();
     assert_eq!(j["labels"], serde_json::json!({}));
