@@ -451,7 +451,7 @@ fn compare_arms(
 /// Each arm's name: the labels whose values differ between the arms (`read_ahead_kb=8`), else
 /// the compared device's queue settings that differ (`read-ahead 8 KB`), else its path. An
 /// arm that has none of the differing labels is named by its path; arms that would share a
-/// name get their letter after it.
+/// name of labels or settings (repeated runs of one arm) get their letter after it.
 fn arm_names(inputs: &[(String, &JsonReport)], devs: &[&JsonDevice]) -> Vec<String> {
     // Per arm, (key, text) parts; a key differs when some arm's text for it differs (a
     // missing one included).
@@ -506,9 +506,11 @@ fn arm_names(inputs: &[(String, &JsonReport)], devs: &[&JsonDevice]) -> Vec<Stri
         .zip(inputs)
         .map(|(n, i)| if n.is_empty() { i.0.clone() } else { n })
         .collect();
+    // A path named twice stays as it is (the same file given twice).
     let dup: Vec<bool> = names
         .iter()
-        .map(|n| names.iter().filter(|m| *m == n).count() > 1)
+        .zip(inputs)
+        .map(|(n, i)| *n != i.0 && names.iter().filter(|m| *m == n).count() > 1)
         .collect();
     for (i, n) in names.iter_mut().enumerate() {
         if dup[i] {
