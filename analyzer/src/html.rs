@@ -49,6 +49,13 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}} th{{background:#
         escape(&j.kernel),
         escape(&j.start)
     )?;
+    if !j.labels.is_empty() {
+        write!(
+            h,
+            "<p>labels: {}</p>",
+            escape(&crate::summary::describe_labels(&j.labels))
+        )?;
+    }
     if !j.complete {
         write!(
             h,
@@ -74,6 +81,9 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}} th{{background:#
             escape(&d.start),
             escape(&d.end)
         )?;
+        if let Some(q) = d.queue.as_ref().and_then(crate::summary::describe_queue) {
+            write!(h, "<p>queue: {}</p>", escape(&q))?;
+        }
         write!(
             h,
             "<table><tr><th class='l'>op</th><th>IOs</th><th>% IOs</th><th>bytes</th><th>% volume</th><th class='l'>block sizes</th><th>p50</th><th>p99</th><th>p99.9</th><th>max</th></tr>"

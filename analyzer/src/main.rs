@@ -278,15 +278,20 @@ enum Cmd {
         skip_bad: bool,
     },
     /// Two or more runs side by side (A/B experiments), with the differences that matter
-    /// flagged: counts and volumes moving more than 10%, latencies more than 25%, shares more
-    /// than 5 points. Compares the busiest device of each trace, or --device. Size classes
-    /// are compared class by class; a figure a run does not have (no IOs of that op) is n/a,
-    /// never 0, and never flagged.
+    /// flagged: counts, volumes and rates moving more than 10%, latencies more than 25%, shares
+    /// more than 5 points; then the flagged differences in sentences, each arm against the
+    /// first. Compares the busiest device of each run, or --device. Size classes are compared
+    /// class by class; a figure a run does not have (no IOs of that op, no stress results) is
+    /// n/a, never 0, and never flagged.
+    #[command(
+        after_help = "Examples:\n  blkprof compare before.blkp after.blkp\n  blkprof compare ra4096/report.json ra128/report.json ra8/report.json\n  blkprof compare doc2k/report.json doc4k/report.json doc8k/report.json doc16k/report.json doc32k/report.json --json\n\nEach arm is a trace (summarized with the detection options below) or a report saved by\n`blkprof report --json` (taken as it is; made with --stress, it brings the stress tool's\nresults: client ops/s, per operation its count, mean and p99 latency, and the device's read\nbytes per client read). Arms are named by the trace labels (blkprof-trace --label) whose values\ndiffer, else by the queue settings that differ (read-ahead), else by path; the columns are\nA, B, C... in the order given, A the baseline. JSON: docs/report-json.md."
+    )]
     Compare {
-        /// Trace files: the first is the baseline.
-        #[arg(required = true, num_args = 2..)]
+        /// Trace files or saved reports (`blkprof report --json`), two or more: the first is
+        /// the baseline.
+        #[arg(required = true, num_args = 2.., value_name = "TRACE|REPORT")]
         traces: Vec<PathBuf>,
-        /// Device to compare (by name) when the traces have several.
+        /// Device to compare (by name) when the runs have several.
         #[arg(long)]
         device: Option<String>,
         /// Print the comparison as JSON.
@@ -676,20 +681,19 @@ fn export_parquet(
 }
 
 fn compare(
-    traces: &[PathBuf],
+    arms: &[PathBuf],
     device: Option<&str>,
     json: bool,
     opts: &analyzer::series::Options,
 ) -> Result<(), Fail> {
-    let mut reports = Vec::new();
-    for t in traces {
-        reports.push(
-            analyzer::summary::summarize(t, opts)
-                .map_err(Fail::input)?
-                .to_json(),
-        );
+    let mut inputs = Vec::new();
+    for p in arms {
+        inputs.push(analyzer::compare::Input {
+            path: p.display().to_string(),
+            report: read_arm(p, opts)?,
+        });
     }
-    let c = analyzer::compare::compare(&reports, device).map_err(Fail::input)?;
+    let c = analyzer::compare::compare_inputs(&inputs, device).map_err(Fail::input)?;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     if json {
@@ -698,6 +702,50 @@ fn compare(
         analyzer::compare::write_text(&mut out, &c)
     }
     .map_err(|e| Fail::stdout(e, ""))
+}
+
+/// An arm of `compare`: a trace (it starts with the format's magic bytes), summarized here, or
+/// a saved report (JSON: it starts with `{`), taken as it is.
+fn read_arm(path: &std::path::Path, opts: &analyzer::series::Options) -> Result<JsonReport, Fail> {
+    use std::io::Read as _;
+    let mut head = Vec::with_capacity(64);
+    std::fs::File::open(path)
+        .and_then(|f| f.take(64).read_to_end(&mut head))
+        .map_err(|e| Fail::Input(format!("cannot read {}: {e}", path.display())))?;
+    if head.starts_with(tracer_common::format::MAGIC) {
+        return Ok(analyzer::summary::summarize(path, opts)
+            .map_err(Fail::input)?
+            .to_json());
+    }
+    if head.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(Fail::Input(format!(
+            "{} is neither a blkprof trace (written by blkprof-trace) nor a report (the JSON of `blkprof report --json`)",
+            path.display()
+        )));
+    }
+    let bytes = std::fs::read(path)
+        .map_err(|e| Fail::Input(format!("cannot read {}: {e}", path.display())))?;
+    let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
+        Fail::Input(format!(
+            "{} is not valid JSON ({e}): give a trace or the JSON of `blkprof report --json`",
+            path.display()
+        ))
+    })?;
+    let is_report = ["schema_version", "traces", "devices"]
+        .iter()
+        .all(|k| v.get(k).is_some());
+    if !is_report {
+        let hint = if v.get("rows").is_some() {
+            ": it looks like the output of `blkprof compare --json`; give the arms' reports or traces"
+        } else {
+            ""
+        };
+        return Err(Fail::Input(format!(
+            "{} is JSON but not a blkprof report (the JSON of `blkprof report --json`, with schema_version, traces and devices){hint}",
+            path.display()
+        )));
+    }
+    report_from_json(path, v).map_err(Fail::Input)
 }
 
 fn whatif(
@@ -822,7 +870,18 @@ impl Inputs<'_> {
 /// A saved report (`blkprof report --json`).
 fn read_report(path: &std::path::Path) -> Result<JsonReport, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let j: JsonReport = serde_json::from_slice(&bytes).map_err(|e| {
+    let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
+        format!(
+            "{} is not a blkprof report (the JSON of `blkprof report --json`): {e}",
+            path.display()
+        )
+    })?;
+    report_from_json(path, v)
+}
+
+/// A saved report from its JSON; warns when a newer blkprof wrote it.
+fn report_from_json(path: &std::path::Path, v: serde_json::Value) -> Result<JsonReport, String> {
+    let j: JsonReport = serde_json::from_value(v).map_err(|e| {
         format!(
             "{} is not a blkprof report (the JSON of `blkprof report --json`): {e}",
             path.display()

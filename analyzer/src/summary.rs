@@ -821,6 +821,10 @@ pub struct JsonDevice {
     pub queue_depth_spikes: Vec<Spike>,
     pub reads_during_bursts: ReadImpact,
     pub series: JsonSeries,
+    /// The disk's queue settings at the start (read-ahead, scheduler, ...), as the tracer
+    /// read them from sysfs; null when the trace does not say (older tracers, devices met
+    /// mid-run).
+    pub queue: Option<tracer_common::format::QueueSettings>,
 }
 
 #[derive(Serialize, serde::Deserialize, Default)]
@@ -875,6 +879,8 @@ pub struct JsonReport {
     pub host: String,
     pub kernel: String,
     pub start: String,
+    /// The trace's `--label KEY=VALUE`s (an experiment's arm, a node's role); empty when none.
+    pub labels: BTreeMap<String, String>,
     /// `start` as Unix ns, the origin of the charts' time axis.
     pub start_unix_ns: i64,
     /// From the start to the trailer's end; null when the trace has no trailer.
@@ -913,6 +919,47 @@ pub struct JsonReport {
     /// What each registered section made (crate::sections), by its name.
     #[serde(default)]
     pub sections: BTreeMap<String, serde_json::Value>,
+}
+
+/// A disk's queue settings as the reports say them, one part per setting sysfs gave, each
+/// with its sysfs name: `read-ahead 8 KB`, `scheduler none`, `nr_requests 64`,
+/// `max_sectors_kb 1280`, `rotational` or `non-rotational`. `compare` names arms by the
+/// settings that differ.
+pub fn queue_parts(q: &tracer_common::format::QueueSettings) -> Vec<(&'static str, String)> {
+    let mut p = Vec::new();
+    if let Some(kb) = q.read_ahead_kb {
+        p.push(("read_ahead_kb", format!("read-ahead {kb} KB")));
+    }
+    if !q.scheduler.is_empty() {
+        p.push(("scheduler", format!("scheduler {}", q.scheduler)));
+    }
+    if let Some(n) = q.nr_requests {
+        p.push(("nr_requests", format!("nr_requests {n}")));
+    }
+    if let Some(kb) = q.max_sectors_kb {
+        p.push(("max_sectors_kb", format!("max_sectors_kb {kb}")));
+    }
+    if let Some(r) = q.rotational {
+        let s = if r { "rotational" } else { "non-rotational" };
+        p.push(("rotational", s.to_string()));
+    }
+    p
+}
+
+/// [`queue_parts`] in one line: `read-ahead 8 KB, scheduler none, ...`; None when sysfs gave
+/// none.
+pub fn describe_queue(q: &tracer_common::format::QueueSettings) -> Option<String> {
+    let p = queue_parts(q);
+    (!p.is_empty()).then(|| p.into_iter().map(|(_, s)| s).collect::<Vec<_>>().join(", "))
+}
+
+/// A trace's labels as the reports say them: `experiment=readahead read_ahead_kb=8`.
+pub fn describe_labels(labels: &BTreeMap<String, String>) -> String {
+    labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// How many submitting tasks the report lists.
@@ -1097,6 +1144,12 @@ impl Summary {
                 queue_depth_spikes: d.spikes.clone(),
                 reads_during_bursts: d.read_impact.clone(),
                 series: self.series_json(d),
+                queue: self
+                    .header
+                    .devices
+                    .iter()
+                    .find(|i| i.major == d.major && i.minor == d.minor)
+                    .and_then(|i| i.queue.clone()),
             });
         }
         JsonReport {
@@ -1105,6 +1158,7 @@ impl Summary {
             host: self.header.host.clone(),
             kernel: self.header.kernel.clone(),
             start: rfc3339(self.header.wall_clock_start_ns),
+            labels: self.header.labels.clone(),
             start_unix_ns: self.header.wall_clock_start_ns,
             duration_s: self.trailer.as_ref().map(|t| {
                 t.monotonic_end_ns

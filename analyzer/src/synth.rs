@@ -1,11 +1,12 @@
 //! Synthetic traces with planted truth, written through the real trace writer: the ground
 //! truth for the analyzer's tests and benchmarks.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use tracer_common::format::{
-    AggregateSnapshot, DeviceInfo, DiskStats, FormatError, IoRecord, ProbeCounters, TraceHeader,
-    TraceTrailer, TraceWriter, comm_bytes,
+    AggregateSnapshot, DeviceInfo, DiskStats, FormatError, IoRecord, ProbeCounters, QueueSettings,
+    TraceHeader, TraceTrailer, TraceWriter, comm_bytes,
 };
 use tracer_common::op::{Op, StatGroup, flags};
 
@@ -29,6 +30,19 @@ pub struct Io {
 /// Write `ios` (any order) as a trace of device nvme0n1 (259:1), with diskstats and
 /// aggregates that match them exactly.
 pub fn write_trace(path: &Path, ios: &mut [Io]) -> Result<(), FormatError> {
+    write_trace_with(path, ios, &Meta::default())
+}
+
+/// What a planted trace's header says of its run besides the IOs: the tracer's `--label`s
+/// and the disk's queue settings (an experiment's arm).
+#[derive(Clone, Debug, Default)]
+pub struct Meta {
+    pub labels: BTreeMap<String, String>,
+    pub queue: Option<QueueSettings>,
+}
+
+/// [`write_trace`] with the header's labels and queue settings from `meta`.
+pub fn write_trace_with(path: &Path, ios: &mut [Io], meta: &Meta) -> Result<(), FormatError> {
     ios.sort_by_key(|i| i.complete_ns);
     let mut start = DiskStats {
         name: "nvme0n1".into(),
@@ -50,8 +64,9 @@ pub fn write_trace(path: &Path, ios: &mut [Io]) -> Result<(), FormatError> {
             major: 259,
             minor: 1,
             logical_block_size: 512,
-            queue: None,
+            queue: meta.queue.clone(),
         }],
+        labels: meta.labels.clone(),
         interval_ms: 1000,
         diskstats_start: vec![start.clone()],
         ..Default::default()

@@ -5,7 +5,7 @@ use std::io::Write;
 use tracer_common::coverage::{describe, thousands};
 
 use crate::sizes::human;
-use crate::summary::{JsonLatency, JsonReport};
+use crate::summary::{JsonLatency, JsonReport, describe_labels, describe_queue};
 
 pub(crate) fn bytes(b: u64) -> String {
     const U: [&str; 5] = ["B", "KB", "MB", "GB", "TB"];
@@ -52,6 +52,9 @@ pub fn write(out: &mut dyn Write, j: &JsonReport) -> std::io::Result<()> {
         j.start,
         dur.map(|d| format!(", {d:.1} s")).unwrap_or_default()
     )?;
+    if !j.labels.is_empty() {
+        writeln!(out, "labels: {}", describe_labels(&j.labels))?;
+    }
     if let Some(stopped) = &j.integrity.stopped {
         writeln!(out, "warning: {}: {stopped}", j.traces.join(", "))?;
     }
@@ -64,6 +67,9 @@ pub fn write(out: &mut dyn Write, j: &JsonReport) -> std::io::Result<()> {
             "\n{} ({}:{})  {} .. {}",
             d.name, d.major, d.minor, d.start, d.end
         )?;
+        if let Some(q) = d.queue.as_ref().and_then(describe_queue) {
+            writeln!(out, "  queue: {q}")?;
+        }
         writeln!(
             out,
             "  {:<8} {:>12} {:>7} {:>10} {:>8}  {:<34} {:<30} {:<30}",
