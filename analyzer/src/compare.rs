@@ -485,7 +485,23 @@ fn arm_names(inputs: &[(String, &JsonReport)], devs: &[&JsonDevice]) -> Vec<Stri
                 .collect()
         })
         .collect();
-    let mut names = differing(&labels, " ");
+    // An `arm=` label names what another differing label says better (arm=ra8 beside
+    // read_ahead_kb=8): left out when the others name every arm apart.
+    let settings: Vec<Vec<(String, String)>> = labels
+        .iter()
+        .map(|p| p.iter().filter(|(k, _)| k != "arm").cloned().collect())
+        .collect();
+    let by_settings = differing(&settings, " ");
+    let apart = by_settings.iter().all(|n| !n.is_empty())
+        && by_settings
+            .iter()
+            .enumerate()
+            .all(|(i, n)| !by_settings[..i].contains(n));
+    let mut names = if apart {
+        by_settings
+    } else {
+        differing(&labels, " ")
+    };
     if names.iter().all(String::is_empty) {
         let queues: Vec<Vec<(String, String)>> = devs
             .iter()

@@ -191,8 +191,14 @@ fn readahead_arms(dir: &Path) -> Vec<String> {
     let mut paths = Vec::new();
     for (ra, bytes, ra_share) in [(4096, 65536, 99), (128, 32768, 50), (8, 16384, 3)] {
         let kb = ra.to_string();
+        let arm = format!("ra{ra}");
+        // As `cargo xtask experiment` labels them: arm= as well as the setting.
         let m = meta(
-            &[("experiment", "readahead"), ("read_ahead_kb", kb.as_str())],
+            &[
+                ("experiment", "readahead"),
+                ("arm", arm.as_str()),
+                ("read_ahead_kb", kb.as_str()),
+            ],
             Some(ra),
         );
         // Read-ahead reads first, then the rest: 1000 reads in all.
@@ -233,7 +239,8 @@ fn arms_are_named_by_the_labels_that_differ_and_findings_say_what_the_rows_show(
         .iter()
         .map(|a| a["name"].as_str().unwrap())
         .collect();
-    // experiment=readahead is the same everywhere: not part of the names.
+    // experiment=readahead is the same everywhere: not part of the names; arm= differs, but
+    // read_ahead_kb= names every arm apart without it.
     assert_eq!(
         names,
         ["read_ahead_kb=4096", "read_ahead_kb=128", "read_ahead_kb=8"]

@@ -1219,6 +1219,8 @@ fn fio_replays_an_exported_trace_with_the_same_io_and_timing() {
             "--rate_iops=1500",
             "--runtime=4",
             "--time_based",
+            // An fsync every 32 writes: device flushes, which the iolog must replay as syncs.
+            "--fsync=32",
         ]);
     });
     let iolog = dir.join("rt.iolog");
@@ -1268,6 +1270,20 @@ fn fio_replays_an_exported_trace_with_the_same_io_and_timing() {
         }
         m
     };
+    // Each fsync reached the device as a flush; the replay's syncs do too (an iolog's sync
+    // line needs an offset and a length, else fio refuses it as a file action).
+    let flushes = |t: &Trace| {
+        t.records
+            .iter()
+            .filter(|r| r.stat_group() == StatGroup::Flush)
+            .count() as u64
+    };
+    let (fa, fb) = (flushes(&orig), flushes(&replay));
+    assert!(fa > 10, "the original fsyncs reached the device: {fa}");
+    assert!(
+        fb.abs_diff(fa) <= misses,
+        "flushes: original {fa}, replay {fb} ({misses} reported misses)"
+    );
     let (ma, mb) = (mix(&orig), mix(&replay));
     let diff: u64 = ma
         .keys()

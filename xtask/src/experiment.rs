@@ -440,7 +440,8 @@ fn raid_chunk(e: &ExpOptions, arms: &[Arm], out: &Path, started: Instant) -> Res
                 .join("xtask/scripts/raid-chunk-vm.sh")
                 .display()
                 .to_string(),
-            out.display().to_string(),
+            // The guest writes only under the VM's own output directory.
+            out.join("vm").display().to_string(),
             iolog.display().to_string(),
         ];
         cmd.extend(chunks.iter().cloned());
@@ -493,7 +494,7 @@ fn raid_chunk(e: &ExpOptions, arms: &[Arm], out: &Path, started: Instant) -> Res
     let mut worst: f64 = 0.0;
     let mut summary = Vec::new();
     for arm in arms {
-        let trace = out.join(format!("md{}.blkp", arm.value));
+        let trace = out.join("vm").join(format!("md{}.blkp", arm.value));
         let report = analyzer::summary::summarize(&trace, &Default::default())
             .map_err(|e| anyhow::anyhow!("{}: {e}", trace.display()))?
             .to_json();
@@ -616,13 +617,21 @@ fn raid_chunk(e: &ExpOptions, arms: &[Arm], out: &Path, started: Instant) -> Res
     Ok(())
 }
 
-/// The end of the furthest IO in the trace, bytes.
+/// The end of the furthest read, write or discard in the trace, bytes.
 fn max_offset(path: &Path) -> Result<u64> {
     let mut r = tracer_common::format::TraceReader::open(path)?;
     let mut buf = Vec::new();
     let mut end = 0u64;
     while r.next_chunk(&mut buf)? {
-        for rec in &buf {
+        // Data IOs only: a flush carries no address.
+        for rec in buf.iter().filter(|r| {
+            matches!(
+                r.op,
+                tracer_common::op::Op::Read
+                    | tracer_common::op::Op::Write
+                    | tracer_common::op::Op::Discard
+            ) && r.bytes > 0
+        }) {
             end = end.max(
                 rec.sector
                     .saturating_mul(512)
