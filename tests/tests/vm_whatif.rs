@@ -100,7 +100,7 @@ fn whatif_predicts_a_real_md_raid0s_members() {
     trace(single, &format!("/dev/{single}"), &single_trace);
     let mut worst: f64 = 0.0;
     for chunk_kb in [64u64, 512] {
-        md_raid0(&members, chunk_kb.into());
+        md_raid0(&members, chunk_kb);
         let md_trace = dir.join(format!("md{chunk_kb}.blkp"));
         trace("md0", "/dev/md0", &md_trace);
         md_stop();

@@ -327,6 +327,11 @@ fn readme(
         threads = o.threads,
         pc = o.page_cache_mib + 128,
     );
+    // compare's findings first, then its whole table.
+    if let Some(i) = compare.find("\nFindings") {
+        let _ = writeln!(p, "## What differs (`blkprof compare`'s findings)\n");
+        let _ = writeln!(p, "```\n{}\n```\n", compare[i + 1..].trim_end());
+    }
     let _ = writeln!(
         p,
         "## The arms side by side (`blkprof compare`, the first arm is the baseline)\n"
@@ -336,10 +341,18 @@ fn readme(
     for (name, json) in runs {
         let dir = json.parent().unwrap_or(out);
         let rel = dir.strip_prefix(out).unwrap_or(dir).display().to_string();
+        // The charts are named after the traced disk (loop0, loop1, ...).
+        let disk = std::fs::read(json)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .and_then(|j| j["devices"][0]["name"].as_str().map(str::to_string))
+            .unwrap_or_else(|| "loop0".into());
         let _ = writeln!(
             p,
-            "- **{name}**: [report.txt]({rel}/report.txt), [HTML]({rel}/report/cassandra.html), \
-             [JSON]({rel}/report/cassandra.json), YCSB's [output]({rel}/ycsb-run.txt)"
+            "- **{name}**: [report.txt]({rel}/report.txt), [HTML]({rel}/report/cassandra.html) \
+             (self-contained, every chart), \
+             [block sizes over time]({rel}/report/cassandra-{disk}-heatmap-size.png); \
+             YCSB's [output]({rel}/ycsb-run.txt)"
         );
     }
     Ok(p)
@@ -390,7 +403,19 @@ fn raid_chunk(e: &ExpOptions, arms: &[Arm], out: &Path, started: Instant) -> Res
         std::fs::copy(&source, &kept)
             .with_context(|| format!("copying {} to {}", source.display(), kept.display()))?;
     }
-    let origin = source.clone();
+    // Where the source came from, said on the page (also after --recompare).
+    let origin_file = out.join("source-origin.txt");
+    if !e.recompare {
+        let o = source
+            .strip_prefix(root())
+            .unwrap_or(&source)
+            .display()
+            .to_string();
+        std::fs::write(&origin_file, o)?;
+    }
+    let origin = std::fs::read_to_string(&origin_file)
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| source.display().to_string());
     let source = if kept.exists() { kept } else { source };
     let r = tracer_common::format::TraceReader::open(&source)
         .with_context(|| format!("reading {}", source.display()))?;
@@ -467,23 +492,29 @@ fn raid_chunk(e: &ExpOptions, arms: &[Arm], out: &Path, started: Instant) -> Res
             "experiment raid-chunk: the VM replayed every chunk in {:.0} s",
             vm.seconds
         );
+        std::fs::write(out.join("vm-seconds.txt"), format!("{:.0}", vm.seconds))?;
     }
 
     // Per chunk: the real array's members (its trace's arrays section) beside whatif's.
+    let (_, source_empty) = data_ios(&source)?;
+    let source_empty: u64 = source_empty.values().sum();
     let mut table = String::new();
     let _ = writeln!(
         table,
-        "source: {} ({disk}); fio replays reads, writes and syncs (not discards), so reads and writes are compared\n",
+        "source: {} ({disk}); fio replays reads, writes and syncs (not discards): compared are the\n\
+         members' reads and writes that carry data (md sends each flush to each member as an empty\n\
+         write with the device flush: the empty column; whatif counts it as the flush only)\n",
         source.display()
     );
     let _ = writeln!(
         table,
-        "{:>6}  {:>6}  {:>9} {:>9} {:>7}  {:>9} {:>9}  {:>8} {:>6} {:>6}  {:>9}",
+        "{:>6}  {:>6}  {:>9} {:>9} {:>7} {:>7}  {:>9} {:>9}  {:>8} {:>6} {:>6}  {:>9}",
         "chunk",
         "member",
         "real r+w",
         "whatif",
         "diff",
+        "empty",
         "real MB",
         "mean KB",
         "qd mean",
@@ -514,6 +545,7 @@ fn raid_chunk(e: &ExpOptions, arms: &[Arm], out: &Path, started: Instant) -> Res
         )
         .map_err(|e| anyhow::anyhow!("whatif on {}: {e}", source.display()))?;
         let predicted = serde_json::to_value(&w)?;
+        let (real_data, real_empty) = data_ios(&trace)?;
         let n = |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap_or(0);
         let fl = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap_or(0.0);
         let mut real_rw = Vec::new();
@@ -523,8 +555,10 @@ fn raid_chunk(e: &ExpOptions, arms: &[Arm], out: &Path, started: Instant) -> Res
                 .as_array()
                 .and_then(|ms| ms.iter().find(|m| m["slot"] == slot))
                 .with_context(|| format!("{}: no member in slot {slot}", trace.display()))?;
-            let r_rw = n(m, "read_ios") + n(m, "write_ios");
-            let p_rw = n(p, "read_ios") + n(p, "write_ios");
+            let disk_name = m["disk"].as_str().unwrap_or("?");
+            let r_rw = real_data.get(disk_name).copied().unwrap_or(0);
+            // whatif copies each empty request to every member: not data.
+            let p_rw = (n(p, "read_ios") + n(p, "write_ios")).saturating_sub(source_empty);
             let diff = if r_rw == 0 {
                 0.0
             } else {
@@ -534,12 +568,13 @@ fn raid_chunk(e: &ExpOptions, arms: &[Arm], out: &Path, started: Instant) -> Res
             real_rw.push(r_rw);
             let _ = writeln!(
                 table,
-                "{:>5}K  {:>6}  {:>9} {:>9} {:>+6.1}%  {:>9.1} {:>9.1}  {:>8.2} {:>6} {:>6}  {:>9}",
+                "{:>5}K  {:>6}  {:>9} {:>9} {:>+6.1}% {:>7}  {:>9.1} {:>9.1}  {:>8.2} {:>6} {:>6}  {:>9}",
                 arm.value,
-                m["disk"].as_str().unwrap_or("?"),
+                disk_name,
                 r_rw,
                 p_rw,
                 diff,
+                real_empty.get(disk_name).copied().unwrap_or(0),
                 fl(m, "bytes") / 1e6,
                 fl(m, "mean_request_bytes") / 1024.0,
                 fl(m, "queue_depth_mean"),
@@ -575,13 +610,17 @@ fn raid_chunk(e: &ExpOptions, arms: &[Arm], out: &Path, started: Instant) -> Res
         "whatif's per-member reads+writes against the real arrays': worst {worst:.1}% (held to 5%)"
     );
     std::fs::write(out.join("compare.txt"), &table)?;
-    let took = started.elapsed().as_secs();
-    std::fs::write(out.join("took-seconds.txt"), took.to_string())?;
+    let took_file = out.join("vm-seconds.txt");
+    let took: u64 = std::fs::read_to_string(&took_file)
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(0);
     let mut p = String::new();
     let _ = writeln!(
         p,
         "# md RAID0 chunk size under Cassandra's IO (seed 000)\n\n\
-         Made by `cargo xtask experiment raid-chunk` (as root, from the repository) in {} min {} s on this machine.\n\n\
+         Made by `cargo xtask experiment raid-chunk` (as root, from the repository) on this machine; \
+         the nested VM (boot and the four arms' replays) took {} min {} s.\n\n\
          The source is a Cassandra node's data disk traced on this machine (`source.blkp`, \
          copied from `{}`: YCSB workload A, read_ahead_kb 128, the readahead experiment's \
          baseline arm). Its reads, writes and syncs are replayed \
@@ -595,7 +634,7 @@ fn raid_chunk(e: &ExpOptions, arms: &[Arm], out: &Path, started: Instant) -> Res
          about real NVMe; the per-member counts, sizes and depths are the array's own.\n",
         took / 60,
         took % 60,
-        origin.display()
+        origin
     );
     let _ = writeln!(p, "## Per chunk size\n");
     for l in &summary {
@@ -611,10 +650,52 @@ fn raid_chunk(e: &ExpOptions, arms: &[Arm], out: &Path, started: Instant) -> Res
     for l in &summary {
         println!("{l}");
     }
+    eprintln!(
+        "experiment raid-chunk: done in {:.0} s; {} (README.md, compare.txt, vm/)",
+        started.elapsed().as_secs_f64(),
+        out.display()
+    );
     if worst > 5.0 {
         bail!("whatif's prediction is off the real arrays by up to {worst:.1}% (more than 5%)");
     }
     Ok(())
+}
+
+/// Per disk of a trace: its reads and writes that carry data, and its empty ones (not the
+/// flush machinery's own flushes).
+fn data_ios(
+    path: &Path,
+) -> Result<(
+    std::collections::BTreeMap<String, u64>,
+    std::collections::BTreeMap<String, u64>,
+)> {
+    use tracer_common::op::StatGroup;
+    let mut r = tracer_common::format::TraceReader::open(path)?;
+    let names: std::collections::HashMap<u32, String> = r
+        .header()
+        .devices
+        .iter()
+        .map(|d| (d.dev(), d.name.clone()))
+        .collect();
+    let (mut data, mut empty) = (
+        std::collections::BTreeMap::new(),
+        std::collections::BTreeMap::new(),
+    );
+    let mut buf = Vec::new();
+    while r.next_chunk(&mut buf)? {
+        for rec in &buf {
+            if !matches!(rec.stat_group(), StatGroup::Read | StatGroup::Write) {
+                continue;
+            }
+            let name = names
+                .get(&rec.dev)
+                .cloned()
+                .unwrap_or_else(|| rec.dev.to_string());
+            let m = if rec.bytes > 0 { &mut data } else { &mut empty };
+            *m.entry(name).or_insert(0u64) += 1;
+        }
+    }
+    Ok((data, empty))
 }
 
 /// The end of the furthest read, write or discard in the trace, bytes.

@@ -104,7 +104,7 @@ enum Cmd {
     /// changed, traced; then `blkprof compare` over the arms and one page (README.md) with the
     /// comparison, the flagged differences explained and each arm's report. As root.
     #[command(
-        after_help = "Examples:\n  cargo xtask experiment readahead          # 4096 vs 128 vs 8 KB, about 10 min\n  cargo xtask experiment docsize            # 2/4/8/16/32 KB documents, about 15 min\n  cargo xtask experiment readahead --arms 4096,8 --duration 30 --repeat 2"
+        after_help = "Examples:\n  cargo xtask experiment readahead          # 4096 vs 128 vs 8 KB, about 8 min\n  cargo xtask experiment docsize            # 2/4/8/16/32 KB documents, about 10 min\n  cargo xtask experiment raid-chunk         # md RAID0 chunks 4-512 KB in the VM lab, about 9 min\n  cargo xtask experiment readahead --arms 4096,8 --duration 30 --repeat 2"
     )]
     Experiment {
         #[command(flatten)]
