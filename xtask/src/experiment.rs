@@ -305,6 +305,13 @@ fn readme(
         let a: Vec<String> = e.arms.iter().map(u32::to_string).collect();
         let _ = write!(cmd, " --arms {}", a.join(","));
     }
+    if let Some(o) = &e.out {
+        let _ = write!(
+            cmd,
+            " --out {}",
+            o.strip_prefix(root()).unwrap_or(o).display()
+        );
+    }
     let _ = writeln!(p, "# {title}\n");
     let _ = writeln!(
         p,
@@ -339,7 +346,8 @@ fn readme(
     let _ = writeln!(p, "```\n{}```\n", compare);
     let _ = writeln!(p, "## Each arm's report\n");
     for (name, json) in runs {
-        let dir = json.parent().unwrap_or(out);
+        // The arm's directory: the JSON report is in its report/.
+        let dir = json.parent().and_then(Path::parent).unwrap_or(out);
         let rel = dir.strip_prefix(out).unwrap_or(dir).display().to_string();
         // The charts are named after the traced disk (loop0, loop1, ...).
         let disk = std::fs::read(json)
