@@ -504,8 +504,7 @@ fn raid_chunk(e: &ExpOptions, arms: &[Arm], out: &Path, started: Instant) -> Res
     }
 
     // Per chunk: the real array's members (its trace's arrays section) beside whatif's.
-    let (_, source_empty) = data_ios(&source)?;
-    let source_empty: u64 = source_empty.values().sum();
+    let source_empty: u64 = data_ios(&source)?.empty.values().sum();
     let mut table = String::new();
     let _ = writeln!(
         table,
@@ -516,7 +515,7 @@ fn raid_chunk(e: &ExpOptions, arms: &[Arm], out: &Path, started: Instant) -> Res
     );
     let _ = writeln!(
         table,
-        "{:>6}  {:>6}  {:>9} {:>9} {:>7} {:>7}  {:>9} {:>9}  {:>8} {:>6} {:>6}  {:>9}",
+        "{:>6}  {:>6}  {:>9} {:>9} {:>7} {:>7}  {:>9} {:>9}  {:>8} {:>6} {:>6}  {:>9}  real sizes (top 3)",
         "chunk",
         "member",
         "real r+w",
@@ -528,7 +527,7 @@ fn raid_chunk(e: &ExpOptions, arms: &[Arm], out: &Path, started: Instant) -> Res
         "qd mean",
         "qd max",
         "p99 ms",
-        "split IOs"
+        "split IOs",
     );
     let mut worst: f64 = 0.0;
     let mut summary = Vec::new();
@@ -553,7 +552,8 @@ fn raid_chunk(e: &ExpOptions, arms: &[Arm], out: &Path, started: Instant) -> Res
         )
         .map_err(|e| anyhow::anyhow!("whatif on {}: {e}", source.display()))?;
         let predicted = serde_json::to_value(&w)?;
-        let (real_data, real_empty) = data_ios(&trace)?;
+        let real_ios = data_ios(&trace)?;
+        let (real_data, real_empty) = (&real_ios.data, &real_ios.empty);
         let n = |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap_or(0);
         let fl = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap_or(0.0);
         let mut real_rw = Vec::new();
@@ -576,7 +576,7 @@ fn raid_chunk(e: &ExpOptions, arms: &[Arm], out: &Path, started: Instant) -> Res
             real_rw.push(r_rw);
             let _ = writeln!(
                 table,
-                "{:>5}K  {:>6}  {:>9} {:>9} {:>+6.1}% {:>7}  {:>9.1} {:>9.1}  {:>8.2} {:>6} {:>6}  {:>9}",
+                "{:>5}K  {:>6}  {:>9} {:>9} {:>+6.1}% {:>7}  {:>9.1} {:>9.1}  {:>8.2} {:>6} {:>6}  {:>9}  {}",
                 arm.value,
                 disk_name,
                 r_rw,
@@ -595,6 +595,7 @@ fn raid_chunk(e: &ExpOptions, arms: &[Arm], out: &Path, started: Instant) -> Res
                 } else {
                     String::new()
                 },
+                real_ios.top_sizes(disk_name),
             );
         }
         let most = real_rw.iter().copied().max().unwrap_or(0) as f64;
@@ -669,14 +670,45 @@ fn raid_chunk(e: &ExpOptions, arms: &[Arm], out: &Path, started: Instant) -> Res
     Ok(())
 }
 
-/// Per disk of a trace: its reads and writes that carry data, and its empty ones (not the
-/// flush machinery's own flushes).
-fn data_ios(
-    path: &Path,
-) -> Result<(
-    std::collections::BTreeMap<String, u64>,
-    std::collections::BTreeMap<String, u64>,
-)> {
+/// Per disk of a trace: its reads and writes that carry data (and their sizes), and its empty
+/// ones (not the flush machinery's own flushes).
+#[derive(Default)]
+struct DataIos {
+    data: std::collections::BTreeMap<String, u64>,
+    empty: std::collections::BTreeMap<String, u64>,
+    sizes: std::collections::BTreeMap<String, std::collections::BTreeMap<u32, u64>>,
+}
+
+impl DataIos {
+    /// The disk's three commonest request sizes with their shares: "4K 62% 16K 21% 8K 9%".
+    fn top_sizes(&self, disk: &str) -> String {
+        let Some(m) = self.sizes.get(disk) else {
+            return "-".into();
+        };
+        let total: u64 = m.values().sum();
+        let mut v: Vec<(u32, u64)> = m.iter().map(|(&b, &n)| (b, n)).collect();
+        v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        v.iter()
+            .take(3)
+            .map(|&(b, n)| {
+                let size = if b % 1024 == 0 {
+                    format!("{}K", b / 1024)
+                } else {
+                    format!("{b}B")
+                };
+                let pct = n as f64 * 100.0 / total.max(1) as f64;
+                if pct < 1.0 {
+                    format!("{size} <1%")
+                } else {
+                    format!("{size} {pct:.0}%")
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+fn data_ios(path: &Path) -> Result<DataIos> {
     use tracer_common::op::StatGroup;
     let mut r = tracer_common::format::TraceReader::open(path)?;
     let names: std::collections::HashMap<u32, String> = r
@@ -685,10 +717,7 @@ fn data_ios(
         .iter()
         .map(|d| (d.dev(), d.name.clone()))
         .collect();
-    let (mut data, mut empty) = (
-        std::collections::BTreeMap::new(),
-        std::collections::BTreeMap::new(),
-    );
+    let mut d = DataIos::default();
     let mut buf = Vec::new();
     while r.next_chunk(&mut buf)? {
         for rec in &buf {
@@ -699,11 +728,19 @@ fn data_ios(
                 .get(&rec.dev)
                 .cloned()
                 .unwrap_or_else(|| rec.dev.to_string());
-            let m = if rec.bytes > 0 { &mut data } else { &mut empty };
-            *m.entry(name).or_insert(0u64) += 1;
+            if rec.bytes > 0 {
+                *d.sizes
+                    .entry(name.clone())
+                    .or_default()
+                    .entry(rec.bytes)
+                    .or_insert(0) += 1;
+                *d.data.entry(name).or_insert(0) += 1;
+            } else {
+                *d.empty.entry(name).or_insert(0) += 1;
+            }
         }
     }
-    Ok((data, empty))
+    Ok(d)
 }
 
 /// The end of the furthest read, write or discard in the trace, bytes.
