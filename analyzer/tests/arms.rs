@@ -40,6 +40,7 @@ fn meta(labels: &[(&str, &str)], read_ahead_kb: Option<u32>) -> Meta {
             nr_requests: Some(1023),
             max_sectors_kb: Some(1280),
             rotational: Some(false),
+            hw_queues: Vec::new(),
         }),
     }
 }

@@ -179,6 +179,13 @@ fn random_4k_reads_match_diskstats_and_fio() {
     // Submitter is fio, taken at submission.
     let fio_pids: std::collections::BTreeSet<u32> = trace.records.iter().map(|r| r.pid).collect();
     assert!(!fio_pids.contains(&0));
+    // A loop device has one hardware queue, serving every CPU: the header says so and every
+    // request names it (the VM test spreads NVMe requests over queues per CPU).
+    let queues = &trace.header.devices[0].queue.as_ref().unwrap().hw_queues;
+    assert_eq!(queues.len(), 1, "{queues:?}");
+    assert_eq!(queues[0].index, 0);
+    assert!(queues[0].cpus.contains(&0), "{queues:?}");
+    assert!(trace.records.iter().all(|r| r.hw_queue == Some(0)));
 }
 
 /// A device with kernel accounting off (`queue/iostats` = 0, a common NVMe tuning): /proc/diskstats

@@ -299,3 +299,163 @@ fn md_raid0_members_are_traced_exactly() {
         );
     }
 }
+
+/// The online CPUs, from /sys/devices/system/cpu/online ("0-1").
+fn online_cpus() -> Vec<u32> {
+    let s = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
+    let mut cpus = Vec::new();
+    for part in s.trim().split(',') {
+        match part.split_once('-') {
+            Some((a, b)) => cpus.extend(a.parse::<u32>().unwrap()..=b.parse::<u32>().unwrap()),
+            None => cpus.push(part.parse().unwrap()),
+        }
+    }
+    cpus
+}
+
+/// NVMe hardware queues: the driver makes one queue per CPU (the VM's CPU count predicts how
+/// many), the header records each queue's CPUs as sysfs lists them, and every request goes
+/// through the queue of the CPU that submitted it: 4 KB reads from a fio pinned to the first
+/// CPU and 8 KB writes from one pinned to the last are each on their CPU's queue, every one of
+/// them, and the report's per-queue section counts what the records say.
+#[test]
+fn nvme_requests_take_the_hardware_queue_of_their_cpu() {
+    let Some(disk) = disk() else { return };
+    let path = format!("/dev/{disk}");
+    let cpus = online_cpus();
+    let mut sysfs: Vec<(u16, String)> = std::fs::read_dir(format!("/sys/block/{disk}/mq"))
+        .unwrap()
+        .flatten()
+        .map(|e| {
+            let i = e.file_name().to_str().unwrap().parse().unwrap();
+            let l = std::fs::read_to_string(e.path().join("cpu_list")).unwrap();
+            (i, l.trim().to_string())
+        })
+        .collect();
+    sysfs.sort();
+    assert!(cpus.len() >= 2, "the VM has several CPUs: {cpus:?}");
+    assert_eq!(
+        sysfs.len(),
+        cpus.len(),
+        "one hardware queue per CPU: {sysfs:?} for CPUs {cpus:?}"
+    );
+    let dir = TestDir::new();
+    let out = dir.join("hwq.blkp").display().to_string();
+    let t = Tracer::start(&["--device", &disk, "--output", &out, "--quiet"]);
+    let (first, last) = (cpus[0], *cpus.last().unwrap());
+    for (cpu, rw, bs) in [(first, "randread", "4k"), (last, "randwrite", "8k")] {
+        fio(&[
+            "--name=hwq",
+            "--filename",
+            path.as_str(),
+            "--direct=1",
+            "--ioengine=libaio",
+            "--iodepth=8",
+            "--size=256m",
+            "--io_size=24m",
+            &format!("--rw={rw}"),
+            &format!("--bs={bs}"),
+            &format!("--cpus_allowed={cpu}"),
+        ]);
+    }
+    let f = t.stop();
+    assert!(f.status.success(), "{}\n{}", f.stderr, f.stdout);
+    let trace = Trace::read(std::path::Path::new(&out));
+    // The header: each queue with its CPUs, as sysfs lists them.
+    let info = trace
+        .header
+        .devices
+        .iter()
+        .find(|d| d.name == disk)
+        .expect("the disk in the header");
+    let queues = &info.queue.as_ref().expect("queue settings").hw_queues;
+    let from_header: Vec<(u16, Vec<u32>)> =
+        queues.iter().map(|q| (q.index, q.cpus.clone())).collect();
+    let from_sysfs: Vec<(u16, Vec<u32>)> = sysfs
+        .iter()
+        .map(|(i, l)| {
+            (
+                *i,
+                l.split(',').map(|c| c.trim().parse().unwrap()).collect(),
+            )
+        })
+        .collect();
+    assert_eq!(from_header, from_sysfs);
+    let queue_of = |cpu: u32| {
+        queues
+            .iter()
+            .find(|q| q.cpus.contains(&cpu))
+            .map(|q| q.index)
+            .unwrap_or_else(|| panic!("CPU {cpu} in no queue: {from_header:?}"))
+    };
+    let (qa, qb) = (queue_of(first), queue_of(last));
+    assert_ne!(qa, qb, "the two CPUs have queues of their own");
+    // Every request of each job on its CPU's queue.
+    let mut per_queue: BTreeMap<u16, u64> = BTreeMap::new();
+    let (mut reads, mut writes) = (0u64, 0u64);
+    for r in &trace.records {
+        let q = r
+            .hw_queue
+            .expect("every NVMe request names its hardware queue");
+        *per_queue.entry(q).or_default() += 1;
+        match (r.op, r.bytes) {
+            (Op::Read, 4096) => {
+                reads += 1;
+                assert_eq!(q, qa, "a read from CPU {first} on queue {q}: {r:?}");
+            }
+            (Op::Write, 8192) => {
+                writes += 1;
+                assert_eq!(q, qb, "a write from CPU {last} on queue {q}: {r:?}");
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(
+        (reads, writes),
+        (6144, 3072),
+        "every IO of both jobs traced"
+    );
+    // The report's section counts the same per queue.
+    let report = std::process::Command::new(blkprof_e2e::bin("blkprof"))
+        .args(["report", "--json", &out])
+        .output()
+        .unwrap();
+    assert!(report.status.success());
+    let j: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+    let d = j["sections"]["hw_queues"]["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == disk.as_str())
+        .expect("the disk in the hw_queues section");
+    assert_eq!(d["queues"], sysfs.len());
+    let rows: BTreeMap<u16, u64> = d["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["ios"].as_u64().unwrap() > 0)
+        .map(|r| {
+            (
+                r["index"].as_u64().unwrap() as u16,
+                r["ios"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(rows, per_queue);
+    let text = std::process::Command::new(blkprof_e2e::bin("blkprof"))
+        .args(["report", &out])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains(&format!(
+            "hardware queues of {disk}: {} hardware queues",
+            sysfs.len()
+        )),
+        "{text}"
+    );
+    eprintln!(
+        "{disk} on {} with CPUs {cpus:?}: queues {from_header:?}; IOs per queue {per_queue:?}",
+        trace.header.kernel
+    );
+}

@@ -140,6 +140,9 @@ pub struct ProbeConfig {
     pub rq_rq_flags: u32,
     pub rq_start_time_ns: u32,
     pub rq_bio: u32,
+    /// `struct request::mq_hctx` and `struct blk_mq_hw_ctx::queue_num`: the hardware queue.
+    pub rq_mq_hctx: u32,
+    pub hctx_queue_num: u32,
     /// `struct request_queue::disk`.
     pub q_disk: u32,
     /// `struct gendisk::major` and `first_minor`.
@@ -265,7 +268,9 @@ pub struct IoEvent {
     pub requeues: u16,
     pub kind: u16,
     pub flags: u16,
-    pub _pad: [u8; 6],
+    /// The blk-mq hardware queue's index + 1 (`rq->mq_hctx->queue_num`); 0 if unknown.
+    pub hw_queue: u16,
+    pub _pad: [u8; 4],
     /// Command of the submitting task, NUL-padded.
     pub comm: [u8; 16],
     /// The submitting task's cgroup v2 id at submission (0 if unknown).

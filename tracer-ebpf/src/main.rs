@@ -53,6 +53,8 @@ static CONFIG: ProbeConfig = ProbeConfig {
     rq_rq_flags: 0,
     rq_start_time_ns: 0,
     rq_bio: 0,
+    rq_mq_hctx: 0,
+    hctx_queue_num: 0,
     q_disk: 0,
     disk_major: 0,
     disk_first_minor: 0,
@@ -336,6 +338,22 @@ fn traced_dev(cfg: &ProbeConfig, rq: *const u8) -> Option<u32> {
         return None;
     }
     disk_dev(cfg, load(q, cfg_u32(&cfg.q_disk)))
+}
+
+/// The request's blk-mq hardware queue index + 1 (`rq->mq_hctx->queue_num`), 0 if it has none.
+#[inline(always)]
+fn hw_queue(cfg: &ProbeConfig, rq: *const u8) -> u16 {
+    let hctx: *const u8 = load(rq, cfg_u32(&cfg.rq_mq_hctx));
+    if hctx.is_null() {
+        return 0;
+    }
+    let n: u32 = load(hctx, cfg_u32(&cfg.hctx_queue_num));
+    // Kernels cap hardware queues far below this (nr_cpu_ids); a larger value is not a queue.
+    if n < u32::from(u16::MAX) {
+        n as u16 + 1
+    } else {
+        0
+    }
 }
 
 /// Whole-disk `dev_t` of a `struct gendisk *`, if it should be traced.
@@ -1035,7 +1053,8 @@ fn finish(cfg: &ProbeConfig, rq: *const u8, st: &mut RequestState, kind: u16, cm
         requeues: st.requeues,
         kind,
         flags,
-        _pad: [0; 6],
+        hw_queue: hw_queue(cfg, rq),
+        _pad: [0; 4],
         comm: st.comm,
         cgroup: st.cgroup,
     });

@@ -555,6 +555,7 @@ impl Run {
             flags: fl,
             op,
             cgroup: ev.cgroup,
+            hw_queue: ev.hw_queue.checked_sub(1),
         };
         self.received_total += 1;
         // Per device and diskstats group; devices are few, and consecutive records mostly

@@ -10,7 +10,9 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use tracer_common::format::{ArrayInfo, ArrayMember, DeviceInfo, DiskStats, QueueSettings};
+use tracer_common::format::{
+    ArrayInfo, ArrayMember, DeviceInfo, DiskStats, HwQueue, QueueSettings,
+};
 
 /// The sysfs tree every lookup reads (tests build a fake one).
 const SYSFS: &str = "/sys";
@@ -170,7 +172,53 @@ fn queue_settings(q: &Path) -> QueueSettings {
         nr_requests: num("nr_requests"),
         max_sectors_kb: num("max_sectors_kb"),
         rotational: num("rotational").map(|r| r != 0),
+        hw_queues: q
+            .parent()
+            .map(|d| hw_queues(&d.join("mq")))
+            .unwrap_or_default(),
     }
+}
+
+/// A blk-mq disk's hardware queues from its `mq` directory (`mq/N/cpu_list`: "0, 1", or
+/// ranges "0-3, 8"), in index order; empty if there is none or one does not read.
+fn hw_queues(mq: &Path) -> Vec<HwQueue> {
+    let Ok(dir) = std::fs::read_dir(mq) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in dir.flatten() {
+        let Some(index) = e.file_name().to_str().and_then(|n| n.parse::<u16>().ok()) else {
+            continue;
+        };
+        let Some(cpus) = read_trim(&e.path().join("cpu_list"))
+            .ok()
+            .and_then(|s| cpu_list(&s))
+        else {
+            return Vec::new();
+        };
+        out.push(HwQueue { index, cpus });
+    }
+    out.sort_by_key(|q| q.index);
+    out
+}
+
+/// "0, 2-4" as [0, 2, 3, 4]; `None` if it does not parse (or names implausibly many CPUs).
+fn cpu_list(s: &str) -> Option<Vec<u32>> {
+    let mut cpus = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (a, b) = match part.split_once('-') {
+            Some((a, b)) => (a.trim().parse::<u32>().ok()?, b.trim().parse::<u32>().ok()?),
+            None => {
+                let c = part.parse::<u32>().ok()?;
+                (c, c)
+            }
+        };
+        if a > b || b - a >= 1 << 16 || cpus.len() >= 1 << 16 {
+            return None;
+        }
+        cpus.extend(a..=b);
+    }
+    Some(cpus)
 }
 
 pub fn name_of(major: u32, minor: u32) -> Option<String> {
@@ -584,9 +632,32 @@ mod tests {
         assert_eq!(got.nr_requests, Some(64));
         assert_eq!(got.rotational, Some(false));
         assert_eq!(got.max_sectors_kb, None, "an unreadable value is left out");
+        assert!(got.hw_queues.is_empty(), "no mq directory: no queues");
         std::fs::write(q.join("scheduler"), "none\n").unwrap();
+        let mq = s.root().join("devices/virtual/block/loop1/mq");
+        for (i, cpus) in [(1, "2-3, 5\n"), (0, "0, 1\n"), (10, "4\n")] {
+            std::fs::create_dir_all(mq.join(i.to_string())).unwrap();
+            std::fs::write(mq.join(format!("{i}/cpu_list")), cpus).unwrap();
+        }
         let t = s.targets(&["loop1"]).unwrap();
-        assert_eq!(t.devices[0].queue.as_ref().unwrap().scheduler, "none");
+        let got = t.devices[0].queue.clone().unwrap();
+        assert_eq!(got.scheduler, "none");
+        let queues: Vec<(u16, Vec<u32>)> = got
+            .hw_queues
+            .into_iter()
+            .map(|q| (q.index, q.cpus))
+            .collect();
+        assert_eq!(
+            queues,
+            [(0, vec![0, 1]), (1, vec![2, 3, 5]), (10, vec![4])],
+            "in index order, ranges expanded"
+        );
+        std::fs::write(mq.join("1/cpu_list"), "2-x\n").unwrap();
+        let t = s.targets(&["loop1"]).unwrap();
+        assert!(
+            t.devices[0].queue.as_ref().unwrap().hw_queues.is_empty(),
+            "a list that does not parse leaves the queues unknown, not partial"
+        );
     }
 
     #[test]

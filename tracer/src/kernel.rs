@@ -90,6 +90,8 @@ pub fn probe_config(btf: &KernelBtf, hooks: Hooks) -> Result<(ProbeConfig, OpDec
         rq_rq_flags: btf.member_offset("request", "rq_flags")?,
         rq_start_time_ns: btf.member_offset("request", "start_time_ns")?,
         rq_bio: btf.member_offset("request", "bio")?,
+        rq_mq_hctx: btf.member_offset("request", "mq_hctx")?,
+        hctx_queue_num: btf.member_offset("blk_mq_hw_ctx", "queue_num")?,
         q_disk: btf.member_offset("request_queue", "disk")?,
         disk_major: btf.member_offset("gendisk", "major")?,
         disk_first_minor: btf.member_offset("gendisk", "first_minor")?,

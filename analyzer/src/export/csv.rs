@@ -32,6 +32,7 @@ pub(super) fn write(
         "dev_inflight",
         "os_inflight",
         "error",
+        "hw_queue",
     ])
     .map_err(io_error)?;
     // Numbers are formatted into one reused buffer, not a String per field.
@@ -68,6 +69,10 @@ pub(super) fn write(
                 field(&mut w, format_args!("{}", rec.dev_inflight))?;
                 field(&mut w, format_args!("{}", rec.os_inflight))?;
                 field(&mut w, format_args!("{}", rec.error))?;
+                match rec.hw_queue {
+                    Some(q) => field(&mut w, format_args!("{q}"))?,
+                    None => w.write_field("")?,
+                }
                 w.write_record(None::<&[u8]>)
             })()
             .map_err(io_error)?;

@@ -15,6 +15,7 @@ mod access;
 pub(crate) mod arrays;
 mod cgroups;
 pub mod heatmaps;
+mod hwqueues;
 mod phases;
 mod shape;
 
@@ -66,6 +67,7 @@ pub const SECTIONS: &[SectionDef] = &[
     shape::DEF,
     cgroups::DEF,
     arrays::DEF,
+    hwqueues::DEF,
     heatmaps::DEF,
 ];
 

@@ -9,8 +9,11 @@ use super::codec::{Cursor, put_varint, unzigzag, zigzag};
 use super::record::IoRecord;
 use crate::op::{Op, flags};
 
-/// Columns of a record, in the order a version 2 block and a version 1 record store them.
-pub(super) const NCOLS: usize = 10;
+/// Columns of a record, in the order a version 2 block and a version 1 record store them
+/// (version 4 on: versions 1 to 3 store the first [`NCOLS_V3`]).
+pub(super) const NCOLS: usize = 11;
+/// Columns of versions 1 to 3: all but the hardware queue.
+pub(super) const NCOLS_V3: usize = 10;
 /// Op code (low 4 bits) | stored flags << 4.
 pub(super) const COL_HEAD: usize = 0;
 /// Completion time minus the previous record's (the chunk's base time for the first).
@@ -29,10 +32,12 @@ pub(super) const COL_SIZE: usize = 6;
 pub(super) const COL_TASK: usize = 7;
 pub(super) const COL_DEV_INFLIGHT: usize = 8;
 pub(super) const COL_OS_INFLIGHT: usize = 9;
+/// The blk-mq hardware queue's index + 1; 0 if unknown (and in files before version 4).
+pub(super) const COL_HW_QUEUE: usize = 10;
 /// Columns holding signed deltas (as u64, wrapping): version 2 takes their block minimum as
 /// i64, version 1 stores them zigzagged.
 pub(super) const SIGNED: [bool; NCOLS] = [
-    false, true, false, false, false, true, false, false, false, false,
+    false, true, false, false, false, true, false, false, false, false, false,
 ];
 
 /// One record's column values.
@@ -122,6 +127,7 @@ pub(super) fn to_row(
     row[COL_TASK] = u64::from(task);
     row[COL_DEV_INFLIGHT] = u64::from(r.dev_inflight);
     row[COL_OS_INFLIGHT] = u64::from(r.os_inflight);
+    row[COL_HW_QUEUE] = r.hw_queue.map_or(0, |q| u64::from(q) + 1);
     if fl & flags::HAS_ERROR != 0 {
         put_varint(extras, zigzag(i64::from(r.error)));
     }
@@ -155,6 +161,10 @@ pub(super) fn from_row(
     let bytes = size_of_code(col(COL_SIZE))?;
     let &(task, pid, cgroup) = t.tasks.get(col(COL_TASK) as usize)?;
     let (error, requeues) = read_extras(fl, extras)?;
+    let hw_queue = match col(COL_HW_QUEUE) {
+        0 => None,
+        q => Some(u16::try_from(q - 1).ok()?),
+    };
     let r = IoRecord {
         complete_ns: complete,
         enter_ns: enter,
@@ -171,6 +181,7 @@ pub(super) fn from_row(
         flags: fl & !EXTRAS_FLAGS,
         op: Op::from_code((head & 0xf) as u8),
         cgroup,
+        hw_queue,
     };
     d.advance(&r);
     Some(r)

@@ -48,6 +48,21 @@ pub struct QueueSettings {
     /// `rotational`: a spinning disk.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rotational: Option<bool>,
+    /// The blk-mq hardware queues (`mq/N`), in index order, with the CPUs that submit
+    /// through each; records name theirs ([`super::IoRecord::hw_queue`]). Empty if unknown.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hw_queues: Vec<HwQueue>,
+}
+
+/// One blk-mq hardware queue of a disk (on NVMe, a submission/completion queue pair).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct HwQueue {
+    /// The queue's index (`hctx->queue_num`, the `mq/N` directory).
+    pub index: u16,
+    /// CPUs mapped to it (`mq/N/cpu_list`): a request submitted on one of them goes through
+    /// this queue.
+    pub cpus: Vec<u32>,
 }
 
 impl DeviceInfo {

@@ -1,4 +1,4 @@
-//! The blkprof trace file format, version 2 (version 1 is still read). Specified in
+//! The blkprof trace file format, version 4 (versions 1 to 3 are still read). Specified in
 //! `docs/trace-format.md`; this module is the one implementation of it, used by the tracer
 //! (writer) and the analyzer (reader).
 //!
@@ -38,14 +38,14 @@ pub use crate::time::rfc3339;
 pub use frames::FrameKind;
 pub use meta::{
     AggregateSnapshot, ArrayInfo, ArrayMember, CgroupInfo, Cut, CutDevice, DeviceInfo, Filters,
-    ProbeCounters, ProgramStats, QueueSettings, StatsFrame, TraceHeader, TraceTrailer,
+    HwQueue, ProbeCounters, ProgramStats, QueueSettings, StatsFrame, TraceHeader, TraceTrailer,
 };
 pub use reader::{Ending, Scan, TraceReader};
 pub use record::{IoRecord, Task, comm_bytes, comm_str};
 pub use writer::{Blocks, TraceWriter};
 
 pub const MAGIC: &[u8; 8] = b"BLKPTRC\0";
-pub const FORMAT_VERSION: u16 = 3;
+pub const FORMAT_VERSION: u16 = 4;
 /// The oldest version this build still reads (records as zstd-compressed varints).
 pub const OLDEST_READABLE_VERSION: u16 = 1;
 /// Largest frame payload a reader accepts (guards against a corrupt length).

@@ -435,7 +435,7 @@ impl TraceReader {
 
     fn decode_records(&mut self, out: &mut Vec<IoRecord>) -> Result<(), FormatError> {
         let res = if self.version >= 2 {
-            v2::decode(&self.payload, &mut self.task_ids, out)
+            v2::decode(&self.payload, self.version, &mut self.task_ids, out)
         } else {
             v1::decode(
                 &self.payload,

@@ -30,6 +30,9 @@ pub struct IoRecord {
     /// The submitting task's cgroup (v2 id, the cgroup directory's inode number) at
     /// submission; 0 if unknown (files before version 3). Kept in the chunk's task table.
     pub cgroup: u64,
+    /// The blk-mq hardware queue (`hctx` index: on NVMe, the submission queue) the request
+    /// was dispatched through; `None` if unknown (files before version 4, imported traces).
+    pub hw_queue: Option<u16>,
 }
 
 impl IoRecord {

@@ -36,6 +36,11 @@ fn sample(i: u64) -> IoRecord {
         },
         op: Op::from_code((i % 4) as u8),
         cgroup: if i.is_multiple_of(3) { 0 } else { 1000 + i % 5 },
+        hw_queue: match i % 7 {
+            0 => None,
+            6 => Some(u16::MAX),
+            q => Some(q as u16 - 1),
+        },
     }
 }
 
@@ -320,8 +325,8 @@ fn writer_output_is_pinned() {
         "the writer's bytes changed"
     );
 }
-const PINNED_LEN: usize = 321_583;
-const PINNED_CRC: u32 = 348_356_330;
+const PINNED_LEN: usize = 358_321;
+const PINNED_CRC: u32 = 821_010_692;
 
 #[test]
 fn cut_file_reads_to_last_whole_frame() {

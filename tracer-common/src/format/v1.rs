@@ -1,12 +1,14 @@
 //! Version 1 records frames (read only): the uncompressed body's length (u32 LE), then the
 //! body compressed with zstd. The body is the chunk's tables, then each record as varints:
-//! its [`NCOLS`] columns in order (the [`SIGNED`] ones zigzagged; no queue time for an IO
+//! its first [`NCOLS_V3`] columns in order (the [`SIGNED`] ones zigzagged; no queue time for an IO
 //! never issued), then its extras (error, requeue count) as its flags say.
 
 use super::MAX_FRAME_BYTES;
 use super::chunk::{ChunkTables, TaskIds, bad, read_tables};
 use super::codec::{Cursor, unzigzag};
-use super::columns::{COL_HEAD, COL_QUEUE_NS, Deltas, NCOLS, Row, SIGNED, from_row, never_issued};
+use super::columns::{
+    COL_HEAD, COL_QUEUE_NS, Deltas, NCOLS, NCOLS_V3, Row, SIGNED, from_row, never_issued,
+};
 use super::record::IoRecord;
 
 /// Decompress a records frame's payload into `raw` and decode it into `out` (appended), its
@@ -58,7 +60,8 @@ fn decode_raw(raw: &[u8], ids: &mut TaskIds, out: &mut Vec<IoRecord>) -> Result<
 fn read_row(c: &mut Cursor) -> Option<Row> {
     let mut row = [0u64; NCOLS];
     row[COL_HEAD] = c.varint()?;
-    for col in COL_HEAD + 1..NCOLS {
+    // Columns past NCOLS_V3 (the hardware queue) are 0: unknown.
+    for col in COL_HEAD + 1..NCOLS_V3 {
         if col == COL_QUEUE_NS && never_issued(row[COL_HEAD]) {
             continue;
         }
@@ -118,7 +121,7 @@ mod tests {
         let mut body = Vec::new();
         tables.write(&mut body, records.len() as u32, base, false);
         for (row, extras) in &rows {
-            for (col, &v) in row.iter().enumerate() {
+            for (col, &v) in row[..NCOLS_V3].iter().enumerate() {
                 if col == COL_QUEUE_NS && never_issued(row[COL_HEAD]) {
                     continue;
                 }

@@ -1,14 +1,14 @@
-//! Version 2 and 3 records frames (3 adds each task's cgroup to the task table): the chunk's
-//! tables, its extras (each record's error and requeue
+//! Version 2, 3 and 4 records frames (3 adds each task's cgroup to the task table, 4 the
+//! hardware queue column): the chunk's tables, its extras (each record's error and requeue
 //! count when not 0, as varints in record order: a length then the bytes), then blocks of
-//! [`BLOCK_RECORDS`] records (the last one shorter), each holding the [`NCOLS`] columns in
-//! order, bit-packed ([`pack_block`]). Not compressed: the packing is smaller than zstd over
+//! [`BLOCK_RECORDS`] records (the last one shorter), each holding the [`NCOLS`] columns
+//! ([`NCOLS_V3`] before version 4) in order, bit-packed ([`pack_block`]). Not compressed: the packing is smaller than zstd over
 //! varints and many times faster to read.
 
 use super::BLOCK_RECORDS;
 use super::chunk::{ChunkTables, TableBuilder, TaskIds, bad, read_tables};
 use super::codec::{Cursor, MAX_PACKED, pack_block, put_varint, unpack_block, unzigzag};
-use super::columns::{Deltas, NCOLS, SIGNED, from_row};
+use super::columns::{Deltas, NCOLS, NCOLS_V3, SIGNED, from_row};
 use super::record::IoRecord;
 
 /// Append the body of a records frame of `count` records: `cols` holds each column's values
@@ -33,13 +33,16 @@ pub(super) fn encode(
     }
 }
 
-/// Decode the body of a records frame into `out` (appended), its tasks mapped to `ids`;
-/// returns the number of records, or why the frame does not decode.
+/// Decode the body of a records frame of a file of `version` into `out` (appended), its tasks
+/// mapped to `ids`; returns the number of records, or why the frame does not decode.
 pub(super) fn decode(
     raw: &[u8],
+    version: u16,
     ids: &mut TaskIds,
     out: &mut Vec<IoRecord>,
 ) -> Result<u32, String> {
+    // Columns a version lacks stay 0 (unknown).
+    let ncols = if version >= 4 { NCOLS } else { NCOLS_V3 };
     let mut c = Cursor::new(raw);
     let t: ChunkTables = read_tables(&mut c, ids)?;
     let extras_len = c
@@ -51,7 +54,7 @@ pub(super) fn decode(
     // Each column of a block costs at least 2 bytes: refuse counts the frame cannot hold
     // before reserving memory for them.
     let blocks = (t.count as usize).div_ceil(BLOCK_RECORDS);
-    if blocks * NCOLS * 2 > raw.len() {
+    if blocks * ncols * 2 > raw.len() {
         return Err(bad("more records than the frame holds"));
     }
     out.reserve(t.count as usize);
@@ -61,7 +64,7 @@ pub(super) fn decode(
     let mut left = t.count as usize;
     while left > 0 {
         let n = left.min(BLOCK_RECORDS);
-        for v in vals.iter_mut() {
+        for v in vals[..ncols].iter_mut() {
             let min = c.varint().ok_or_else(|| bad("short block"))?;
             let bw = c
                 .bytes(1)
