@@ -213,6 +213,7 @@ pub fn export(
                         "device": dev_name(&r, rec), "op": rec.op.name(), "flags": flag_names(rec.flags),
                         "sector": rec.sector, "bytes": rec.bytes, "pid": rec.pid, "comm": r.tasks()[rec.task as usize].comm,
                         "dev_inflight": rec.dev_inflight, "os_inflight": rec.os_inflight, "error": rec.error,
+                        "hw_queue": rec.hw_queue,
                     });
                     serde_json::to_writer(&mut *out, &v).map_err(|e| match e.io_error_kind() {
                         // Keep the kind (a closed pipe is a normal end for `| head`).
