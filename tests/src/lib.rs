@@ -406,16 +406,20 @@ impl Trace {
             .map_or("", |t| t.comm.as_str())
     }
 
+    /// The records of submitted requests: all but the flush machinery's own flushes (which
+    /// no task submits).
+    pub fn requests(&self) -> impl Iterator<Item = &IoRecord> {
+        self.records
+            .iter()
+            .filter(|r| r.flags & tracer_common::op::flags::FLUSH_RQ == 0)
+    }
+
     /// Who submitted the requests (every record but the flush machinery's own flushes): how
     /// many, how many without a seen submission (`STARTED_BEFORE`), and the count per submitter
     /// other than `expected`.
     pub fn submissions(&self, expected: &str) -> Submissions<'_> {
         let mut s = Submissions::default();
-        for r in self
-            .records
-            .iter()
-            .filter(|r| r.flags & tracer_common::op::flags::FLUSH_RQ == 0)
-        {
+        for r in self.requests() {
             s.requests += 1;
             if r.flags & tracer_common::op::flags::STARTED_BEFORE != 0 {
                 s.unseen += 1;

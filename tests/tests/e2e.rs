@@ -1757,17 +1757,14 @@ fn the_getrq_fallback_is_exact_and_names_each_submitter() {
             not_fio.is_empty(),
             "{scheduler}: every request submitted by fio: {not_fio:?}"
         );
-        let requests = || {
-            trace
-                .records
-                .iter()
-                .filter(|r| r.flags & flags::FLUSH_RQ == 0)
-        };
         assert!(
-            requests().all(|r| r.enter_ns != 0 && r.enter_ns <= r.complete_ns),
+            trace
+                .requests()
+                .all(|r| r.enter_ns != 0 && r.enter_ns <= r.complete_ns),
             "{scheduler}: queue times"
         );
-        let merged = requests()
+        let merged = trace
+            .requests()
             .filter(|r| r.op == Op::Write && r.bytes > 4096)
             .count();
         assert!(merged > 0, "{scheduler}: some writes were merged");

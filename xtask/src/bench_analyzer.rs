@@ -69,6 +69,8 @@ fn write_big(path: &Path, n: u64) -> Result<()> {
             dev,
             flags: flags::SYNC,
             op,
+            // An NVMe disk on 2 CPUs: each request on its submitter's CPU's queue.
+            hw_queue: Some(((x >> 37) & 1) as u16),
             ..Default::default()
         };
         w.push(&r, &comm)?;

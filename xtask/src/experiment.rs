@@ -210,10 +210,7 @@ pub fn experiment(e: ExpOptions) -> Result<()> {
         }
         // Resumed: the arms kept took their time in the earlier run.
         let before: u64 = if e.resume {
-            std::fs::read_to_string(&took_file)
-                .ok()
-                .and_then(|t| t.trim().parse().ok())
-                .unwrap_or(0)
+            read_seconds(&took_file)
         } else {
             0
         };
@@ -222,10 +219,7 @@ pub fn experiment(e: ExpOptions) -> Result<()> {
             (before + started.elapsed().as_secs()).to_string(),
         )?;
     }
-    let took_s = std::fs::read_to_string(&took_file)
-        .ok()
-        .and_then(|t| t.trim().parse().ok())
-        .unwrap_or(0);
+    let took_s = read_seconds(&took_file);
     // Arms in their own order for the comparison (the first is the baseline), rounds together.
     runs.sort_by_key(|(name, p)| {
         (
@@ -256,6 +250,15 @@ pub fn experiment(e: ExpOptions) -> Result<()> {
         out.display()
     );
     Ok(())
+}
+
+/// The whole seconds a run wrote into `path` (`took-seconds.txt`, `vm-seconds.txt`); 0 when
+/// the file is missing or not a number (a run from before it was kept).
+fn read_seconds(path: &Path) -> u64 {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 fn run_dir(out: &Path, arm: &Arm, round: u32, repeat: u32) -> PathBuf {
@@ -619,11 +622,7 @@ fn raid_chunk(e: &ExpOptions, arms: &[Arm], out: &Path, started: Instant) -> Res
         "whatif's per-member reads+writes against the real arrays': worst {worst:.1}% (held to 5%)"
     );
     std::fs::write(out.join("compare.txt"), &table)?;
-    let took_file = out.join("vm-seconds.txt");
-    let took: u64 = std::fs::read_to_string(&took_file)
-        .ok()
-        .and_then(|t| t.trim().parse().ok())
-        .unwrap_or(0);
+    let took = read_seconds(&out.join("vm-seconds.txt"));
     let mut p = String::new();
     let _ = writeln!(
         p,
