@@ -63,26 +63,37 @@ struct QueueModel {
     device_latency_mean_us: f64,
 }
 
+/// One queue's counts. Kept per device in a vector indexed by queue, so that the per-record
+/// path has no search and no branch on the queue (NVMe submitters alternate queues at random).
 #[derive(Default, Clone, Copy)]
 struct Tally {
-    dev: u32,
-    queue: u16,
-    ios: u64,
     bytes: u64,
-    read_ios: u64,
-    write_ios: u64,
+    /// IOs per diskstats group (read, write, discard, flush).
+    groups: [u64; 4],
     issued: u64,
     inflight_sum: u64,
     device_ns_sum: u64,
 }
 
+impl Tally {
+    fn ios(&self) -> u64 {
+        self.groups.iter().sum()
+    }
+}
+
+/// A device's queues: its tallies by queue index.
+struct DevTallies {
+    dev: u32,
+    queues: Vec<Tally>,
+}
+
 /// A device's hardware queues as the header lists them: (index, CPUs).
 type Listed = Vec<(u16, Vec<u32>)>;
 
-/// Per (device, queue) pair (few): a short list searched from the last one used.
+/// Per device (few): a short list searched from the last one used.
 struct HwQueues {
     header: Vec<(u32, Listed)>,
-    tallies: Vec<Tally>,
+    devs: Vec<DevTallies>,
     last: usize,
 }
 
@@ -103,7 +114,7 @@ fn new(_: &Options, header: &TraceHeader) -> Box<dyn Section> {
         .collect();
     Box::new(HwQueues {
         header,
-        tallies: Vec::new(),
+        devs: Vec::new(),
         last: 0,
     })
 }
@@ -112,49 +123,40 @@ impl Section for HwQueues {
     fn chunk(&mut self, records: &[IoRecord]) {
         for r in records {
             let Some(q) = r.hw_queue else { continue };
-            if self
-                .tallies
-                .get(self.last)
-                .is_none_or(|t| t.dev != r.dev || t.queue != q)
-            {
-                self.last = match self
-                    .tallies
-                    .iter()
-                    .position(|t| t.dev == r.dev && t.queue == q)
-                {
+            if self.devs.get(self.last).is_none_or(|d| d.dev != r.dev) {
+                self.last = match self.devs.iter().position(|d| d.dev == r.dev) {
                     Some(i) => i,
                     None => {
-                        self.tallies.push(Tally {
+                        self.devs.push(DevTallies {
                             dev: r.dev,
-                            queue: q,
-                            ..Tally::default()
+                            queues: Vec::new(),
                         });
-                        self.tallies.len() - 1
+                        self.devs.len() - 1
                     }
                 };
             }
-            let t = &mut self.tallies[self.last];
-            t.ios += 1;
+            let d = &mut self.devs[self.last];
+            let q = usize::from(q);
+            if q >= d.queues.len() {
+                d.queues.resize(q + 1, Tally::default());
+            }
+            let t = &mut d.queues[q];
             t.bytes += u64::from(r.bytes);
-            match r.stat_group() {
-                StatGroup::Read => t.read_ios += 1,
-                StatGroup::Write => t.write_ios += 1,
-                _ => {}
-            }
-            if r.issue_ns != 0 {
-                t.issued += 1;
-                t.inflight_sum += u64::from(r.dev_inflight);
-                t.device_ns_sum += r.device_ns();
-            }
+            t.groups[r.stat_group() as usize] += 1;
+            // Branch-free: an IO never issued adds 0 to the device figures.
+            let issued = u64::from(r.issue_ns != 0);
+            t.issued += issued;
+            t.inflight_sum += issued * u64::from(r.dev_inflight);
+            t.device_ns_sum += r.device_ns();
         }
     }
 
     fn finish(self: Box<Self>, cx: &Names) -> Value {
-        let mut devs: Vec<u32> = self.tallies.iter().map(|t| t.dev).collect();
-        devs.sort_unstable();
-        devs.dedup();
+        let mut devs: Vec<&DevTallies> = self.devs.iter().collect();
+        devs.sort_unstable_by_key(|d| d.dev);
         let mut devices = Vec::new();
-        for dev in devs {
+        for dt in devs {
+            let dev = dt.dev;
             let known: &[(u16, Vec<u32>)] = self
                 .header
                 .iter()
@@ -168,22 +170,25 @@ impl Section for HwQueues {
                     ..QueueModel::default()
                 })
                 .collect();
-            for t in self.tallies.iter().filter(|t| t.dev == dev) {
-                let i = match rows.iter().position(|r| r.index == t.queue) {
+            for (queue, t) in (0u16..).zip(&dt.queues) {
+                if t.ios() == 0 {
+                    continue;
+                }
+                let i = match rows.iter().position(|r| r.index == queue) {
                     Some(i) => i,
                     None => {
                         rows.push(QueueModel {
-                            index: t.queue,
+                            index: queue,
                             ..QueueModel::default()
                         });
                         rows.len() - 1
                     }
                 };
                 let row = &mut rows[i];
-                row.ios = t.ios;
+                row.ios = t.ios();
                 row.bytes = t.bytes;
-                row.read_ios = t.read_ios;
-                row.write_ios = t.write_ios;
+                row.read_ios = t.groups[StatGroup::Read as usize];
+                row.write_ios = t.groups[StatGroup::Write as usize];
                 if t.issued > 0 {
                     row.device_queue_depth_mean = t.inflight_sum as f64 / t.issued as f64;
                     row.device_latency_mean_us = t.device_ns_sum as f64 / t.issued as f64 / 1e3;
