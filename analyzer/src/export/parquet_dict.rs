@@ -26,7 +26,7 @@ use parquet::schema::types::ColumnDescPtr;
 
 /// Rows per data page: the parquet crate's default page row limit, so that engines skip pages
 /// of these columns as finely as the others'.
-const PAGE_ROWS: usize = 20_000;
+pub(crate) const PAGE_ROWS: usize = 20_000;
 
 /// Bits to hold `max`.
 fn bits_for(max: u32) -> u8 {
