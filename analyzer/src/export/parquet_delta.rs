@@ -120,24 +120,22 @@ fn zigzag(v: i64, out: &mut Vec<u8>) {
 /// and stores without branches.
 #[inline(always)]
 fn pack_const<const W: usize, const M: usize>(values: &[u64], out: &mut Vec<u8>) {
-    let mut bytes = [0u8; 512];
+    out.reserve(M * W / 8);
     let mut acc = 0u64;
     let mut bits = 0;
-    let mut k = 0;
     for &x in &values[..M] {
         acc |= x << bits;
         bits += W;
         if bits >= 64 {
-            bytes[k..k + 8].copy_from_slice(&acc.to_le_bytes());
-            k += 8;
+            out.extend_from_slice(&acc.to_le_bytes());
             bits -= 64;
             acc = if bits == 0 { 0 } else { x >> (W - bits) };
         }
     }
     if bits > 0 {
-        bytes[k..k + 8].copy_from_slice(&acc.to_le_bytes());
+        // M * W is a multiple of 32 bits: half a word left.
+        out.extend_from_slice(&acc.to_le_bytes()[..bits / 8]);
     }
-    out.extend_from_slice(&bytes[..M * W / 8]);
 }
 
 /// [`pack_const`] at a width known at run time.
@@ -155,6 +153,38 @@ fn pack_miniblock<const M: usize>(values: &[u64], width: u8, out: &mut Vec<u8>) 
         61 62 63)
 }
 
+/// The least of `v` (not empty), with eight independent minima.
+#[inline]
+fn min_of<T: DeltaInt>(v: &[T]) -> T {
+    let mut m = [v[0]; 8];
+    let mut chunks = v.chunks_exact(8);
+    for c in &mut chunks {
+        for (a, &b) in m.iter_mut().zip(c) {
+            *a = (*a).min(b);
+        }
+    }
+    let rest = chunks.remainder().iter().copied().fold(m[0], T::min);
+    m.into_iter().fold(rest, T::min)
+}
+
+/// The least and greatest of `v` (not empty), eight of each at a time.
+fn min_max<T: DeltaInt>(v: &[T]) -> (T, T) {
+    let mut lo = [v[0]; 8];
+    let mut hi = [v[0]; 8];
+    let mut chunks = v.chunks_exact(8);
+    for c in &mut chunks {
+        for ((l, h), &b) in lo.iter_mut().zip(hi.iter_mut()).zip(c) {
+            *l = (*l).min(b);
+            *h = (*h).max(b);
+        }
+    }
+    let r = chunks.remainder();
+    (
+        lo.into_iter().chain(r.iter().copied()).fold(v[0], T::min),
+        hi.into_iter().chain(r.iter().copied()).fold(v[0], T::max),
+    )
+}
+
 /// Appends `values` DELTA_BINARY_PACKED to `out`; returns their min and max (None if empty).
 pub(crate) fn encode<T: DeltaInt>(values: &[T], out: &mut Vec<u8>) -> Option<(T, T)> {
     let m = T::MINIBLOCK;
@@ -167,27 +197,28 @@ pub(crate) fn encode<T: DeltaInt>(values: &[T], out: &mut Vec<u8>) -> Option<(T,
         return None;
     };
     zigzag(first.to_i64(), out);
-    let (mut lo, mut hi) = (first, first);
     let mut deltas = [T::default(); 256];
     let mut packed = [0u64; 256];
-    // Each block's deltas run from the value before it (`prev`) over the block's values.
-    let mut prev = first;
-    for chunk in values[1..].chunks(block) {
-        let n = chunk.len();
-        let mut min = chunk[0].delta(prev);
-        for (d, &v) in deltas[..n].iter_mut().zip(chunk) {
-            *d = v.delta(prev);
-            prev = v;
-            min = min.min(*d);
-            lo = lo.min(v);
-            hi = hi.max(v);
+    // Block b's deltas: its values less the values one before them (the previous block's last
+    // for its first), in separate passes of independent operations (the compiler vectorizes
+    // the subtractions and the masks; a loop carrying the previous value and three minima
+    // from one value to the next was twice as slow).
+    let mut start = 1;
+    while start < values.len() {
+        let end = (start + block).min(values.len());
+        let n = end - start;
+        for ((d, &v), &p) in deltas[..n]
+            .iter_mut()
+            .zip(&values[start..end])
+            .zip(&values[start - 1..end - 1])
+        {
+            *d = v.delta(p);
         }
+        let min = min_of(&deltas[..n]);
         zigzag(min.to_i64(), out);
         let widths_at = out.len();
         out.extend_from_slice(&[0; MINIBLOCKS]);
-        let used = n.div_ceil(m);
-        for i in 0..used {
-            let mb = &deltas[i * m..(i * m + m).min(n)];
+        for (i, mb) in deltas[..n].chunks(m).enumerate() {
             let p = &mut packed[..m];
             let mut or = 0u64;
             for (q, &d) in p.iter_mut().zip(mb) {
@@ -200,7 +231,9 @@ pub(crate) fn encode<T: DeltaInt>(values: &[T], out: &mut Vec<u8>) -> Option<(T,
             out[widths_at + i] = width;
             T::pack(p, width, out);
         }
+        start = end;
     }
+    let (lo, hi) = min_max(values);
     Some((lo, hi))
 }
 
@@ -273,7 +306,14 @@ pub(crate) struct DeltaColumn<T: DeltaInt> {
 }
 
 impl<T: DeltaInt> DeltaColumn<T> {
-    pub(crate) fn new(descr: ColumnDescPtr, compression: Compression) -> Result<DeltaColumn<T>> {
+    /// A chunk of column `descr`, its pages compressed with `compression`, written into
+    /// `buf` (emptied first: memory of an earlier chunk, to reuse).
+    pub(crate) fn new(
+        descr: ColumnDescPtr,
+        compression: Compression,
+        mut buf: Vec<u8>,
+    ) -> Result<DeltaColumn<T>> {
+        buf.clear();
         Ok(DeltaColumn {
             nullable: descr.max_def_level() > 0,
             descr,
@@ -284,7 +324,7 @@ impl<T: DeltaInt> DeltaColumn<T> {
             rows: 0,
             nulls: 0,
             buf: Vec::new(),
-            data: TrackedWrite::new(Vec::new()),
+            data: TrackedWrite::new(buf),
             column_index: ColumnIndexBuilder::new(T::PHYSICAL),
             offsets: Vec::new(),
             last_page: None,
@@ -512,7 +552,7 @@ mod tests {
         let mut file = SerializedFileWriter::new(Vec::new(), schema, props).unwrap();
         let descr = file.schema_descr().column(0);
         let mut rg = file.next_row_group().unwrap();
-        let mut col = DeltaColumn::<T>::new(descr, codec).unwrap();
+        let mut col = DeltaColumn::<T>::new(descr, codec, Vec::new()).unwrap();
         for part in rows.chunks(step.max(1)) {
             let values: Vec<T> = part.iter().map(|v| v.unwrap_or_default()).collect();
             let valid: Vec<bool> = part.iter().map(Option::is_some).collect();
@@ -717,14 +757,14 @@ mod tests {
     fn bad_calls_are_errors_not_panics() {
         let schema = Arc::new(parse_message_type("message m { required int64 x; }").unwrap());
         let descr = parquet::schema::types::SchemaDescriptor::new(schema).column(0);
-        let mut col = DeltaColumn::<i64>::new(descr, Compression::SNAPPY).unwrap();
+        let mut col = DeltaColumn::<i64>::new(descr, Compression::SNAPPY, vec![1, 2, 3]).unwrap();
         assert!(
             col.write(&[1, 2], Some(&[true, false])).is_err(),
             "null in a required column"
         );
         let schema = Arc::new(parse_message_type("message m { optional int64 x; }").unwrap());
         let descr = parquet::schema::types::SchemaDescriptor::new(schema).column(0);
-        let mut col = DeltaColumn::<i64>::new(descr, Compression::SNAPPY).unwrap();
+        let mut col = DeltaColumn::<i64>::new(descr, Compression::SNAPPY, vec![1, 2, 3]).unwrap();
         assert!(
             col.write(&[1, 2], Some(&[true])).is_err(),
             "validity of another length"
@@ -791,7 +831,8 @@ mod tests {
         let mut file = SerializedFileWriter::new(Vec::new(), schema, props).unwrap();
         let descr = file.schema_descr().column(0);
         let mut rg = file.next_row_group().unwrap();
-        let mut col = DeltaColumn::<i64>::new(descr, Compression::UNCOMPRESSED).unwrap();
+        let mut col =
+            DeltaColumn::<i64>::new(descr, Compression::UNCOMPRESSED, Vec::new()).unwrap();
         col.write(&values, Some(&valid)).unwrap();
         let (bytes, close) = col.finish().unwrap();
         rg.append_column(&bytes, close).unwrap();
