@@ -2,12 +2,13 @@
 //! fleet already runs (DuckDB, Spark, Trino, ...; recipes in docs/fleet.md).
 //!
 //! Streaming: records go from each decoded chunk into column buffers of [`BATCH_ROWS`] rows
-//! (reused from batch to batch), which the parquet crate's column writers encode as they are
-//! (the numeric columns) and [`DictColumn`]s write as dictionary keys (the string columns); a
-//! file holds at most one row group in memory, so memory does not grow with the trace. The
-//! file is what the crate's Arrow writer writes for [`schema`] (the Arrow schema is in its
-//! metadata), at a third of its cost: that writer re-interned every row's strings and copied
-//! every value through a gather. The columns mean what `blkprof report`
+//! (reused from batch to batch), which [`DeltaColumn`]s write as DELTA_BINARY_PACKED pages
+//! (the numeric columns) and [`DictColumn`]s as dictionary keys (the string columns); a file
+//! holds at most one row group in memory, so memory does not grow with the trace. The file is
+//! what the crate's Arrow writer writes for [`schema`] (the Arrow schema is in its metadata),
+//! at a fifth of its cost: that writer re-interned every row's strings, copied every value
+//! through a gather, and its column writers took three passes over every number (statistics,
+//! deltas, bit packing). The columns mean what `blkprof report`
 //! means: `op` is the report's op (absorbed empty flushes are `flush-absorbed`, as the report
 //! counts them apart), `device_latency_ns` is null for IOs never issued to the device (the
 //! report's device latency leaves them out), `total_latency_ns` is completion minus entry, and
@@ -21,11 +22,10 @@ use std::sync::Arc;
 
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use parquet::arrow::{ArrowSchemaConverter, add_encoded_arrow_schema_to_metadata};
-use parquet::basic::{Compression, Encoding, ZstdLevel};
+use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::file::writer::SerializedFileWriter;
-use parquet::schema::types::ColumnPath;
 use serde::Serialize;
 use tracer_common::format::{Ending, IoRecord, TraceHeader, TraceReader};
 use tracer_common::op::{Op, flags};
@@ -179,38 +179,20 @@ pub fn schema() -> SchemaRef {
 }
 
 fn properties(opts: &ParquetOptions) -> WriterProperties {
-    let col = |n: &str| ColumnPath::from(n);
-    let mut b = WriterProperties::builder()
+    // The numeric columns are DELTA_BINARY_PACKED (parquet_delta.rs writes their pages, these
+    // properties give them only the codec): times grow (nearly) monotonically and latencies
+    // vary little from one IO to the next, so their deltas pack in a few bits each, where
+    // dictionaries would not help. The small integers (sizes, pids, queue depths, errors) too:
+    // a dictionary of them hashes every value (10% of the export's time) to save 0.3 bytes per
+    // IO on the bench trace. The string columns' chunks are parquet_dict.rs's.
+    WriterProperties::builder()
         .set_compression(opts.codec.parquet())
         .set_max_row_group_row_count(Some(opts.row_group_rows.max(1)))
         // Min/max per page and row group (column and offset indexes): engines skip row groups
         // and pages by time and device.
         .set_statistics_enabled(EnabledStatistics::Page)
-        .set_created_by(format!("blkprof {}", env!("CARGO_PKG_VERSION")));
-    // Times grow (nearly) monotonically and latencies vary little from one IO to the next: delta
-    // encoding packs them in a few bits each, where dictionaries would not help. The small
-    // integers (sizes, pids, queue depths, errors) too: a dictionary of them hashes every value
-    // (10% of the export's time) to save 0.3 bytes per IO on the bench trace.
-    for c in [
-        "complete_time",
-        "issue_time",
-        "enter_time",
-        "device_latency_ns",
-        "total_latency_ns",
-        "queue_ns",
-        "sector",
-        "bytes",
-        "pid",
-        "dev_inflight",
-        "os_inflight",
-        "error",
-        "requeues",
-    ] {
-        b = b
-            .set_column_dictionary_enabled(col(c), false)
-            .set_column_encoding(col(c), Encoding::DELTA_BINARY_PACKED);
-    }
-    b.build()
+        .set_created_by(format!("blkprof {}", env!("CARGO_PKG_VERSION")))
+        .build()
 }
 
 /// A trace's strings as dictionary keys: per-trace tables, built as records come.
@@ -566,7 +548,7 @@ struct Part {
     group: Option<Group>,
     row_group_rows: usize,
     cols: Columns,
-    /// The numeric columns' chunk buffers, kept from row group to row group.
+    /// The numeric columns' chunk buffers (in their order), kept from row group to row group.
     chunk_bufs: Vec<Vec<u8>>,
     /// Zero keys for the host column (one value per file).
     host_keys: Vec<i32>,
@@ -687,13 +669,19 @@ impl Part {
                 let props = self.file.properties().clone();
                 let numeric = numeric
                     .iter()
-                    .map(|&(i, values, _)| {
+                    .enumerate()
+                    .map(|(j, &(i, values, _))| {
                         let d = descr.column(i);
                         let codec = props.compression(d.path());
-                        let buf = self.chunk_bufs.pop().unwrap_or_default();
+                        // Each column its own (sized for it).
+                        let buf = self.chunk_bufs.get_mut(j).map(std::mem::take);
                         Ok(match values {
-                            Num::I64(_) => NumColumn::I64(DeltaColumn::new(d, codec, buf)?),
-                            Num::I32(_) => NumColumn::I32(DeltaColumn::new(d, codec, buf)?),
+                            Num::I64(_) => {
+                                NumColumn::I64(DeltaColumn::new(d, codec, buf.unwrap_or_default())?)
+                            }
+                            Num::I32(_) => {
+                                NumColumn::I32(DeltaColumn::new(d, codec, buf.unwrap_or_default())?)
+                            }
                         })
                     })
                     .collect::<parquet::errors::Result<_>>()
@@ -753,6 +741,7 @@ impl Part {
         let mut rg = self.file.next_row_group().map_err(&perr)?;
         let mut dict = g.dict.into_iter();
         let mut numeric = g.numeric.into_iter();
+        let mut j = 0;
         for i in 0..columns {
             if DICT_COLUMNS.contains(&i) {
                 let (bytes, close) = dict
@@ -771,8 +760,12 @@ impl Part {
                 // The chunk's memory for the next row group's (page faults and regrowth
                 // copies were 5% of the time).
                 if let Ok(b) = bytes.try_into_mut() {
-                    self.chunk_bufs.push(b.into());
+                    if self.chunk_bufs.len() <= j {
+                        self.chunk_bufs.resize_with(j + 1, Vec::new);
+                    }
+                    self.chunk_bufs[j] = b.into();
                 }
+                j += 1;
             }
         }
         rg.close().map_err(&perr)?;
