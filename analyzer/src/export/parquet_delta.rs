@@ -772,6 +772,48 @@ mod tests {
         assert!(col.finish().is_ok());
     }
 
+    /// Column 0's page index as a reader sees it: the boundary order, each page's (null page,
+    /// null count, min, max), and each page's first row.
+    #[allow(clippy::type_complexity)]
+    fn page_index_of(
+        file: Bytes,
+    ) -> (
+        Option<BoundaryOrder>,
+        Vec<(bool, Option<i64>, Option<i64>, Option<i64>)>,
+        Vec<i64>,
+    ) {
+        use parquet::file::page_index::column_index::ColumnIndexMetaData;
+        use parquet::file::serialized_reader::ReadOptionsBuilder;
+        let reader = SerializedFileReader::new_with_options(
+            file,
+            ReadOptionsBuilder::new().with_page_index().build(),
+        )
+        .unwrap();
+        let index = reader.metadata().page_index().unwrap().clone();
+        let ci = index.column_index(0, 0).unwrap();
+        let ColumnIndexMetaData::INT64(c) = ci else {
+            panic!("an INT64 column index")
+        };
+        let pages = (0..ci.num_pages() as usize)
+            .map(|p| {
+                (
+                    ci.is_null_page(p),
+                    ci.null_count(p),
+                    c.min_value(p).copied(),
+                    c.max_value(p).copied(),
+                )
+            })
+            .collect();
+        let first_rows = index
+            .offset_index(0, 0)
+            .unwrap()
+            .page_locations()
+            .iter()
+            .map(|l| l.first_row_index)
+            .collect();
+        (ci.get_boundary_order(), pages, first_rows)
+    }
+
     /// The data pages' bytes of column 0 of a file (uncompressed, as a reader gets them).
     fn pages_of(file: Bytes) -> Vec<(u32, Vec<u8>)> {
         let reader = SerializedFileReader::new(file).unwrap();
@@ -826,7 +868,8 @@ mod tests {
             .unwrap();
         w.close().unwrap();
         rg.close().unwrap();
-        let theirs = pages_of(Bytes::from(file.into_inner().unwrap()));
+        let theirs_file = Bytes::from(file.into_inner().unwrap());
+        let theirs = pages_of(theirs_file.clone());
         // Ours.
         let mut file = SerializedFileWriter::new(Vec::new(), schema, props).unwrap();
         let descr = file.schema_descr().column(0);
@@ -837,8 +880,24 @@ mod tests {
         let (bytes, close) = col.finish().unwrap();
         rg.append_column(&bytes, close).unwrap();
         rg.close().unwrap();
-        let ours = pages_of(Bytes::from(file.into_inner().unwrap()));
+        let ours_file = Bytes::from(file.into_inner().unwrap());
+        let ours = pages_of(ours_file.clone());
         assert_eq!(ours.len(), 3);
         assert_eq!(ours, theirs);
+        // The page index (min/max and null count per page, boundary order, page rows) too.
+        let index = page_index_of(ours_file.clone());
+        assert_eq!(index.0, Some(BoundaryOrder::ASCENDING));
+        assert_eq!(index, page_index_of(theirs_file.clone()));
+        // And the chunk's statistics (min, max, null count, as old readers see them too).
+        let stats = |f: Bytes| {
+            let r = SerializedFileReader::new(f).unwrap();
+            r.metadata().row_group(0).column(0).statistics().cloned()
+        };
+        let ours = stats(ours_file).unwrap();
+        assert_eq!(Some(ours.clone()), stats(theirs_file));
+        assert_eq!(
+            ours.null_count_opt(),
+            Some(valid.iter().filter(|v| !**v).count() as u64)
+        );
     }
 }
