@@ -5,6 +5,7 @@
 
 mod csv;
 pub mod parquet;
+mod parquet_delta;
 mod parquet_dict;
 pub mod perfetto;
 

@@ -2,12 +2,13 @@
 //! fleet already runs (DuckDB, Spark, Trino, ...; recipes in docs/fleet.md).
 //!
 //! Streaming: records go from each decoded chunk into column buffers of [`BATCH_ROWS`] rows
-//! (reused from batch to batch), which the parquet crate's column writers encode as they are
-//! (the numeric columns) and [`DictColumn`]s write as dictionary keys (the string columns); a
-//! file holds at most one row group in memory, so memory does not grow with the trace. The
-//! file is what the crate's Arrow writer writes for [`schema`] (the Arrow schema is in its
-//! metadata), at a third of its cost: that writer re-interned every row's strings and copied
-//! every value through a gather. The columns mean what `blkprof report`
+//! (reused from batch to batch), which [`DeltaColumn`]s write as DELTA_BINARY_PACKED pages
+//! (the numeric columns) and [`DictColumn`]s as dictionary keys (the string columns); a file
+//! holds at most one row group in memory, so memory does not grow with the trace. The file is
+//! what the crate's Arrow writer writes for [`schema`] (the Arrow schema is in its metadata),
+//! at a fifth of its cost: that writer re-interned every row's strings, copied every value
+//! through a gather, and its column writers took three passes over every number (statistics,
+//! deltas, bit packing). The columns mean what `blkprof report`
 //! means: `op` is the report's op (absorbed empty flushes are `flush-absorbed`, as the report
 //! counts them apart), `device_latency_ns` is null for IOs never issued to the device (the
 //! report's device latency leaves them out), `total_latency_ns` is completion minus entry, and
@@ -17,26 +18,25 @@
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
-use bytes::Bytes;
 use parquet::arrow::{ArrowSchemaConverter, add_encoded_arrow_schema_to_metadata};
-use parquet::basic::{Compression, Encoding, ZstdLevel};
-use parquet::column::page::{CompressedPage, PageWriteSpec, PageWriter};
-use parquet::column::writer::{ColumnWriter, ColumnWriterImpl, get_column_writer};
-use parquet::data_type::{Int32Type, Int64Type};
+use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
-use parquet::file::writer::{SerializedFileWriter, SerializedPageWriter, TrackedWrite};
-use parquet::schema::types::ColumnPath;
+use parquet::file::writer::SerializedFileWriter;
 use serde::Serialize;
 use tracer_common::format::{Ending, IoRecord, TraceHeader, TraceReader};
 use tracer_common::op::{Op, flags};
 
+use super::parquet_delta::DeltaColumn;
 use super::parquet_dict::DictColumn;
 use super::{ExportError, flag_names};
 use crate::summary::{Lost, Window, op_key};
+
+/// Records converted to columns at a time: 20 KB of records, read once per column.
+const L1_ROWS: usize = 256;
 
 /// Rows buffered per column before they go to the column writers (the buffers are reused).
 const BATCH_ROWS: usize = 65_536;
@@ -179,38 +179,20 @@ pub fn schema() -> SchemaRef {
 }
 
 fn properties(opts: &ParquetOptions) -> WriterProperties {
-    let col = |n: &str| ColumnPath::from(n);
-    let mut b = WriterProperties::builder()
+    // The numeric columns are DELTA_BINARY_PACKED (parquet_delta.rs writes their pages, these
+    // properties give them only the codec): times grow (nearly) monotonically and latencies
+    // vary little from one IO to the next, so their deltas pack in a few bits each, where
+    // dictionaries would not help. The small integers (sizes, pids, queue depths, errors) too:
+    // a dictionary of them hashes every value (10% of the export's time) to save 0.3 bytes per
+    // IO on the bench trace. The string columns' chunks are parquet_dict.rs's.
+    WriterProperties::builder()
         .set_compression(opts.codec.parquet())
         .set_max_row_group_row_count(Some(opts.row_group_rows.max(1)))
         // Min/max per page and row group (column and offset indexes): engines skip row groups
         // and pages by time and device.
         .set_statistics_enabled(EnabledStatistics::Page)
-        .set_created_by(format!("blkprof {}", env!("CARGO_PKG_VERSION")));
-    // Times grow (nearly) monotonically and latencies vary little from one IO to the next: delta
-    // encoding packs them in a few bits each, where dictionaries would not help. The small
-    // integers (sizes, pids, queue depths, errors) too: a dictionary of them hashes every value
-    // (10% of the export's time) to save 0.3 bytes per IO on the bench trace.
-    for c in [
-        "complete_time",
-        "issue_time",
-        "enter_time",
-        "device_latency_ns",
-        "total_latency_ns",
-        "queue_ns",
-        "sector",
-        "bytes",
-        "pid",
-        "dev_inflight",
-        "os_inflight",
-        "error",
-        "requeues",
-    ] {
-        b = b
-            .set_column_dictionary_enabled(col(c), false)
-            .set_column_encoding(col(c), Encoding::DELTA_BINARY_PACKED);
-    }
-    b.build()
+        .set_created_by(format!("blkprof {}", env!("CARGO_PKG_VERSION")))
+        .build()
 }
 
 /// A trace's strings as dictionary keys: per-trace tables, built as records come.
@@ -339,7 +321,9 @@ impl Columns {
     }
 
     /// Append rows, a column at a time (a whole decoded chunk at once when its records all go
-    /// to this file: a column's loop is a tight one, where 19 pushes per row were not).
+    /// to this file: a column's loop is a tight one, where 19 pushes per row were not), in
+    /// runs of [`L1_ROWS`] records, so that the 19 passes over them read the first-level cache
+    /// (the 650 KB of a decoded chunk did not stay in it: 20% of the export's time).
     fn extend(
         &mut self,
         recs: &[IoRecord],
@@ -347,10 +331,31 @@ impl Columns {
         keys: &mut Keys,
         r: &TraceReader,
     ) {
-        let wall = |ns: u64| header.wall_ns(ns);
+        for run in recs.chunks(L1_ROWS) {
+            self.extend_run(run, header, keys, r);
+        }
+    }
+
+    fn extend_run(
+        &mut self,
+        recs: &[IoRecord],
+        header: &TraceHeader,
+        keys: &mut Keys,
+        r: &TraceReader,
+    ) {
+        // header.wall_ns without its 128-bit arithmetic where 64 bits do not overflow.
+        let offset = i64::try_from(
+            i128::from(header.wall_clock_start_ns) - i128::from(header.monotonic_base_ns),
+        )
+        .ok();
+        let wall = |ns: u64| match (offset, i64::try_from(ns)) {
+            (Some(o), Ok(n)) => n.checked_add(o).unwrap_or_else(|| header.wall_ns(ns)),
+            _ => header.wall_ns(ns),
+        };
         let clamp = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         let u32_col = |v: u32| i32::try_from(v).unwrap_or(i32::MAX);
         let entered = |rec: &IoRecord| rec.enter_ns != 0 && rec.flags & flags::STARTED_BEFORE == 0;
+        let start = self.len();
         for rec in recs {
             self.device.push(keys.device(rec.dev, r));
             self.flags.push(keys.flags(rec.flags));
@@ -365,15 +370,22 @@ impl Columns {
                 0
             }
         }));
-        self.issue_valid
-            .extend(recs.iter().map(|rec| rec.issue_ns != 0));
+        // A validity per row only once the batch has a null (rows before it: all valid).
         self.issue_nulls += recs.iter().filter(|rec| rec.issue_ns == 0).count();
+        if self.issue_nulls > 0 {
+            self.issue_valid.resize(start, true);
+            self.issue_valid
+                .extend(recs.iter().map(|rec| rec.issue_ns != 0));
+        }
         self.enter.extend(
             recs.iter()
                 .map(|rec| if entered(rec) { wall(rec.enter_ns) } else { 0 }),
         );
-        self.enter_valid.extend(recs.iter().map(entered));
         self.enter_nulls += recs.iter().filter(|rec| !entered(rec)).count();
+        if self.enter_nulls > 0 {
+            self.enter_valid.resize(start, true);
+            self.enter_valid.extend(recs.iter().map(entered));
+        }
         self.device_latency
             .extend(recs.iter().map(|rec| clamp(rec.device_ns())));
         self.total_latency
@@ -437,13 +449,12 @@ impl Columns {
         let enter = (self.enter_nulls > 0).then_some(self.enter_valid.as_slice());
         // Queue time needs both ends.
         self.queue_valid.clear();
-        if issue.is_some() || enter.is_some() {
-            self.queue_valid.extend(
-                self.issue_valid
-                    .iter()
-                    .zip(&self.enter_valid)
-                    .map(|(a, b)| *a && *b),
-            );
+        match (issue, enter) {
+            (Some(i), Some(e)) => self
+                .queue_valid
+                .extend(i.iter().zip(e).map(|(a, b)| *a && *b)),
+            (Some(v), None) | (None, Some(v)) => self.queue_valid.extend_from_slice(v),
+            (None, None) => {}
         }
         let queue = (!self.queue_valid.is_empty()).then_some(self.queue_valid.as_slice());
         [
@@ -512,47 +523,11 @@ enum Num<'a> {
     I32(&'a [i32]),
 }
 
-/// The numeric columns' writer: the parquet crate's column writer (encodings, statistics, page
-/// index, compression), given our buffers as they are. (Its Arrow writer copies every value
-/// through a gather of the non-null positions first, and walks the Arrow levels.)
-enum NumWriter {
-    I64(ColumnWriterImpl<'static, Int64Type>),
-    I32(ColumnWriterImpl<'static, Int32Type>),
-}
-
-/// Pages kept in memory until the row group is written (as the Arrow writer keeps them).
-#[derive(Clone, Default)]
-struct PageBuffer(Arc<Mutex<Option<TrackedWrite<Vec<u8>>>>>);
-
-impl PageWriter for PageBuffer {
-    fn write_page(&mut self, page: CompressedPage) -> parquet::errors::Result<PageWriteSpec> {
-        let mut guard = self.0.lock().expect("the page buffer's lock");
-        let buf = guard.get_or_insert_with(|| TrackedWrite::new(Vec::new()));
-        SerializedPageWriter::new(buf).write_page(page)
-    }
-
-    fn close(&mut self) -> parquet::errors::Result<()> {
-        Ok(())
-    }
-}
-
-impl NumWriter {
-    fn nullable(&self) -> bool {
-        match self {
-            NumWriter::I64(w) => w.get_descriptor().max_def_level() > 0,
-            NumWriter::I32(w) => w.get_descriptor().max_def_level() > 0,
-        }
-    }
-}
-
-impl PageBuffer {
-    fn take(&self) -> parquet::errors::Result<Bytes> {
-        let buf = self.0.lock().expect("the page buffer's lock").take();
-        Ok(Bytes::from(match buf {
-            Some(b) => b.into_inner()?,
-            None => Vec::new(),
-        }))
-    }
+/// A numeric column's chunk being written (parquet_delta.rs: DELTA_BINARY_PACKED pages of our
+/// own, their statistics found in the same pass).
+enum NumColumn {
+    I64(DeltaColumn<i64>),
+    I32(DeltaColumn<i32>),
 }
 
 /// Schema positions of the dictionary string columns, written by [`DictColumn`]s.
@@ -560,7 +535,7 @@ const DICT_COLUMNS: [usize; 6] = [0, 1, 2, 3, 13, 18];
 
 /// The row group being written: a column writer per numeric column, ours per dictionary one.
 struct Group {
-    numeric: Vec<(NumWriter, PageBuffer)>,
+    numeric: Vec<NumColumn>,
     dict: Vec<DictColumn>,
     rows: usize,
 }
@@ -573,12 +548,10 @@ struct Part {
     group: Option<Group>,
     row_group_rows: usize,
     cols: Columns,
+    /// The numeric columns' chunk buffers (in their order), kept from row group to row group.
+    chunk_bufs: Vec<Vec<u8>>,
     /// Zero keys for the host column (one value per file).
     host_keys: Vec<i32>,
-    /// Definition levels and non-null values of a batch's column with nulls.
-    levels: Vec<i16>,
-    packed_i64: Vec<i64>,
-    packed_i32: Vec<i32>,
     rows: u64,
     /// The UTC day (days since the epoch) of a partitioned file; for flushing days gone by.
     day: i64,
@@ -628,10 +601,8 @@ impl Part {
             group: None,
             row_group_rows: row_group_rows.max(1),
             cols: Columns::default(),
+            chunk_bufs: Vec::new(),
             host_keys: Vec::new(),
-            levels: Vec::new(),
-            packed_i64: Vec::new(),
-            packed_i32: Vec::new(),
             rows: 0,
             day: 0,
             flushed: false,
@@ -698,21 +669,23 @@ impl Part {
                 let props = self.file.properties().clone();
                 let numeric = numeric
                     .iter()
-                    .map(|&(i, ..)| {
-                        let pages = PageBuffer::default();
-                        let w = get_column_writer(
-                            descr.column(i),
-                            props.clone(),
-                            Box::new(pages.clone()),
-                        );
-                        let w = match w {
-                            ColumnWriter::Int64ColumnWriter(w) => NumWriter::I64(w),
-                            ColumnWriter::Int32ColumnWriter(w) => NumWriter::I32(w),
-                            _ => unreachable!("the numeric columns are INT64 or INT32"),
-                        };
-                        (w, pages)
+                    .enumerate()
+                    .map(|(j, &(i, values, _))| {
+                        let d = descr.column(i);
+                        let codec = props.compression(d.path());
+                        // Each column its own (sized for it).
+                        let buf = self.chunk_bufs.get_mut(j).map(std::mem::take);
+                        Ok(match values {
+                            Num::I64(_) => {
+                                NumColumn::I64(DeltaColumn::new(d, codec, buf.unwrap_or_default())?)
+                            }
+                            Num::I32(_) => {
+                                NumColumn::I32(DeltaColumn::new(d, codec, buf.unwrap_or_default())?)
+                            }
+                        })
                     })
-                    .collect();
+                    .collect::<parquet::errors::Result<_>>()
+                    .map_err(&perr)?;
                 let dict = DICT_COLUMNS
                     .iter()
                     .map(|&i| DictColumn::new(descr.column(i)))
@@ -726,48 +699,16 @@ impl Part {
             let g = self.group.as_mut().expect("a group");
             let take = (n - done).min(self.row_group_rows - g.rows);
             let range = done..done + take;
-            for ((_, values, valid), (w, _)) in numeric.iter().zip(&mut g.numeric) {
-                let levels = match valid {
-                    Some(v) => {
-                        self.levels.clear();
-                        self.levels
-                            .extend(v[range.clone()].iter().map(|&b| i16::from(b)));
-                        Some(self.levels.as_slice())
-                    }
-                    None if w.nullable() => {
-                        self.levels.clear();
-                        self.levels.resize(take, 1);
-                        Some(self.levels.as_slice())
-                    }
-                    None => None,
-                };
-                let present = |i: &usize| valid.is_none_or(|v| v[*i]);
-                let written = match (w, values) {
-                    (NumWriter::I64(w), Num::I64(v)) => {
-                        let v = if valid.is_some() {
-                            self.packed_i64.clear();
-                            self.packed_i64
-                                .extend(range.clone().filter(present).map(|i| v[i]));
-                            &self.packed_i64[..]
-                        } else {
-                            &v[range.clone()]
-                        };
-                        w.write_batch(v, levels, None)
-                    }
-                    (NumWriter::I32(w), Num::I32(v)) => {
-                        let v = if valid.is_some() {
-                            self.packed_i32.clear();
-                            self.packed_i32
-                                .extend(range.clone().filter(present).map(|i| v[i]));
-                            &self.packed_i32[..]
-                        } else {
-                            &v[range.clone()]
-                        };
-                        w.write_batch(v, levels, None)
-                    }
-                    _ => unreachable!("a writer of the column's type"),
-                };
-                written.map_err(&perr)?;
+            for ((_, values, valid), w) in numeric.iter().zip(&mut g.numeric) {
+                let valid = valid.map(|v| &v[range.clone()]);
+                match (w, values) {
+                    (NumColumn::I64(w), Num::I64(v)) => w.write(&v[range.clone()], valid),
+                    (NumColumn::I32(w), Num::I32(v)) => w.write(&v[range.clone()], valid),
+                    _ => Err(parquet::errors::ParquetError::General(
+                        "a numeric column of another type".into(),
+                    )),
+                }
+                .map_err(&perr)?;
             }
             for (d, (k, source)) in g.dict.iter_mut().zip(&dict_keys) {
                 d.write(&k[range.clone()], source).map_err(&perr)?;
@@ -800,6 +741,7 @@ impl Part {
         let mut rg = self.file.next_row_group().map_err(&perr)?;
         let mut dict = g.dict.into_iter();
         let mut numeric = g.numeric.into_iter();
+        let mut j = 0;
         for i in 0..columns {
             if DICT_COLUMNS.contains(&i) {
                 let (bytes, close) = dict
@@ -809,14 +751,21 @@ impl Part {
                     .map_err(&perr)?;
                 rg.append_column(&bytes, close).map_err(&perr)?;
             } else {
-                let (w, pages) = numeric.next().expect("a writer per numeric column");
-                let close = match w {
-                    NumWriter::I64(w) => w.close(),
-                    NumWriter::I32(w) => w.close(),
+                let (bytes, close) = match numeric.next().expect("a writer per numeric column") {
+                    NumColumn::I64(w) => w.finish(),
+                    NumColumn::I32(w) => w.finish(),
                 }
                 .map_err(&perr)?;
-                let bytes = pages.take().map_err(&perr)?;
                 rg.append_column(&bytes, close).map_err(&perr)?;
+                // The chunk's memory for the next row group's (page faults and regrowth
+                // copies were 5% of the time).
+                if let Ok(b) = bytes.try_into_mut() {
+                    if self.chunk_bufs.len() <= j {
+                        self.chunk_bufs.resize_with(j + 1, Vec::new);
+                    }
+                    self.chunk_bufs[j] = b.into();
+                }
+                j += 1;
             }
         }
         rg.close().map_err(&perr)?;
