@@ -62,7 +62,23 @@ pub struct Options {
     /// KEY=VALUE written into the trace's header (blkprof-trace --label). Repeatable.
     #[arg(long = "label", value_name = "KEY=VALUE")]
     pub labels: Vec<String>,
+    /// Run the node in the VM lab (`cargo xtask vm`: a stock Debian 6.12 kernel under qemu)
+    /// with its data on an md RAID0 of N emulated NVMe disks, traced through the members (seed
+    /// 000's setup). The guest's CPU is emulated (TCG), about 20x slower than this host for
+    /// the JVM: give it a few thousand --records; the node takes minutes to start.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(2..=8))]
+    pub raid0: Option<u32>,
+    /// The md RAID0 chunk size in KB (with --raid0): a power of two, 4 to 4096.
+    #[arg(long, value_name = "KB", default_value_t = 64, requires = "raid0")]
+    pub chunk_kb: u32,
+    /// Set by the host for the run inside the VM (with --raid0).
+    #[arg(long, hide = true)]
+    pub in_vm: bool,
 }
+
+/// How much slower everything is in the VM lab's emulated CPU (the JVM measured 20x): the
+/// factor for the waits on the node and YCSB.
+const VM_SLOWDOWN: u32 = 20;
 
 const CQL_PORT: u16 = 9042;
 /// Set (by the host) when the Java side is already built: no Maven, no packages.
@@ -77,6 +93,8 @@ struct Scratch {
     dir: PathBuf,
     cgroup: Option<Cgroup>,
     loopdev: Option<String>,
+    /// An md array made for the run (in the VM lab), stopped after the unmount.
+    md: Option<String>,
     mounted: Option<PathBuf>,
     /// (what, child): stopped with SIGTERM, then SIGKILL after the grace time.
     children: Vec<(String, Child, Duration)>,
@@ -155,6 +173,9 @@ impl Drop for Scratch {
         }
         if let Some(d) = self.loopdev.take() {
             let _ = Command::new("losetup").args(["-d", &d]).status();
+        }
+        if let Some(md) = self.md.take() {
+            let _ = Command::new("mdadm").args(["--stop", &md]).status();
         }
         if !self.dir.as_os_str().is_empty() {
             let _ = std::fs::remove_dir_all(&self.dir);
@@ -529,6 +550,16 @@ fn evict(dir: &Path) -> Result<(u64, u64)> {
     Ok((files, bytes))
 }
 
+/// The driver's request timeout: its default 10 s, longer on the VM lab's emulated CPU
+/// (where creating the schema alone took more than 10 s).
+fn cql_timeout_ms(o: &Options) -> u64 {
+    if o.in_vm {
+        10_000 * u64::from(VM_SLOWDOWN)
+    } else {
+        10_000
+    }
+}
+
 fn ycsb(
     java: &Path,
     client_cp: &str,
@@ -562,6 +593,8 @@ fn ycsb(
         &format!("fieldlength={}", o.field_length),
         "-p",
         &format!("writeallfields={}", o.write_all_fields),
+        "-p",
+        &format!("cql.timeout_ms={}", cql_timeout_ms(o)),
     ]);
     for e in extra {
         c.args(["-p", e]);
@@ -578,9 +611,84 @@ pub struct RunOutput {
 }
 
 pub fn cassandra(o: Options) -> Result<()> {
+    if o.raid0.is_some() && !o.in_vm {
+        return in_vm(&o);
+    }
     let java = prepare()?;
     let r = run_node(&o, &java)?;
     println!("{}", std::fs::read_to_string(&r.report_txt)?);
+    Ok(())
+}
+
+/// `--raid0`: the Java side built here, then this same command inside the VM lab with N NVMe
+/// disks, the node's data on their md RAID0; the run's files land in --out as on the host.
+fn in_vm(o: &Options) -> Result<()> {
+    let n = o.raid0.context("--raid0")?;
+    if !(4..=4096).contains(&o.chunk_kb) || !o.chunk_kb.is_power_of_two() {
+        bail!(
+            "--chunk-kb {}: md RAID0 takes a power of two from 4 to 4096 KB",
+            o.chunk_kb
+        );
+    }
+    prepare()?;
+    std::fs::create_dir_all(&o.out)
+        .with_context(|| format!("cannot create {}", o.out.display()))?;
+    let out = o.out.canonicalize()?;
+    let xtask = std::env::current_exe().context("the xtask binary")?;
+    let mut cmd: Vec<String> = vec![
+        "env".into(),
+        format!("{PREBUILT_ENV}=1"),
+        xtask.display().to_string(),
+        "cassandra".into(),
+        "--prebuilt".into(),
+        "--in-vm".into(),
+        format!("--raid0={n}"),
+        format!("--chunk-kb={}", o.chunk_kb),
+        format!("--duration={}", o.duration),
+        format!("--records={}", o.records),
+        format!("--threads={}", o.threads),
+        format!("--out={}", out.display()),
+        format!("--disk-gib={}", o.disk_gib),
+        format!("--page-cache-mib={}", o.page_cache_mib),
+        format!("--field-count={}", o.field_count),
+        format!("--field-length={}", o.field_length),
+    ];
+    if let Some(kb) = o.read_ahead_kb {
+        cmd.push(format!("--read-ahead-kb={kb}"));
+    }
+    if o.write_all_fields {
+        cmd.push("--write-all-fields".into());
+    }
+    for l in &o.labels {
+        cmd.push(format!("--label={l}"));
+    }
+    let vm = crate::vm::Options {
+        kernel: "6.12".into(),
+        disks: n,
+        // The array holds the disk image's size, spread over the members.
+        disk_mb: (o.disk_gib * 1024).div_ceil(u64::from(n)).max(1024),
+        cpus: 2,
+        // The node's 2 GiB heap, YCSB's JVM, the guest's page cache.
+        memory_mb: 6144,
+        timeout: 3600 + o.duration * 2,
+        mttcg: false,
+        out: Some(out.clone()),
+        command: cmd,
+    };
+    eprintln!(
+        "cassandra: in the VM lab on md RAID0 of {n} NVMe disks, chunk {} KB (the guest's CPU is emulated: expect tens of minutes)",
+        o.chunk_kb
+    );
+    let r = crate::vm::run_vm(&vm)?;
+    if r.code != 0 {
+        bail!(
+            "the node's run in the VM failed (exit code {}); the guest's dmesg: {}",
+            r.code,
+            r.out.join("dmesg.txt").display()
+        );
+    }
+    std::fs::write(out.join("vm-seconds.txt"), format!("{:.0}", r.seconds))?;
+    println!("{}", std::fs::read_to_string(out.join("report.txt"))?);
     Ok(())
 }
 
@@ -630,8 +738,35 @@ pub fn run_node(o: &Options, (java, jars): &(PathBuf, Java)) -> Result<RunOutput
     let mut s = Scratch::default();
     s.dir = std::env::temp_dir().join(format!("blkprof-cassandra-{}", std::process::id()));
     std::fs::create_dir_all(&s.dir)?;
-    let dev = attach_loop(&s.dir.join("disk.img"), o.disk_gib)?;
-    s.loopdev = Some(dev.clone());
+    let slow = if o.in_vm { VM_SLOWDOWN } else { 1 };
+    let mut labels = o.labels.clone();
+    let dev = match o.raid0.filter(|_| o.in_vm) {
+        Some(n) => {
+            let members: Vec<String> = (0..n).map(|i| format!("/dev/nvme{i}n1")).collect();
+            run(Command::new("mdadm")
+                .args(["--create", "/dev/md0", "--level=0", "--run", "--force"])
+                .arg(format!("--raid-devices={n}"))
+                .arg(format!("--chunk={}", o.chunk_kb))
+                .args(&members))?;
+            s.md = Some("/dev/md0".into());
+            for (k, v) in [("raid0", n), ("chunk_kb", o.chunk_kb)] {
+                if !labels.iter().any(|l| l.starts_with(&format!("{k}="))) {
+                    labels.push(format!("{k}={v}"));
+                }
+            }
+            eprintln!(
+                "cassandra: /dev/md0: RAID0 of {}, chunk {} KB",
+                members.join(" "),
+                o.chunk_kb
+            );
+            "/dev/md0".to_string()
+        }
+        None => {
+            let dev = attach_loop(&s.dir.join("disk.img"), o.disk_gib)?;
+            s.loopdev = Some(dev.clone());
+            dev
+        }
+    };
     run(Command::new("mkfs.ext4")
         .args(["-q", "-F", "-E", "nodiscard"])
         .arg(&dev))?;
@@ -716,7 +851,11 @@ pub fn run_node(o: &Options, (java, jars): &(PathBuf, Java)) -> Result<RunOutput
         }
     }
     eprintln!("cassandra: node started (pid {pid}), waiting for CQL on 127.0.0.1:{CQL_PORT}");
-    wait_for_cql(&mut s, &logs.join("system.log"), Duration::from_secs(180))?;
+    wait_for_cql(
+        &mut s,
+        &logs.join("system.log"),
+        Duration::from_secs(180 * u64::from(slow)),
+    )?;
     eprintln!("cassandra: CQL up after {:.0} s", t.elapsed().as_secs_f64());
 
     // The binding's own test, against this node.
@@ -725,6 +864,7 @@ pub fn run_node(o: &Options, (java, jars): &(PathBuf, Java)) -> Result<RunOutput
         .args(["-Duser.timezone=UTC", "-cp", test_cp])
         .arg("-Dcql.host=127.0.0.1")
         .arg(format!("-Dcql.port={CQL_PORT}"))
+        .arg(format!("-Dcql.timeout_ms={}", cql_timeout_ms(o)))
         .args(["org.junit.runner.JUnitCore", "blkprof.ycsb.CqlBindingIT"])
         .stdout(std::fs::File::create(&it_out)?)
         .stderr(Stdio::inherit())
@@ -763,7 +903,11 @@ pub fn run_node(o: &Options, (java, jars): &(PathBuf, Java)) -> Result<RunOutput
     load.stdout(std::fs::File::create(out.join("ycsb-load.txt"))?)
         .stderr(std::fs::File::create(out.join("ycsb-load.err"))?);
     s.spawn("ycsb load", &mut load, Duration::from_secs(10))?;
-    let st = wait_child(&mut s, "ycsb load", Duration::from_secs(1800))?;
+    let st = wait_child(
+        &mut s,
+        "ycsb load",
+        Duration::from_secs(1800 * u64::from(slow)),
+    )?;
     if !st.success() {
         bail!(
             "YCSB load failed ({st}); the end of its output:\n{}",
@@ -802,7 +946,7 @@ pub fn run_node(o: &Options, (java, jars): &(PathBuf, Java)) -> Result<RunOutput
     tracer
         .args(["--device", &devname, "--quiet", "--output"])
         .arg(&trace)
-        .args(o.labels.iter().flat_map(|l| ["--label", l.as_str()]))
+        .args(labels.iter().flat_map(|l| ["--label", l.as_str()]))
         .stdout(std::fs::File::create(&trace_out)?)
         .stderr(Stdio::piped());
     s.spawn("blkprof-trace", &mut tracer, Duration::from_secs(30))?;
@@ -828,7 +972,11 @@ pub fn run_node(o: &Options, (java, jars): &(PathBuf, Java)) -> Result<RunOutput
     runc.stdout(std::fs::File::create(out.join("ycsb-run.txt"))?)
         .stderr(std::fs::File::create(out.join("ycsb-run.err"))?);
     s.spawn("ycsb run", &mut runc, Duration::from_secs(10))?;
-    let st = wait_child(&mut s, "ycsb run", Duration::from_secs(o.duration + 300))?;
+    let st = wait_child(
+        &mut s,
+        "ycsb run",
+        Duration::from_secs(o.duration + 300 * u64::from(slow)),
+    )?;
     if !st.success() {
         bail!(
             "YCSB run failed ({st}); the end of its output:\n{}",

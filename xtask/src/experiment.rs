@@ -135,6 +135,9 @@ fn arm_options(e: &ExpOptions, exp: &str, arm: &Arm, round: u32, out: &Path) -> 
             format!("arm={}", arm.name),
             format!("round={round}"),
         ],
+        raid0: None,
+        chunk_kb: 64,
+        in_vm: false,
     };
     match e.name {
         Name::Readahead => {

@@ -175,6 +175,9 @@ pub fn schema() -> SchemaRef {
         Field::new("requeues", DataType::Int32, false),
         // The submitter's cgroup (v2) path; null when the trace has none (before format 3).
         Field::new("cgroup", dict(), true),
+        // The blk-mq hardware queue (NVMe: submission queue); null when the trace has none
+        // (before format 4, imported traces).
+        Field::new("hw_queue", DataType::Int32, true),
     ]))
 }
 
@@ -313,6 +316,9 @@ struct Columns {
     os_inflight: Vec<i32>,
     error: Vec<i32>,
     requeues: Vec<i32>,
+    hw_queue: Vec<i32>,
+    hw_queue_valid: Vec<bool>,
+    hw_queue_nulls: usize,
 }
 
 impl Columns {
@@ -410,6 +416,14 @@ impl Columns {
         self.error.extend(recs.iter().map(|rec| rec.error));
         self.requeues
             .extend(recs.iter().map(|rec| i32::from(rec.requeues)));
+        self.hw_queue
+            .extend(recs.iter().map(|rec| rec.hw_queue.map_or(0, i32::from)));
+        self.hw_queue_nulls += recs.iter().filter(|rec| rec.hw_queue.is_none()).count();
+        if self.hw_queue_nulls > 0 {
+            self.hw_queue_valid.resize(start, true);
+            self.hw_queue_valid
+                .extend(recs.iter().map(|rec| rec.hw_queue.is_some()));
+        }
     }
 
     /// The batch's comm and cgroup keys of task table index `t` (cgroup -1: null).
@@ -444,7 +458,7 @@ impl Columns {
 
     /// The numeric columns' buffered rows by schema position, with their validity when the
     /// batch has nulls (null rows hold 0, to be left out).
-    fn numeric(&mut self) -> [(usize, Num<'_>, Option<&[bool]>); 13] {
+    fn numeric(&mut self) -> [(usize, Num<'_>, Option<&[bool]>); 14] {
         let issue = (self.issue_nulls > 0).then_some(self.issue_valid.as_slice());
         let enter = (self.enter_nulls > 0).then_some(self.enter_valid.as_slice());
         // Queue time needs both ends.
@@ -457,6 +471,7 @@ impl Columns {
             (None, None) => {}
         }
         let queue = (!self.queue_valid.is_empty()).then_some(self.queue_valid.as_slice());
+        let hw_queue = (self.hw_queue_nulls > 0).then_some(self.hw_queue_valid.as_slice());
         [
             (4, Num::I64(&self.complete), None),
             (5, Num::I64(&self.issue), issue),
@@ -471,6 +486,7 @@ impl Columns {
             (15, Num::I32(&self.os_inflight), None),
             (16, Num::I32(&self.error), None),
             (17, Num::I32(&self.requeues), None),
+            (19, Num::I32(&self.hw_queue), hw_queue),
         ]
     }
 
@@ -499,9 +515,12 @@ impl Columns {
             &mut self.os_inflight,
             &mut self.error,
             &mut self.requeues,
+            &mut self.hw_queue,
         ] {
             v.clear();
         }
+        self.hw_queue_valid.clear();
+        self.hw_queue_nulls = 0;
         self.issue_valid.clear();
         self.enter_valid.clear();
         self.issue_nulls = 0;
@@ -841,7 +860,17 @@ pub fn export_parquet(
     if traces.is_empty() {
         return Err(ExportError::Output("no trace to export".into()));
     }
-    let partitioned = opts.partition || traces.len() > 1;
+    // `-o DIR/` or an existing directory names a directory even for one trace (it was taken
+    // for a file name, and the export failed renaming onto it).
+    let text = out.as_os_str().to_string_lossy();
+    let names_dir = (text.len() > 1 && text.ends_with('/')) || out.is_dir();
+    let trimmed = PathBuf::from(text.trim_end_matches('/'));
+    let out = if names_dir && !trimmed.as_os_str().is_empty() {
+        trimmed.as_path()
+    } else {
+        out
+    };
+    let partitioned = opts.partition || traces.len() > 1 || names_dir;
     let mut stats = ParquetStats::default();
     if !partitioned {
         return export_one(&traces[0], opts, &mut stats, Dest::File(out)).map(|()| stats);
@@ -1164,6 +1193,83 @@ mod tests {
             };
             assert_eq!(*g, want, "row {i}");
         }
+    }
+
+    #[test]
+    fn one_trace_to_a_directory_is_partitioned_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.blkp");
+        write_trace(&p, &mut cassandra_like(1, 100, &[])).unwrap();
+        for out in [
+            format!("{}/", dir.path().join("new").display()),
+            dir.path().join("empty").display().to_string(),
+        ] {
+            if !out.ends_with('/') {
+                std::fs::create_dir(&out).unwrap();
+            }
+            let st = export_parquet(
+                std::slice::from_ref(&p),
+                Path::new(&out),
+                &ParquetOptions::default(),
+            )
+            .unwrap();
+            assert_eq!(st.files.len(), 1, "{out}");
+            assert!(
+                st.files[0].starts_with(out.trim_end_matches('/'))
+                    && st.files[0].to_string_lossy().contains("/host="),
+                "{out}: {:?}",
+                st.files
+            );
+            assert!(st.files[0].exists());
+        }
+    }
+
+    #[test]
+    fn the_hw_queue_column_is_each_ios_queue_or_null() {
+        use arrow_array::Array as _;
+        use tracer_common::format::{IoRecord, TraceHeader, TraceTrailer, TraceWriter, comm_bytes};
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.blkp");
+        let mut w = TraceWriter::create(&p, &TraceHeader::default()).unwrap();
+        // Queues 0, 3, unknown, 65535 in turn; the first 100 rows all known (the validity
+        // starts mid-batch).
+        let q = |i: u64| match (i < 100, i % 4) {
+            (true, _) | (false, 0) => Some((i % 2) as u16 * 3),
+            (false, 1) => Some(3),
+            (false, 2) => None,
+            _ => Some(u16::MAX),
+        };
+        for i in 0..300u64 {
+            let r = IoRecord {
+                complete_ns: 1_000_000 + i * 1000,
+                enter_ns: 999_000 + i * 1000,
+                issue_ns: 999_500 + i * 1000,
+                bytes: 4096,
+                hw_queue: q(i),
+                ..IoRecord::default()
+            };
+            w.push(&r, &comm_bytes("fio")).unwrap();
+        }
+        w.finish(&TraceTrailer::default()).unwrap();
+        let out = dir.path().join("t.parquet");
+        let opts = ParquetOptions {
+            row_group_rows: 128,
+            ..Default::default()
+        };
+        let st = export_parquet(&[p], &out, &opts).unwrap();
+        let (batches, _) = read_back(&st.files);
+        let mut got = Vec::new();
+        for b in &batches {
+            let col = b.column_by_name("hw_queue").unwrap();
+            let a = arrow_array::cast::AsArray::as_primitive::<arrow_array::types::Int32Type>(
+                &**col,
+            );
+            for r in 0..b.num_rows() {
+                got.push((!a.is_null(r)).then(|| a.value(r)));
+            }
+        }
+        let want: Vec<Option<i32>> = (0..300).map(|i| q(i).map(i32::from)).collect();
+        assert_eq!(got, want);
     }
 
     #[test]

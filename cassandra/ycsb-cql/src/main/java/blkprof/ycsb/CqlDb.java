@@ -81,10 +81,13 @@ public class CqlDb extends DB {
     }
     DriverConfigLoader config = DriverConfigLoader.programmaticBuilder()
         .withDuration(DefaultDriverOption.REQUEST_TIMEOUT, Duration.ofMillis(timeoutMs))
-        .withDuration(DefaultDriverOption.CONNECTION_INIT_QUERY_TIMEOUT, Duration.ofSeconds(10))
-        .withDuration(DefaultDriverOption.METADATA_SCHEMA_REQUEST_TIMEOUT, Duration.ofSeconds(30))
+        // A slow node (an emulated CPU) gets the longer of these and cql.timeout_ms.
+        .withDuration(DefaultDriverOption.CONNECTION_INIT_QUERY_TIMEOUT,
+            Duration.ofMillis(Math.max(10_000, timeoutMs)))
+        .withDuration(DefaultDriverOption.METADATA_SCHEMA_REQUEST_TIMEOUT,
+            Duration.ofMillis(Math.max(30_000, timeoutMs)))
         .withDuration(DefaultDriverOption.CONTROL_CONNECTION_AGREEMENT_TIMEOUT,
-            Duration.ofSeconds(30))
+            Duration.ofMillis(Math.max(30_000, timeoutMs)))
         .build();
     try {
       return CqlSession.builder()

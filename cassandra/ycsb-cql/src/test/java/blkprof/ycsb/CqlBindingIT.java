@@ -32,6 +32,7 @@ public class CqlBindingIT {
     Properties p = new Properties();
     p.setProperty("cql.host", host);
     p.setProperty("cql.port", System.getProperty("cql.port", "9042"));
+    p.setProperty("cql.timeout_ms", System.getProperty("cql.timeout_ms", "10000"));
     p.setProperty("cql.keyspace", "blkprof_binding_test");
     p.setProperty("cql.create_schema", "true");
     p.setProperty("fieldcount", "3");
