@@ -1261,9 +1261,8 @@ mod tests {
         let mut got = Vec::new();
         for b in &batches {
             let col = b.column_by_name("hw_queue").unwrap();
-            let a = arrow_array::cast::AsArray::as_primitive::<arrow_array::types::Int32Type>(
-                &**col,
-            );
+            let a =
+                arrow_array::cast::AsArray::as_primitive::<arrow_array::types::Int32Type>(&**col);
             for r in 0..b.num_rows() {
                 got.push((!a.is_null(r)).then(|| a.value(r)));
             }
