@@ -484,3 +484,209 @@ fn flight_recorder_dumps_the_window_around_a_triggered_burst() {
         String::from_utf8_lossy(&report.stderr)
     );
 }
+
+/// A sample's value in an exposition text: the line of `name` whose labels include every one
+/// of `labels` (`key="value"`).
+fn sample(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+                && labels.iter().all(|x| l.contains(x))
+        })
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+/// A histogram's cumulative buckets in an exposition text: (le, count), in order.
+fn buckets(text: &str, name: &str, labels: &[&str]) -> Vec<(f64, f64)> {
+    let prefix = format!("{name}_bucket{{");
+    text.lines()
+        .filter(|l| l.starts_with(&prefix) && labels.iter().all(|x| l.contains(x)))
+        .filter_map(|l| {
+            let le = l.split("le=\"").nth(1)?.split('"').next()?;
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().ok()?
+            };
+            Some((le, l.rsplit(' ').next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// `--no-records`: one program at the completion, the exact aggregates in the kernel, no
+/// ring. Beside a tracer writing every record of the same device: its counters move as
+/// /proc/diskstats does, its histograms hold every IO, and their p50/p99 agree with the
+/// records' own within a bucket (a quarter).
+#[test]
+fn no_records_mode_counts_exactly_and_its_histograms_agree_with_the_records() {
+    let dir = TestDir::new();
+    let dev = Scratch::new("norec", 512, true, false);
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let trace = dir.join("records.blkp");
+    let agg = Tracer::start(&[
+        "--device",
+        &dev.name,
+        "--no-records",
+        "--quiet",
+        "--metrics-addr",
+        &addr,
+    ]);
+    let rec = Tracer::start(&[
+        "--device",
+        &dev.name,
+        "--output",
+        trace.to_str().unwrap(),
+        "--quiet",
+    ]);
+    // Options that need records are refused.
+    let refused = Command::new(bin("blkprof-trace"))
+        .args(["--no-records", "--output", "x.blkp"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("--output needs per-IO records"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+
+    let (_, text0) = http_get(port, "/metrics", None).expect("the endpoint answers");
+    let before = dev.diskstats();
+    fio(&[
+        "--name=norec",
+        &format!("--filename={}", dev.path),
+        "--rw=randrw",
+        "--rwmixread=70",
+        "--bsrange=4k-64k",
+        "--direct=1",
+        "--ioengine=libaio",
+        "--iodepth=16",
+        "--runtime=5",
+        "--time_based",
+        "--randrepeat=0",
+    ]);
+    let after = dev.diskstats();
+    std::thread::sleep(Duration::from_millis(300));
+    let (status, text) = http_get(port, "/metrics", None).expect("the endpoint answers");
+    assert_eq!(status, 200);
+    // Valid as promtool reads it.
+    let mut check = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool is installed (cargo xtask setup)");
+    check
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let o = check.wait_with_output().unwrap();
+    assert!(
+        o.status.success() && o.stdout.is_empty() && o.stderr.is_empty(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let a = agg.stop();
+    let r = rec.stop();
+    assert!(a.status.success(), "{}\n{}", a.stderr, a.stdout);
+    assert!(r.status.success(), "{}\n{}", r.stderr, r.stdout);
+    assert!(
+        a.stdout.contains("records: none (--no-records"),
+        "{}",
+        a.stdout
+    );
+    let tr = Trace::read(&trace);
+    let missed = tr.trailer.as_ref().unwrap().counters_end.missed_completions;
+
+    let kernel = delta(&before, &after);
+    let dl = format!("device=\"{}\"", dev.name);
+    for (g, op) in [(StatGroup::Read, "read"), (StatGroup::Write, "write")] {
+        let ol = format!("op=\"{op}\"");
+        let labels = [dl.as_str(), ol.as_str()];
+        let d = |m: &str| {
+            sample(&text, m, &labels).unwrap_or_else(|| panic!("{m} {op}: {text}"))
+                - sample(&text0, m, &labels).unwrap_or(0.0)
+        };
+        let (ios, bytes) = (
+            d("blkprof_ios_total") as u64,
+            d("blkprof_bytes_total") as u64,
+        );
+        let (k_ios, k_bytes) = kernel.get(&g).copied().unwrap_or_default();
+        eprintln!(
+            "{op}: --no-records {ios} IOs {bytes} bytes; /proc/diskstats {k_ios} IOs {k_bytes} bytes; completions missed (reported by the records run): {missed}"
+        );
+        assert!(k_ios > 1000, "{op}: the job did IO");
+        // Exact but for completions the host's kernel never reports (the records run counts
+        // them; stock kernels miss none).
+        assert!(ios <= k_ios && k_ios - ios <= missed, "{op}");
+        if ios == k_ios {
+            assert_eq!(bytes, k_bytes, "{op}");
+        }
+
+        // The histograms hold every IO, and agree with the records' latencies.
+        let mut totals: Vec<u64> = tr
+            .requests()
+            .filter(|x| x.stat_group() == g)
+            .map(|x| x.total_ns())
+            .collect();
+        let mut sizes: Vec<u64> = tr
+            .requests()
+            .filter(|x| x.stat_group() == g)
+            .map(|x| u64::from(x.bytes))
+            .collect();
+        for (metric, phase, exact) in [
+            (
+                "blkprof_latency_seconds",
+                Some("phase=\"total\""),
+                &mut totals,
+            ),
+            ("blkprof_request_bytes", None, &mut sizes),
+        ] {
+            let mut l = labels.to_vec();
+            l.extend(phase);
+            let b1 = buckets(&text, metric, &l);
+            let b0 = buckets(&text0, metric, &l);
+            let cum: Vec<(f64, f64)> = b1
+                .iter()
+                .map(|&(le, c)| {
+                    let c0 = b0.iter().find(|x| x.0 == le).map_or(0.0, |x| x.1);
+                    (le, c - c0)
+                })
+                .collect();
+            let n = cum.last().unwrap().1;
+            assert_eq!(n as u64, ios, "{metric} {op}: every IO counted");
+            for q in [0.5, 0.99] {
+                let rank = (q * n).ceil();
+                let got = cum.iter().find(|x| x.1 >= rank).unwrap().0;
+                let want = blkprof_e2e::quantile(exact, q) as f64;
+                let want = if metric == "blkprof_latency_seconds" {
+                    want / 1e9
+                } else {
+                    want
+                };
+                eprintln!(
+                    "{op} {metric} p{}: --no-records {got}, records {want}",
+                    q * 100.0
+                );
+                if metric == "blkprof_request_bytes" {
+                    // Sizes are served at powers of two: the bound at or above the size.
+                    assert_eq!(got, (want as u64).next_power_of_two() as f64, "{op} p{q}");
+                } else {
+                    // The bucket's upper bound: at or above the value, by at most a quarter
+                    // (the two programs read the completion time a moment apart).
+                    assert!(
+                        got >= want * 0.99 && got <= want * 1.26,
+                        "{op} {metric} p{q}: {got} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+}

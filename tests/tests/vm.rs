@@ -44,6 +44,9 @@ fn an_nvme_disk_is_traced_exactly() {
     let dir = TestDir::new();
     let out = dir.join("nvme.blkp").display().to_string();
     let t = Tracer::start(&["--device", &disk, "--output", &out, "--quiet"]);
+    // Beside it, the aggregates-only mode: one program at the completion, with the kernel's
+    // own stamps.
+    let agg = Tracer::start(&["--device", &disk, "--no-records", "--quiet"]);
     let before = diskstats(&disk);
     let job = |args: &[&str]| {
         let mut a = vec!["--name=vm", "--filename", path.as_str(), "--direct=1"];
@@ -76,8 +79,34 @@ fn an_nvme_disk_is_traced_exactly() {
         "--fsync=1",
     ]);
     let after = diskstats(&disk);
+    let a = agg.stop();
     let f = t.stop();
     assert!(f.status.success(), "{}\n{}", f.stderr, f.stdout);
+    assert!(a.status.success(), "{}\n{}", a.stderr, a.stdout);
+    // Its summary table: op, IOs, bytes, kernel IOs, kernel bytes (between its cuts): equal
+    // for every op on a stock kernel, which reports every completion.
+    let mut rows = 0;
+    for l in a.stdout.lines() {
+        let v: Vec<&str> = l.split_whitespace().collect();
+        if v.len() == 6 && ["read", "write", "discard", "flush"].contains(&v[0]) {
+            let n = |i: usize| v[i].replace(',', "").parse::<u64>().unwrap();
+            assert_eq!(
+                (n(1), n(2)),
+                (n(3), n(4)),
+                "--no-records {}: {l}\n{}",
+                v[0],
+                a.stdout
+            );
+            rows += 1;
+        }
+    }
+    assert_eq!(rows, 4, "{}", a.stdout);
+    assert!(
+        a.stdout.contains("records: none (--no-records"),
+        "{}",
+        a.stdout
+    );
+    eprintln!("--no-records beside it:\n{}", a.stdout);
     let trace = Trace::read(std::path::Path::new(&out));
     assert_eq!(trace.ending, Ending::Complete);
     let tr = trace.trailer.as_ref().expect("trailer");

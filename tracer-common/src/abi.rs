@@ -48,6 +48,18 @@ pub const PROGRAMS_GETRQ: [(&str, &str); 6] = [
     ("blkprof_complete_fb", "block_rq_complete"),
 ];
 
+/// `--no-records`: the completion alone, counted into the aggregates with the kernel's own
+/// stamps; no per-IO record, no request tracked from its submission.
+pub const PROGRAMS_AGGREGATES: [(&str, &str); 1] = [("blkprof_complete_agg", "block_rq_complete")];
+
+/// Programs that return at once, on the tracepoints the probe uses (6.5+): the cost of being
+/// attached, which `cargo xtask bench` measures the probe against.
+pub const PROGRAMS_NOP: [(&str, &str); 3] = [
+    ("blkprof_nop_start", "block_io_start"),
+    ("blkprof_nop_issue", "block_rq_issue"),
+    ("blkprof_nop_complete", "block_rq_complete"),
+];
+
 /// How the probe sees a request's submission.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Hooks {
@@ -139,6 +151,9 @@ pub struct ProbeConfig {
     pub rq_cmd_flags: u32,
     pub rq_rq_flags: u32,
     pub rq_start_time_ns: u32,
+    /// `struct request::io_start_time_ns`: the kernel's issue stamp, kept when the queue
+    /// collects statistics (QUEUE_FLAG_STATS), else 0.
+    pub rq_io_start_time_ns: u32,
     pub rq_bio: u32,
     /// `struct request::mq_hctx` and `struct blk_mq_hw_ctx::queue_num`: the hardware queue.
     pub rq_mq_hctx: u32,
@@ -159,13 +174,13 @@ pub struct ProbeConfig {
     pub filter_devices: u32,
     pub filter_list_len: u32,
     pub filter_list: [u32; FILTER_LIST_MAX],
-    /// Wake the reader only when this many bytes wait in the ring (it also polls on a
-    /// timer): a wakeup per record would cost more than the rest of the probe.
-    pub wakeup_bytes: u32,
     /// [`Hooks::GetRq`] only: `struct bio::bi_next`, `bio::bi_bdev`, `block_device::bd_disk`.
     pub bio_next: u32,
     pub bio_bdev: u32,
     pub bdev_disk: u32,
+    /// `struct task_struct::comm`: the submitter's command, loaded directly (16 bytes, NUL
+    /// padded by the kernel) instead of through `bpf_get_current_comm`'s string copy.
+    pub task_comm: u32,
 }
 
 /// Device filters of up to this many devices are compared inline (no map lookup per IO).
@@ -278,8 +293,41 @@ pub struct IoEvent {
 }
 const _: () = assert!(core::mem::size_of::<IoEvent>() == 96);
 
-/// Number of log2 buckets in the in-kernel histograms.
-pub const HIST_BUCKETS: usize = 64;
+/// The in-kernel histograms are log-linear: 4 buckets per power of two, so that a value read
+/// back from its bucket is off by at most a quarter, as with the metrics' default buckets.
+/// Bucket `i` counts the values in `(loglin_lower(i), loglin_lower(i + 1)]` (bucket 0: 0 and
+/// 1), the way a Prometheus bucket's `le` bound counts: [`loglin_le_bucket`].
+pub const HIST_SUB_BITS: u32 = 2;
+/// Buckets of request sizes in bytes: the last starts at 7 GiB.
+pub const SIZE_BUCKETS: usize = 128;
+/// Buckets of latencies in ns: the last starts at 7 x 2^38 ns (32 minutes).
+pub const LATENCY_BUCKETS: usize = 160;
+
+/// The log-linear bucket of `v`, unclamped: `v` itself below 4; else, with `m` the highest
+/// set bit, `4 (m - 1)` plus the two bits below it.
+#[inline(always)]
+pub const fn loglin_bucket(v: u64) -> usize {
+    if v < 4 {
+        return v as usize;
+    }
+    let m = 63 - v.leading_zeros();
+    (((m - 1) << HIST_SUB_BITS) as u64 + ((v >> (m - HIST_SUB_BITS)) & 3)) as usize
+}
+
+/// The bucket counting `v` in the probe's histograms: `(loglin_lower(i), loglin_lower(i + 1)]`
+/// holds it, so that a power-of-two size falls on its bucket's upper bound.
+#[inline(always)]
+pub const fn loglin_le_bucket(v: u64) -> usize {
+    loglin_bucket(v.saturating_sub(1))
+}
+
+/// The lower end of [`loglin_bucket`] `i` (which holds `[loglin_lower(i), loglin_lower(i + 1))`).
+pub const fn loglin_lower(i: usize) -> u64 {
+    if i < 4 {
+        return i as u64;
+    }
+    (4 + (i as u64 & 3)) << ((i >> HIST_SUB_BITS) - 1)
+}
 
 /// Key of [`MAP_AGGREGATES`].
 #[repr(C)]
@@ -342,22 +390,36 @@ pub struct Aggregate {
     pub bytes: u64,
     /// Sum of (complete - enter) in ns, for the time-weighted queue size.
     pub total_ns_sum: u64,
-    /// log2(bytes) buckets: bucket i counts sizes in [2^i, 2^(i+1)); 0 bytes go to bucket 0.
-    pub size_log2: [u64; HIST_BUCKETS],
-    /// log2(device latency ns) buckets (issue to complete).
-    pub device_latency_log2: [u64; HIST_BUCKETS],
-    /// log2(total latency ns) buckets (enter to complete).
-    pub total_latency_log2: [u64; HIST_BUCKETS],
+    /// IOs whose submission time is known (the latency histograms' count; the total and
+    /// queue latency need it).
+    pub timed: u64,
+    /// Sums of the device and queue latencies in ns, over the IOs in their histograms.
+    pub device_ns_sum: u64,
+    pub queue_ns_sum: u64,
+    /// Request sizes in bytes, [`loglin_le_bucket`]s.
+    pub size: [u64; SIZE_BUCKETS],
+    /// Queue latency (submission to issue) in ns; IOs with both stamps only.
+    pub queue_latency: [u64; LATENCY_BUCKETS],
+    /// Device latency (issue to completion) in ns; IOs seen issued only.
+    pub device_latency: [u64; LATENCY_BUCKETS],
+    /// Total latency (submission to completion) in ns.
+    pub total_latency: [u64; LATENCY_BUCKETS],
 }
+const _: () =
+    assert!(core::mem::size_of::<Aggregate>() == 8 * (6 + SIZE_BUCKETS + 3 * LATENCY_BUCKETS));
 impl Default for Aggregate {
     fn default() -> Self {
         Self {
             ios: 0,
             bytes: 0,
             total_ns_sum: 0,
-            size_log2: [0; HIST_BUCKETS],
-            device_latency_log2: [0; HIST_BUCKETS],
-            total_latency_log2: [0; HIST_BUCKETS],
+            timed: 0,
+            device_ns_sum: 0,
+            queue_ns_sum: 0,
+            size: [0; SIZE_BUCKETS],
+            queue_latency: [0; LATENCY_BUCKETS],
+            device_latency: [0; LATENCY_BUCKETS],
+            total_latency: [0; LATENCY_BUCKETS],
         }
     }
 }
@@ -415,20 +477,6 @@ pub struct RequestState {
 }
 const _: () = assert!(core::mem::size_of::<RequestState>() == 88);
 
-/// log2 bucket of `v`, clamped to the histogram.
-#[inline(always)]
-pub fn log2_bucket(v: u64) -> usize {
-    if v == 0 {
-        return 0;
-    }
-    let b = 63 - v.leading_zeros() as usize;
-    if b >= HIST_BUCKETS {
-        HIST_BUCKETS - 1
-    } else {
-        b
-    }
-}
-
 /// Kernel `dev_t` (major << 20 | minor) to (major, minor).
 pub const fn dev_split(dev: u32) -> (u32, u32) {
     (dev >> 20, dev & 0xfffff)
@@ -456,6 +504,36 @@ mod pod {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn loglin_buckets_are_contiguous_and_a_quarter_wide() {
+        for v in 0..4u64 {
+            assert_eq!(loglin_bucket(v), v as usize);
+        }
+        assert_eq!(loglin_bucket(4), 4);
+        assert_eq!(loglin_bucket(7), 7);
+        assert_eq!(loglin_bucket(8), 8);
+        assert_eq!(loglin_bucket(10), 9);
+        assert_eq!(loglin_bucket(4096), 44);
+        assert_eq!(loglin_bucket(u64::MAX), 251);
+        for i in 0..251 {
+            let (lo, hi) = (loglin_lower(i), loglin_lower(i + 1));
+            assert!(lo < hi, "bucket {i}");
+            assert_eq!(loglin_bucket(lo), i);
+            assert_eq!(loglin_bucket(hi - 1), i);
+            // Width at most a quarter of the lower bound (above the exact ones).
+            if lo >= 4 {
+                assert!((hi - lo) * 4 <= lo, "bucket {i}: {lo}..{hi}");
+            }
+        }
+        assert_eq!(loglin_le_bucket(4096), 43);
+        assert_eq!(loglin_lower(44), 4096);
+        assert_eq!(loglin_le_bucket(4097), 44);
+        assert_eq!(loglin_le_bucket(0), 0);
+        assert_eq!(loglin_le_bucket(1), 0);
+        assert_eq!(loglin_lower(LATENCY_BUCKETS - 1), 7 << 38);
+        assert_eq!(loglin_lower(SIZE_BUCKETS - 1), 7 << 30);
+    }
 
     #[test]
     fn rotations_flip_the_epoch_at_their_instant() {

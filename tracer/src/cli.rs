@@ -21,7 +21,8 @@ Needs root (or CAP_BPF + CAP_PERFMON) and a kernel with BTF (Linux 6.1+; submitt
 blkprof-trace --device loop3 --duration 30s --output run.blkp\n  \
 blkprof-trace --device nvme0n1 --json --interval 5s\n  \
 blkprof-trace --device sdb --output /var/log/blkprof/db.blkp --rotate-size 1G --keep 48\n  \
-blkprof-trace --device nvme0n1 --quiet --metrics-addr 127.0.0.1:9755   (an agent: metrics only)\n\n\
+blkprof-trace --device nvme0n1 --quiet --metrics-addr 127.0.0.1:9755   (an agent: metrics only)\n  \
+blkprof-trace --device nvme0n1 --no-records --metrics-addr 127.0.0.1:9755   (always on: in-kernel aggregates, no records)\n\n\
 Then: blkprof report run.blkp"
 )]
 pub struct Args {
@@ -110,6 +111,18 @@ pub struct Args {
     /// came after as well as the window before.
     #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = parse_duration)]
     pub dump_after: Duration,
+    /// Aggregates only, for always-on use: exact per (device, op) counts, bytes and log-linear
+    /// size and latency histograms kept in the kernel by one program at the completion, no
+    /// per-IO record. The kernel's own time stamps give the latencies: total latency needs the
+    /// device's iostats on (the default), device and queue latency a queue that collects
+    /// statistics (write-back throttling or another user turns it on; see the summary). Live
+    /// lines, the end summary and --metrics-addr come from the aggregates. Not with --output,
+    /// --flight-recorder or the --pid, --comm, --cgroup and --op filters, which need records.
+    #[arg(long)]
+    pub no_records: bool,
+    /// Attach programs that do nothing (benchmarks: the cost of being attached).
+    #[arg(long, hide = true)]
+    pub attach_only: bool,
 }
 
 fn parse_listen(s: &str) -> Result<std::net::SocketAddr, String> {
@@ -168,6 +181,8 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// What the probe does per IO (`--no-records`: aggregates only).
+    pub mode: crate::probe::ProbeMode,
     /// `--device` as given (recorded in the trace header's filters).
     pub devices: Vec<String>,
     /// The whole disks to trace, from `devices` (empty: all): a bio-based device given there is
@@ -244,6 +259,39 @@ impl Args {
         if self.interval < Duration::from_millis(10) {
             return Err("--interval must be at least 10ms".into());
         }
+        let mode = match (self.no_records, self.attach_only) {
+            (true, true) => return Err("--no-records and --attach-only exclude each other".into()),
+            (false, false) => crate::probe::ProbeMode::Records,
+            (true, false) => crate::probe::ProbeMode::Aggregates,
+            (false, true) => crate::probe::ProbeMode::Nop,
+        };
+        if mode != crate::probe::ProbeMode::Records {
+            let flag = if self.no_records {
+                "--no-records"
+            } else {
+                "--attach-only"
+            };
+            for (given, what) in [
+                (self.output.is_some(), "--output"),
+                (self.flight_recorder.is_some(), "--flight-recorder"),
+                (!self.pids.is_empty(), "--pid"),
+                (!self.comms.is_empty(), "--comm"),
+                (!self.cgroups.is_empty(), "--cgroup"),
+                (!self.ops.is_empty(), "--op"),
+            ] {
+                if given {
+                    return Err(format!(
+                        "{what} needs per-IO records, which {flag} does not make (it keeps the exact aggregates only)"
+                    ));
+                }
+            }
+            if self.no_records && ![1, 2, 4].contains(&self.metrics_buckets_per_octave) {
+                return Err(format!(
+                    "--metrics-buckets-per-octave {}: with --no-records the histograms are the kernel's, 4 buckets per power of two (give 1, 2 or 4)",
+                    self.metrics_buckets_per_octave
+                ));
+            }
+        }
         let flight_recorder = match self.flight_recorder {
             Some(window) => {
                 if self.output.is_some() {
@@ -314,6 +362,7 @@ impl Args {
             metrics_addr: self.metrics_addr,
             metrics_per_octave: self.metrics_buckets_per_octave,
             flight_recorder,
+            mode,
         })
     }
 }

@@ -27,7 +27,7 @@ use crate::cli::Config;
 use crate::clock;
 use crate::devices;
 use crate::metrics::{self, Ask, Metrics, Scrape};
-use crate::probe::{Probe, ProbeOptions};
+use crate::probe::{Probe, ProbeMode, ProbeOptions};
 use crate::recorder::{Recorder, Segment};
 use crate::stats::{HlogWriter, Stats, print_header, print_line};
 
@@ -147,6 +147,8 @@ struct Run {
     run_diskstats_start: Vec<DiskStats>,
     /// Records of IOs that completed before the start's instant (not part of the run).
     before_start: u64,
+    /// `--no-records`: the aggregates at the last tick (live lines are their change).
+    prev_aggregates: Vec<AggregateSnapshot>,
     /// The histograms behind `--metrics-addr`.
     metrics: Option<Metrics>,
     /// The md arrays over the traced disks, read at the start.
@@ -709,23 +711,31 @@ impl Run {
 
     /// The metrics endpoint's text, from the probe's counters read now.
     fn scrape(&mut self, openmetrics: bool) -> String {
-        let Some(m) = &self.metrics else {
+        if self.metrics.is_none() {
             return String::new();
-        };
+        }
         let aggregates = self.probe.aggregates().unwrap_or_default();
         let counters = self.probe.counters().unwrap_or_default();
-        let mut inflight: Vec<(u32, u64, u64)> = self
-            .probe
-            .device_states()
-            .into_iter()
-            .map(|(d, st)| (d, st.os_inflight, st.dev_inflight))
-            .collect();
+        let mut inflight: Vec<(u32, u64, Option<u64>)> = if self.probe.mode == ProbeMode::Records {
+            self.probe
+                .device_states()
+                .into_iter()
+                .map(|(d, st)| (d, st.os_inflight, Some(st.dev_inflight)))
+                .collect()
+        } else {
+            // No counts of our own: the kernel's requests in flight per device (sysfs), and
+            // none at the device.
+            self.names
+                .iter()
+                .map(|(&d, name)| (d, devices::inflight(name).unwrap_or(0), None))
+                .collect()
+        };
         // Every traced device has its series from the first scrape, IO or not.
         let mut zeros = Vec::new();
         for d in &self.devices {
             let dev = d.dev();
             if !inflight.iter().any(|x| x.0 == dev) {
-                inflight.push((dev, 0, 0));
+                inflight.push((dev, 0, Some(0)));
             }
             for g in StatGroup::ALL {
                 if !aggregates.iter().any(|a| {
@@ -757,7 +767,7 @@ impl Run {
             })
         };
         metrics::render(
-            m,
+            self.metrics.as_mut().expect("checked above"),
             &Scrape {
                 aggregates: &all,
                 counters: &counters,
@@ -810,9 +820,30 @@ impl Run {
             .recorder
             .as_ref()
             .map_or(&[][..], |r| r.triggers.as_slice());
-        let (lines, fired) =
+        let (lines, fired) = if self.probe.mode == ProbeMode::Records {
             self.stats
-                .end_interval(interval_start_wall, t_s, len_ns, &name_of, hlog, triggers);
+                .end_interval(interval_start_wall, t_s, len_ns, &name_of, hlog, triggers)
+        } else {
+            let now = self.probe.aggregates().unwrap_or_default();
+            let names = &self.names;
+            let inflight = |dev: u32| {
+                names
+                    .get(&dev)
+                    .and_then(|n| devices::inflight(n))
+                    .unwrap_or(0) as u32
+            };
+            let lines = crate::stats::aggregate_lines(
+                &self.prev_aggregates,
+                &now,
+                interval_start_wall,
+                t_s,
+                len_ns,
+                &name_of,
+                &inflight,
+            );
+            self.prev_aggregates = now;
+            (lines, Vec::new())
+        };
         if !fired.is_empty()
             && self.pending_dump.is_none()
             && let Some(rec) = &mut self.recorder
@@ -886,7 +917,13 @@ pub async fn run(cfg: Config) -> Result<i32> {
         None => None,
     };
     let mut probe = Probe::load(&ProbeOptions {
-        ring_bytes: cfg.ring_bytes,
+        mode: cfg.mode,
+        // Without records the ring stays empty: the smallest one.
+        ring_bytes: if cfg.mode == ProbeMode::Records {
+            cfg.ring_bytes
+        } else {
+            4096
+        },
         devices: devices.iter().map(DeviceInfo::dev).collect(),
     })?;
     let ring = probe.take_ring()?;
@@ -937,6 +974,7 @@ pub async fn run(cfg: Config) -> Result<i32> {
         start_counters: None,
         before_start: 0,
         metrics: None,
+        prev_aggregates: Vec::new(),
         arrays: devices::arrays_of(&devices_for_arrays),
         recorder: None,
         dumps: Vec::new(),
@@ -991,7 +1029,11 @@ pub async fn run(cfg: Config) -> Result<i32> {
     };
     let mut asks = None;
     if let Some(l) = listener {
-        let mut m = Metrics::new(run.cfg.metrics_per_octave, run.wall_start_ns);
+        let mut m = if run.cfg.mode == ProbeMode::Records {
+            Metrics::new(run.cfg.metrics_per_octave, run.wall_start_ns)
+        } else {
+            Metrics::from_kernel(run.cfg.metrics_per_octave, run.wall_start_ns)
+        };
         for d in &run.devices {
             m.add_device(d.dev());
         }
@@ -1023,7 +1065,10 @@ pub async fn run(cfg: Config) -> Result<i32> {
         tokio::time::Instant::now() + run.cfg.interval,
         run.cfg.interval,
     );
-    // The probe wakes us only when the ring fills up to its threshold; drain it on a timer too.
+    // The probe never wakes us (a wakeup per record costs more than the record): drain the
+    // ring on a timer.
+    // (Without records the ring stays empty: no timer.)
+    let records = run.probe.mode == ProbeMode::Records;
     let mut drain = tokio::time::interval(Duration::from_millis(20));
     drain.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut interval_start_wall = run.wall_start_ns;
@@ -1041,10 +1086,12 @@ pub async fn run(cfg: Config) -> Result<i32> {
                 drain_ring(guard.get_inner_mut(), &mut run);
                 guard.clear_ready();
             }
-            _ = drain.tick() => {
+            _ = drain.tick(), if records => {
                 drain_ring(ring.get_mut(), &mut run);
             }
             _ = ticker.tick() => {
+                // The interval holds every record completed before its end.
+                drain_ring(ring.get_mut(), &mut run);
                 let len = interval_start.elapsed().as_nanos() as u64;
                 run.tick(interval_start_wall, started.elapsed().as_secs_f64(), len);
                 interval_start = Instant::now();
@@ -1249,16 +1296,48 @@ fn summary(
             );
         }
     }
-    let _ = writeln!(
-        out,
-        "records: {} received, {} dropped (ring full), {} filtered out; missed IOs: {} completions not seen by the probe, {} program runs skipped by the kernel (BPF recursion), {} untracked (request map full)",
-        thousands(run.received_total),
-        thousands(counters.ring_drops),
-        thousands(run.filtered_out),
-        thousands(counters.missed_completions),
-        thousands(counters.recursion_misses()),
-        thousands(counters.request_map_full)
-    );
+    if run.probe.mode != ProbeMode::Records {
+        let _ = writeln!(
+            out,
+            "records: none (--no-records: the exact in-kernel aggregates only){}",
+            if counters.recursion_misses() > 0 {
+                format!(
+                    "; {} program runs skipped by the kernel (BPF recursion)",
+                    thousands(counters.recursion_misses())
+                )
+            } else {
+                String::new()
+            }
+        );
+        if let Some(a) = aggregates.iter().find(|a| a.ios > 0 && a.timed < a.ios) {
+            let _ = writeln!(
+                out,
+                "note: {} of {} IOs have no latency: the kernel stamps the start only of requests it accounts (iostats on)",
+                thousands(a.ios - a.timed),
+                thousands(a.ios)
+            );
+        }
+        if aggregates
+            .iter()
+            .any(|a| a.timed > 0 && a.device_latency.iter().all(|&c| c == 0))
+        {
+            let _ = writeln!(
+                out,
+                "note: no device latency: the kernel stamps the issue only where the queue collects statistics (e.g. with write-back throttling on: /sys/block/NAME/queue/wbt_lat_usec)"
+            );
+        }
+    } else {
+        let _ = writeln!(
+            out,
+            "records: {} received, {} dropped (ring full), {} filtered out; missed IOs: {} completions not seen by the probe, {} program runs skipped by the kernel (BPF recursion), {} untracked (request map full)",
+            thousands(run.received_total),
+            thousands(counters.ring_drops),
+            thousands(run.filtered_out),
+            thousands(counters.missed_completions),
+            thousands(counters.recursion_misses()),
+            thousands(counters.request_map_full)
+        );
+    }
     if counters.aggregate_map_full > 0 {
         let _ = writeln!(
             out,

@@ -221,6 +221,16 @@ fn cpu_list(s: &str) -> Option<Vec<u32>> {
     Some(cpus)
 }
 
+/// The kernel's requests in flight on a disk now (reads + writes, `/sys/block/NAME/inflight`).
+pub fn inflight(name: &str) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/sys/block/{name}/inflight")).ok()?;
+    let mut n = 0u64;
+    for v in s.split_whitespace() {
+        n += v.parse::<u64>().ok()?;
+    }
+    Some(n)
+}
+
 pub fn name_of(major: u32, minor: u32) -> Option<String> {
     name_of_in(Path::new(SYSFS), major, minor)
 }

@@ -89,6 +89,7 @@ pub fn probe_config(btf: &KernelBtf, hooks: Hooks) -> Result<(ProbeConfig, OpDec
         rq_cmd_flags: btf.member_offset("request", "cmd_flags")?,
         rq_rq_flags: btf.member_offset("request", "rq_flags")?,
         rq_start_time_ns: btf.member_offset("request", "start_time_ns")?,
+        rq_io_start_time_ns: btf.member_offset("request", "io_start_time_ns")?,
         rq_bio: btf.member_offset("request", "bio")?,
         rq_mq_hctx: btf.member_offset("request", "mq_hctx")?,
         hctx_queue_num: btf.member_offset("blk_mq_hw_ctx", "queue_num")?,
@@ -102,10 +103,10 @@ pub fn probe_config(btf: &KernelBtf, hooks: Hooks) -> Result<(ProbeConfig, OpDec
         filter_devices: 0,
         filter_list_len: 0,
         filter_list: [0; tracer_common::FILTER_LIST_MAX],
-        wakeup_bytes: 0,
         bio_next: bio("bio", "bi_next")?,
         bio_bdev: bio("bio", "bi_bdev")?,
         bdev_disk: bio("block_device", "bd_disk")?,
+        task_comm: btf.member_offset("task_struct", "comm")?,
     };
     let mut ops = Vec::new();
     for (name, op) in [

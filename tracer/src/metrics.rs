@@ -45,6 +45,33 @@ fn size_bounds() -> Vec<u64> {
     (9..=26).map(|k| 1u64 << k).collect()
 }
 
+/// With `--no-records`, the kernel's log-linear buckets as the endpoint's: the bucket
+/// boundaries `k` (bound `loglin_lower(k)`, holding the kernel's buckets below `k`) from 1,024
+/// ns to 2^36 ns (69 s), `per_octave` (1, 2 or 4) to a power of two.
+pub fn kernel_latency_bounds(per_octave: u32) -> Vec<usize> {
+    let step = (4 / per_octave.clamp(1, 4)) as usize;
+    (40..=144).step_by(step).collect()
+}
+
+/// Size bounds of the kernel's buckets: the powers of two from 512 bytes to 64 MiB, as
+/// [`size_bounds`].
+fn kernel_size_bounds() -> Vec<usize> {
+    (9..=26).map(|m| 4 * (m - 1)).collect()
+}
+
+/// A kernel histogram ([`tracer_common::loglin_le_bucket`]s) cut at boundaries `ks`.
+fn kernel_hist(h: &[u64], ks: &[usize], sum: u64) -> Hist {
+    let mut counts = Vec::with_capacity(ks.len() + 1);
+    let mut from = 0;
+    for &k in ks {
+        let to = k.min(h.len()).max(from);
+        counts.push(h[from..to].iter().sum());
+        from = to;
+    }
+    counts.push(h[from..].iter().sum());
+    Hist { counts, sum }
+}
+
 /// Counts per bucket (not cumulative), their sum and count.
 #[derive(Clone)]
 struct Hist {
@@ -81,6 +108,9 @@ struct DevHists {
 
 /// What the daemon keeps for the endpoint.
 pub struct Metrics {
+    /// `--no-records`: the histograms are the kernel's, read from the aggregates at a scrape,
+    /// cut at these boundaries ([`kernel_latency_bounds`]).
+    kernel: Option<Vec<usize>>,
     lat_bounds: Vec<u64>,
     size_bounds: Vec<u64>,
     devs: Vec<DevHists>,
@@ -92,11 +122,70 @@ pub struct Metrics {
 impl Metrics {
     pub fn new(per_octave: u32, started_unix_ns: i64) -> Metrics {
         Metrics {
+            kernel: None,
             lat_bounds: latency_bounds_ns(per_octave),
             size_bounds: size_bounds(),
             devs: Vec::new(),
             last: 0,
             started_unix_s: started_unix_ns as f64 / 1e9,
+        }
+    }
+
+    /// The histograms from the kernel's aggregates (`--no-records`), at `per_octave` (1, 2, 4).
+    pub fn from_kernel(per_octave: u32, started_unix_ns: i64) -> Metrics {
+        let ks = kernel_latency_bounds(per_octave);
+        Metrics {
+            kernel: Some(ks.clone()),
+            lat_bounds: ks.iter().map(|&k| tracer_common::loglin_lower(k)).collect(),
+            size_bounds: kernel_size_bounds()
+                .iter()
+                .map(|&k| tracer_common::loglin_lower(k))
+                .collect(),
+            devs: Vec::new(),
+            last: 0,
+            started_unix_s: started_unix_ns as f64 / 1e9,
+        }
+    }
+
+    /// With `--no-records`: the histograms now, from the kernel's aggregates.
+    fn fill_from_kernel(&mut self, aggregates: &[AggregateSnapshot]) {
+        let Some(ks) = self.kernel.clone() else {
+            return;
+        };
+        let sks = kernel_size_bounds();
+        for d in &mut self.devs {
+            for h in d.latency.iter_mut().flatten().chain(d.size.iter_mut()) {
+                h.counts.iter_mut().for_each(|c| *c = 0);
+                h.sum = 0;
+            }
+        }
+        for a in aggregates {
+            let g = a.group();
+            // The block layer's absorbed empty flush (a 0-byte read to the kernel): as
+            // `record` leaves it out.
+            if g != StatGroup::Flush && a.op == Some(Op::Flush) {
+                continue;
+            }
+            let i = self.index(tracer_common::dev_join(a.major, a.minor));
+            let d = &mut self.devs[i];
+            let g = g as usize;
+            d.seen[g] = true;
+            for (h, (src, sum)) in d.latency[g].iter_mut().zip([
+                (&a.queue_latency, a.queue_ns_sum),
+                (&a.device_latency, a.device_ns_sum),
+                (&a.total_latency, a.total_ns_sum),
+            ]) {
+                let k = kernel_hist(src, &ks, sum);
+                for (c, v) in h.counts.iter_mut().zip(&k.counts) {
+                    *c += v;
+                }
+                h.sum += k.sum;
+            }
+            let k = kernel_hist(&a.size, &sks, a.bytes);
+            for (c, v) in d.size[g].counts.iter_mut().zip(&k.counts) {
+                *c += v;
+            }
+            d.size[g].sum += k.sum;
         }
     }
 
@@ -153,7 +242,8 @@ pub struct Scrape<'a> {
     pub aggregates: &'a [AggregateSnapshot],
     pub counters: &'a ProbeCounters,
     /// (dev, requests in the OS, requests at the device) now.
-    pub inflight: &'a [(u32, u64, u64)],
+    /// (dev, requests in the OS, requests at the device if known) now.
+    pub inflight: &'a [(u32, u64, Option<u64>)],
     pub name_of: &'a dyn Fn(u32) -> String,
     pub records: u64,
     pub filtered_out: u64,
@@ -241,7 +331,11 @@ impl Out {
 }
 
 /// The exposition text (`openmetrics`: the OpenMetrics 1.0 variant, ending in `# EOF`).
-pub fn render(m: &Metrics, sc: &Scrape, openmetrics: bool) -> String {
+pub fn render(m: &mut Metrics, sc: &Scrape, openmetrics: bool) -> String {
+    if m.kernel.is_some() {
+        m.fill_from_kernel(sc.aggregates);
+    }
+    let m = &*m;
     let mut o = Out {
         s: String::with_capacity(64 << 10),
         open: openmetrics,
@@ -348,11 +442,13 @@ pub fn render(m: &Metrics, sc: &Scrape, openmetrics: bool) -> String {
             &[("device", &dn), ("where", "os")],
             *os as f64,
         );
-        o.sample(
-            "blkprof_inflight",
-            &[("device", &dn), ("where", "device")],
-            *device as f64,
-        );
+        if let Some(device) = device {
+            o.sample(
+                "blkprof_inflight",
+                &[("device", &dn), ("where", "device")],
+                *device as f64,
+            );
+        }
     }
 
     let c = sc.counters;
@@ -598,14 +694,14 @@ mod tests {
         let sc = Scrape {
             aggregates: &aggs,
             counters: &counters,
-            inflight: &[(dev, 3, 1)],
+            inflight: &[(dev, 3, Some(1))],
             name_of: &name,
             records: 3,
             filtered_out: 0,
             bpf_stats_enabled: false,
             kernel: "6.1\"x",
         };
-        let t = render(&m, &sc, false);
+        let t = render(&mut m, &sc, false);
         assert!(
             t.contains("blkprof_ios_total{device=\"loop3\",op=\"read\"} 5\n"),
             "{t}"
@@ -631,7 +727,7 @@ mod tests {
         assert!(t.contains("blkprof_lost_ios_total{reason=\"ring_full\"} 2\n"));
         assert!(t.contains("kernel=\"6.1\\\"x\""), "label values escaped");
         assert!(!t.contains("# EOF"));
-        let om = render(&m, &sc, true);
+        let om = render(&mut m, &sc, true);
         assert!(om.ends_with("# EOF\n"));
         assert!(om.contains("# TYPE blkprof_ios counter\n"));
     }

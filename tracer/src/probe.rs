@@ -69,7 +69,20 @@ pub enum Tracked {
     Overflow(u64),
 }
 
+/// What the probe does per IO.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ProbeMode {
+    /// A record per IO to the ring, and the exact aggregates.
+    #[default]
+    Records,
+    /// The exact aggregates only, from the completion program alone (`--no-records`).
+    Aggregates,
+    /// Programs that return at once: the cost of being attached (benchmarks only).
+    Nop,
+}
+
 pub struct ProbeOptions {
+    pub mode: ProbeMode,
     pub ring_bytes: u32,
     /// Kernel dev_t values to trace; empty = all devices.
     pub devices: Vec<u32>,
@@ -81,6 +94,9 @@ pub struct Probe {
     pub config: ProbeConfig,
     /// The submission hook the running kernel offers (the programs loaded follow it).
     pub hooks: Hooks,
+    pub mode: ProbeMode,
+    /// The programs loaded, (program, tracepoint), submission side first.
+    programs: &'static [(&'static str, &'static str)],
     links: Vec<(String, aya::programs::tp_btf::BtfTracePointLinkId)>,
 }
 
@@ -107,7 +123,6 @@ impl Probe {
             config.filter_list_len = opts.devices.len() as u32;
             config.filter_list[..opts.devices.len()].copy_from_slice(&opts.devices);
         }
-        config.wakeup_bytes = (opts.ring_bytes / 8).min(256 << 10);
         let btf = Btf::from_sys_fs().map_err(|e| ProbeError::Load(format!("kernel BTF: {e}")))?;
         let mut ebpf = EbpfLoader::new()
             .btf(Some(&btf))
@@ -127,7 +142,12 @@ impl Probe {
                     .map_err(|e| ProbeError::Load(e.to_string()))?;
             }
         }
-        for &(prog, tracepoint) in hooks.programs() {
+        let programs: &'static [(&'static str, &'static str)] = match opts.mode {
+            ProbeMode::Records => hooks.programs(),
+            ProbeMode::Aggregates => &tracer_common::PROGRAMS_AGGREGATES,
+            ProbeMode::Nop => &tracer_common::PROGRAMS_NOP,
+        };
+        for &(prog, tracepoint) in programs {
             let p: &mut BtfTracePoint = ebpf
                 .program_mut(prog)
                 .ok_or_else(|| ProbeError::Load(format!("program {prog} missing from the object")))?
@@ -143,6 +163,8 @@ impl Probe {
             decoder,
             config,
             hooks,
+            mode: opts.mode,
+            programs,
             links: Vec::new(),
         })
     }
@@ -150,7 +172,7 @@ impl Probe {
     /// Attach in the order that keeps the in-flight counts consistent: completion side first,
     /// submission last.
     pub fn attach(&mut self) -> Result<(), ProbeError> {
-        for (prog, tracepoint) in self.hooks.programs().iter().rev() {
+        for (prog, tracepoint) in self.programs.iter().rev() {
             let p: &mut BtfTracePoint = self
                 .ebpf
                 .program_mut(prog)
@@ -279,7 +301,7 @@ impl Probe {
             *s = vals.iter().sum();
         }
         let mut programs = Vec::new();
-        for (prog, tracepoint) in self.hooks.programs() {
+        for (prog, tracepoint) in self.programs {
             if let Some(p) = self.ebpf.program(prog) {
                 let p: Result<&BtfTracePoint, _> = p.try_into();
                 if let Ok(fd) = p.map_err(|_| ()).and_then(|p| p.fd().map_err(|_| ())) {
@@ -340,10 +362,20 @@ impl Probe {
             v.ios += c.ios;
             v.bytes += c.bytes;
             v.total_ns_sum += c.total_ns_sum;
-            for i in 0..v.size_log2.len() {
-                v.size_log2[i] += c.size_log2[i];
-                v.device_latency_log2[i] += c.device_latency_log2[i];
-                v.total_latency_log2[i] += c.total_latency_log2[i];
+            v.timed += c.timed;
+            v.device_ns_sum += c.device_ns_sum;
+            v.queue_ns_sum += c.queue_ns_sum;
+            for (x, y) in v.size.iter_mut().zip(&c.size) {
+                *x += y;
+            }
+            for (x, y) in [
+                (&mut v.queue_latency, &c.queue_latency),
+                (&mut v.device_latency, &c.device_latency),
+                (&mut v.total_latency, &c.total_latency),
+            ] {
+                for (x, y) in x.iter_mut().zip(y) {
+                    *x += y;
+                }
             }
         };
         let slots: PerCpuArray<_, AggregateSlot> =
@@ -383,13 +415,22 @@ impl Probe {
                 ios: v.ios,
                 bytes: v.bytes,
                 total_ns_sum: v.total_ns_sum,
-                size_log2: v.size_log2.to_vec(),
-                device_latency_log2: v.device_latency_log2.to_vec(),
-                total_latency_log2: v.total_latency_log2.to_vec(),
+                timed: v.timed,
+                device_ns_sum: v.device_ns_sum,
+                queue_ns_sum: v.queue_ns_sum,
+                size: trimmed(&v.size),
+                queue_latency: trimmed(&v.queue_latency),
+                device_latency: trimmed(&v.device_latency),
+                total_latency: trimmed(&v.total_latency),
             });
         }
         out.sort_by_key(|a| (a.major, a.minor, a.op, a.flush_rq, a.not_accounted));
         Ok(out)
+    }
+
+    /// The programs loaded, (program, tracepoint).
+    pub fn programs(&self) -> &'static [(&'static str, &'static str)] {
+        self.programs
     }
 
     /// Current in-flight counts per device (for diagnostics).
@@ -463,4 +504,10 @@ fn prog_stats(fd: i32) -> (u64, u64, u64) {
             info.recursion_misses,
         ),
     )
+}
+
+/// A histogram without its trailing empty buckets.
+fn trimmed(h: &[u64]) -> Vec<u64> {
+    let n = h.iter().rposition(|&c| c != 0).map_or(0, |i| i + 1);
+    h[..n].to_vec()
 }

@@ -9,7 +9,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use hdrhistogram::Histogram;
 use hdrhistogram::serialization::{Serializer, V2DeflateSerializer};
 use serde::Serialize;
-use tracer_common::format::IoRecord;
+use tracer_common::format::{AggregateSnapshot, IoRecord};
 use tracer_common::hdrfast::HdrCounts;
 use tracer_common::op::StatGroup;
 
@@ -278,6 +278,120 @@ impl Default for Stats {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// The value at quantile `q` of a probe histogram ([`tracer_common::loglin_le_bucket`]s): the
+/// upper bound of the bucket holding it, as HdrHistogram reports its highest equivalent value.
+pub fn loglin_quantile(h: &[u64], q: f64) -> u64 {
+    let n: u64 = h.iter().sum();
+    if n == 0 {
+        return 0;
+    }
+    let rank = ((q * n as f64).ceil() as u64).clamp(1, n);
+    let mut seen = 0;
+    for (i, &c) in h.iter().enumerate() {
+        seen += c;
+        if seen >= rank {
+            return tracer_common::loglin_lower(i + 1);
+        }
+    }
+    tracer_common::loglin_lower(h.len())
+}
+
+/// `--no-records`: an interval's live lines from the change in the probe's aggregates.
+/// `inflight(dev)`: the device's requests in flight now (the queue depth columns have only
+/// this sample).
+pub fn aggregate_lines(
+    prev: &[AggregateSnapshot],
+    now: &[AggregateSnapshot],
+    start_wall_ns: i64,
+    t_s: f64,
+    len_ns: u64,
+    name_of: &dyn Fn(u32) -> String,
+    inflight: &dyn Fn(u32) -> u32,
+) -> Vec<IntervalLine> {
+    #[derive(Default)]
+    struct Dev {
+        groups: [Counts; 4],
+        device: Vec<u64>,
+        total: Vec<u64>,
+        total_ns_sum: u64,
+    }
+    let sub = |a: &[u64], b: Option<&[u64]>, into: &mut Vec<u64>| {
+        if into.len() < a.len() {
+            into.resize(a.len(), 0);
+        }
+        for (i, &v) in a.iter().enumerate() {
+            let before = b.and_then(|b| b.get(i)).copied().unwrap_or(0);
+            into[i] += v.saturating_sub(before);
+        }
+    };
+    let mut devs: BTreeMap<u32, Dev> = BTreeMap::new();
+    for a in now {
+        let p = prev.iter().find(|p| {
+            (p.major, p.minor, p.op, p.flush_rq, p.not_accounted)
+                == (a.major, a.minor, a.op, a.flush_rq, a.not_accounted)
+        });
+        let ios = a.ios.saturating_sub(p.map_or(0, |p| p.ios));
+        if ios == 0 {
+            continue;
+        }
+        let d = devs
+            .entry(tracer_common::dev_join(a.major, a.minor))
+            .or_default();
+        let c = &mut d.groups[a.group() as usize];
+        c.ios += ios;
+        c.bytes += a.bytes.saturating_sub(p.map_or(0, |p| p.bytes));
+        d.total_ns_sum += a
+            .total_ns_sum
+            .saturating_sub(p.map_or(0, |p| p.total_ns_sum));
+        sub(
+            &a.device_latency,
+            p.map(|p| &p.device_latency[..]),
+            &mut d.device,
+        );
+        sub(
+            &a.total_latency,
+            p.map(|p| &p.total_latency[..]),
+            &mut d.total,
+        );
+    }
+    let secs = len_ns as f64 / 1e9;
+    let rate = |c: Counts| OpRate {
+        iops: c.ios as f64 / secs,
+        mb_per_s: c.bytes as f64 / 1e6 / secs,
+    };
+    let pct = |h: &[u64]| {
+        let max = h
+            .iter()
+            .rposition(|&c| c != 0)
+            .map_or(0, |i| tracer_common::loglin_lower(i + 1));
+        Percentiles {
+            p50: loglin_quantile(h, 0.5) as f64 / 1e3,
+            p99: loglin_quantile(h, 0.99) as f64 / 1e3,
+            p999: loglin_quantile(h, 0.999) as f64 / 1e3,
+            max: max as f64 / 1e3,
+        }
+    };
+    devs.iter()
+        .map(|(&dev, d)| {
+            let q = inflight(dev);
+            IntervalLine {
+                time: tracer_common::format::rfc3339(start_wall_ns),
+                t_s,
+                device: name_of(dev),
+                read: rate(d.groups[StatGroup::Read as usize]),
+                write: rate(d.groups[StatGroup::Write as usize]),
+                discard: rate(d.groups[StatGroup::Discard as usize]),
+                flush: rate(d.groups[StatGroup::Flush as usize]),
+                device_latency_us: pct(&d.device),
+                total_latency_us: pct(&d.total),
+                queue_depth_mean: d.total_ns_sum as f64 / len_ns.max(1) as f64,
+                queue_depth_max: q,
+                device_inflight_max: 0,
+            }
+        })
+        .collect()
 }
 
 pub fn print_header(out: &mut dyn Write) {

@@ -721,3 +721,248 @@ pub fn bench_agent(seconds: u64, rounds: usize, rate: u64) -> Result<()> {
     }
     Ok(())
 }
+
+/// Idle time of all CPUs so far, in ns: from cpuidle's per-state residency (µs) where the
+/// kernel has a cpuidle driver, else from /proc/stat (idle + iowait, in USER_HZ ticks).
+fn idle_ns() -> u64 {
+    let mut us = 0u64;
+    let mut found = false;
+    if let Ok(cpus) = std::fs::read_dir("/sys/devices/system/cpu") {
+        for c in cpus.filter_map(Result::ok) {
+            let name = c.file_name();
+            let name = name.to_string_lossy();
+            if !name.starts_with("cpu") || !name[3..].chars().all(|x| x.is_ascii_digit()) {
+                continue;
+            }
+            let Ok(states) = std::fs::read_dir(c.path().join("cpuidle")) else {
+                continue;
+            };
+            for s in states.filter_map(Result::ok) {
+                if let Some(t) = std::fs::read_to_string(s.path().join("time"))
+                    .ok()
+                    .and_then(|t| t.trim().parse::<u64>().ok())
+                {
+                    us += t;
+                    found = true;
+                }
+            }
+        }
+    }
+    if found {
+        return us * 1000;
+    }
+    let (busy, all) = cpu_jiffies();
+    (all - busy) * 10_000_000
+}
+
+/// How a fixed-rate arm runs the tracer.
+#[derive(Clone, Copy, PartialEq)]
+enum CpuArm {
+    Untraced,
+    /// Programs that return at once on the same tracepoints (`--attach-only`).
+    Floor,
+    /// Per-IO records to a trace file.
+    Records,
+    /// `--no-records`: the in-kernel aggregates only.
+    Aggregates,
+    Biolatency,
+    /// BLKPROF_BENCH_BASELINE's tracer, records to a file.
+    Baseline,
+}
+
+impl CpuArm {
+    fn name(self) -> &'static str {
+        match self {
+            CpuArm::Untraced => "untraced",
+            CpuArm::Floor => "attached, programs that do nothing",
+            CpuArm::Records => "blkprof-trace --output (a record per IO)",
+            CpuArm::Aggregates => "blkprof-trace --no-records",
+            CpuArm::Biolatency => "biolatency -Q -D",
+            CpuArm::Baseline => "baseline tracer --output",
+        }
+    }
+}
+
+/// (busy CPU ns per IO of the whole machine, IOs, the tracer's own CPU ns per IO) while fio
+/// reads `lp` at `rate` IOPS.
+fn cpu_round(
+    arm: CpuArm,
+    lp: &Loop,
+    rate: u64,
+    seconds: u64,
+    out: &Path,
+    baseline: Option<&Path>,
+) -> Result<(f64, u64, f64)> {
+    let _ = std::fs::remove_file(out);
+    let ours = root().join("target/release/blkprof-trace");
+    let out_s = out.display().to_string();
+    let mut tracer: Option<Child> = match arm {
+        CpuArm::Untraced => None,
+        CpuArm::Floor => Some(spawn_tracer(
+            &ours,
+            &["--device", lp.name(), "--quiet", "--attach-only"],
+        )?),
+        CpuArm::Records => Some(spawn_tracer(
+            &ours,
+            &["--device", lp.name(), "--quiet", "--output", &out_s],
+        )?),
+        CpuArm::Aggregates => Some(spawn_tracer(
+            &ours,
+            &["--device", lp.name(), "--quiet", "--no-records"],
+        )?),
+        CpuArm::Baseline => Some(spawn_tracer(
+            baseline.context("baseline")?,
+            &["--device", lp.name(), "--quiet", "--output", &out_s],
+        )?),
+        CpuArm::Biolatency => {
+            let child = Command::new("biolatency")
+                .args(["-Q", "-D"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .context("starting biolatency (Debian package libbpf-tools)")?;
+            // It prints nothing until Ctrl-C: give it time to load and attach.
+            std::thread::sleep(Duration::from_secs(2));
+            Some(child)
+        }
+    };
+    // Let start-up work (BTF, loading, the first device scan) settle.
+    std::thread::sleep(Duration::from_millis(500));
+    let pid = tracer.as_ref().map(Child::id);
+    let cpu0 = pid.map_or(0.0, proc_cpu_s);
+    let before = diskstats_reads(lp.name())?;
+    let idle0 = idle_ns();
+    let t0 = Instant::now();
+    output(Command::new("fio").args([
+        "--name=cpu",
+        &format!("--filename={}", lp.dev),
+        "--rw=randread",
+        "--bs=4k",
+        "--direct=1",
+        "--ioengine=libaio",
+        "--iodepth=8",
+        &format!("--rate_iops={rate}"),
+        &format!("--runtime={seconds}"),
+        "--time_based",
+        "--output-format=json",
+    ]))?;
+    let wall = t0.elapsed().as_nanos() as u64;
+    let idle = idle_ns() - idle0;
+    let ios = diskstats_reads(lp.name())? - before;
+    let cpu = pid.map_or(0.0, proc_cpu_s) - cpu0;
+    if let Some(child) = tracer.take() {
+        // SAFETY: kill(2) on our child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        let o = child.wait_with_output()?;
+        if arm != CpuArm::Biolatency && !o.status.success() {
+            bail!(
+                "blkprof-trace failed: {}",
+                String::from_utf8_lossy(&o.stdout)
+            );
+        }
+    }
+    let _ = std::fs::remove_file(out.with_extension("hlog"));
+    let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+    let busy = (wall * ncpu).saturating_sub(idle);
+    Ok((
+        busy as f64 / ios.max(1) as f64,
+        ios,
+        cpu * 1e9 / ios.max(1) as f64,
+    ))
+}
+
+/// `cargo xtask bench --cpu`: what tracing costs the machine at a fixed rate, the way a user
+/// pays it. fio 4 KB random reads at `rate` IOPS on a loop device over /dev/shm; per arm the
+/// whole machine's busy CPU time per IO (all CPUs, wall time minus idle time), the arms in an
+/// order rotated every round; each traced arm's cost is its busy time per IO minus the
+/// untraced arm's of the same round.
+pub fn bench_cpu(seconds: u64, rounds: usize, rate: u64) -> Result<()> {
+    if !is_root() {
+        bail!(
+            "benchmarks load eBPF programs and create loop devices: run `cargo xtask bench` as root"
+        );
+    }
+    build_release()?;
+    let stats_before =
+        std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").unwrap_or_default();
+    bpf_stats(false)?;
+    let res = bench_cpu_inner(seconds, rounds, rate);
+    let _ = std::fs::write("/proc/sys/kernel/bpf_stats_enabled", stats_before.trim());
+    res
+}
+
+fn bench_cpu_inner(seconds: u64, rounds: usize, rate: u64) -> Result<()> {
+    let pid = std::process::id();
+    let lp = Loop::new(
+        Path::new(&format!("/dev/shm/blkprof-bench-cpu-{pid}.img")),
+        "1G",
+        false,
+    )?;
+    let out = std::env::temp_dir().join(format!("blkprof-bench-cpu-{pid}.blkp"));
+    let baseline = std::env::var_os("BLKPROF_BENCH_BASELINE")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from);
+    let mut arms = vec![
+        CpuArm::Untraced,
+        CpuArm::Floor,
+        CpuArm::Records,
+        CpuArm::Aggregates,
+        CpuArm::Biolatency,
+    ];
+    if baseline.is_some() {
+        arms.push(CpuArm::Baseline);
+    }
+    eprintln!(
+        "bench: CPU per IO on {} over /dev/shm, fio 4k randread at {rate} IOPS (iodepth 8), {seconds} s per run, {rounds} rounds, arms rotated",
+        lp.dev
+    );
+    // Per arm: busy ns per IO minus the untraced arm's of the same round; the tracer's own.
+    let mut added: Vec<Vec<f64>> = vec![Vec::new(); arms.len()];
+    let mut own: Vec<Vec<f64>> = vec![Vec::new(); arms.len()];
+    let mut untraced = Vec::new();
+    for round in 0..rounds {
+        let mut busy = vec![0.0; arms.len()];
+        let mut line = Vec::new();
+        for k in 0..arms.len() {
+            let i = (k + round) % arms.len();
+            let (ns, ios, tracer_ns) =
+                cpu_round(arms[i], &lp, rate, seconds, &out, baseline.as_deref())?;
+            busy[i] = ns;
+            own[i].push(tracer_ns);
+            line.push(format!("{} {ns:.0} ns/IO ({ios} IOs)", arms[i].name()));
+        }
+        untraced.push(busy[0]);
+        for (i, b) in busy.iter().enumerate() {
+            added[i].push(b - busy[0]);
+        }
+        eprintln!("round {}: {}", round + 1, line.join(" | "));
+    }
+    let _ = std::fs::remove_file(&out);
+    let floor = median(&mut added[1].clone());
+    println!(
+        "\n| fio 4k randread at {rate} IOPS, {rounds} rounds of {seconds} s | added busy CPU per IO (median; quartiles) | x the floor | the tracer process's own CPU per IO |"
+    );
+    println!("|---|---|---|---|");
+    println!(
+        "| untraced: busy CPU per IO | {:.0} ns | | |",
+        median(&mut untraced)
+    );
+    for (i, arm) in arms.iter().enumerate().skip(1) {
+        let (a, m, b) = quartiles(&added[i]);
+        let times = if floor > 0.0 {
+            format!("{:.1}", m / floor)
+        } else {
+            "-".into()
+        };
+        let own = if *arm == CpuArm::Biolatency {
+            "-".to_string()
+        } else {
+            format!("{:.0} ns", median(&mut own[i].clone()))
+        };
+        println!(
+            "| {} | {m:.0} ns ({a:.0} to {b:.0}) | {times} | {own} |",
+            arm.name()
+        );
+    }
+    Ok(())
+}

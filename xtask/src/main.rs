@@ -82,6 +82,15 @@ enum Cmd {
         /// The agent benchmark's IO rate (IOPS).
         #[arg(long, default_value_t = 20_000)]
         agent_rate: u64,
+        /// Only the CPU benchmark: the whole machine's busy CPU time per IO at a fixed rate,
+        /// untraced, with programs that do nothing (the floor), with records, with
+        /// --no-records and with biolatency -Q -D (BLKPROF_BENCH_BASELINE: another tracer
+        /// too), the arms rotated over rounds.
+        #[arg(long, conflicts_with_all = ["analyzer_only", "agent"])]
+        cpu: bool,
+        /// The CPU benchmark's IO rate (IOPS).
+        #[arg(long, default_value_t = 40_000)]
+        cpu_rate: u64,
     },
     /// Set up, then the seeds' experiment for real: a Cassandra 5.0 node (from Maven Central)
     /// with its data on a scratch loop device (ext4, mounted with discard), YCSB workload A
@@ -163,7 +172,13 @@ fn main() -> Result<()> {
             analyzer_only,
             agent,
             agent_rate,
+            cpu,
+            cpu_rate,
         } => {
+            if cpu {
+                setup::setup()?;
+                return bench::bench_cpu(seconds, rounds as usize, cpu_rate);
+            }
             if agent {
                 setup::setup()?;
                 return bench::bench_agent(seconds, rounds as usize, agent_rate);

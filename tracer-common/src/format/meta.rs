@@ -98,9 +98,27 @@ pub struct AggregateSnapshot {
     pub ios: u64,
     pub bytes: u64,
     pub total_ns_sum: u64,
-    pub size_log2: Vec<u64>,
-    pub device_latency_log2: Vec<u64>,
-    pub total_latency_log2: Vec<u64>,
+    /// IOs with a known submission time: the count of the total latency histogram (absent in
+    /// files before the log-linear histograms).
+    #[serde(default)]
+    pub timed: u64,
+    /// Sums of the device and queue latencies (ns) over the IOs in their histograms.
+    #[serde(default)]
+    pub device_ns_sum: u64,
+    #[serde(default)]
+    pub queue_ns_sum: u64,
+    /// The probe's histograms, log-linear ([`crate::loglin_le_bucket`]: 4 buckets per power
+    /// of two), without trailing empty buckets: request sizes in bytes, and
+    /// latencies in ns. Files of tracers before them have log2 histograms under other names,
+    /// which are not read.
+    #[serde(default)]
+    pub size: Vec<u64>,
+    #[serde(default)]
+    pub queue_latency: Vec<u64>,
+    #[serde(default)]
+    pub device_latency: Vec<u64>,
+    #[serde(default)]
+    pub total_latency: Vec<u64>,
 }
 
 impl AggregateSnapshot {
@@ -124,9 +142,13 @@ impl AggregateSnapshot {
                     o.ios = o.ios.saturating_add(s.ios);
                     o.bytes = o.bytes.saturating_add(s.bytes);
                     o.total_ns_sum = o.total_ns_sum.saturating_add(s.total_ns_sum);
-                    add(&mut o.size_log2, &s.size_log2);
-                    add(&mut o.device_latency_log2, &s.device_latency_log2);
-                    add(&mut o.total_latency_log2, &s.total_latency_log2);
+                    o.timed = o.timed.saturating_add(s.timed);
+                    o.device_ns_sum = o.device_ns_sum.saturating_add(s.device_ns_sum);
+                    o.queue_ns_sum = o.queue_ns_sum.saturating_add(s.queue_ns_sum);
+                    add(&mut o.size, &s.size);
+                    add(&mut o.queue_latency, &s.queue_latency);
+                    add(&mut o.device_latency, &s.device_latency);
+                    add(&mut o.total_latency, &s.total_latency);
                 }
                 None => out.push(s.clone()),
             }
@@ -408,7 +430,7 @@ mod tests {
             op: Some(op),
             ios,
             bytes: ios * 4096,
-            size_log2: vec![0, ios],
+            size: vec![0, ios],
             ..AggregateSnapshot::default()
         };
         let s = AggregateSnapshot::sum(
@@ -424,6 +446,6 @@ mod tests {
                 (2, Some(Op::Read), 1, 4096)
             ]
         );
-        assert_eq!(s[0].size_log2, [0, 5]);
+        assert_eq!(s[0].size, [0, 5]);
     }
 }
