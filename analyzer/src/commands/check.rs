@@ -7,10 +7,10 @@ use std::io::Write;
 
 use serde::{Deserialize, Serialize};
 
-use crate::html::escape;
-use crate::summary::{JsonDevice, JsonReport};
+use crate::analysis::summary::{JsonDevice, JsonReport};
+use crate::report::format::escape;
 
-use crate::noise;
+use crate::analysis::noise;
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct Rule {
@@ -276,7 +276,10 @@ fn section_metric(
     path: &str,
 ) -> Result<Option<f64>, String> {
     let unknown = || {
-        let names: Vec<&str> = crate::sections::SECTIONS.iter().map(|s| s.name).collect();
+        let names: Vec<&str> = crate::analysis::sections::SECTIONS
+            .iter()
+            .map(|s| s.name)
+            .collect();
         format!(
             "unknown metric {name:?}: write sections.SECTION.FIELD with SECTION one of {} (see docs/check-rules.md)",
             names.join(", ")
@@ -285,7 +288,10 @@ fn section_metric(
     let Some((section, mut rest)) = path.split_once('.') else {
         return Err(unknown());
     };
-    if !crate::sections::SECTIONS.iter().any(|s| s.name == section) {
+    if !crate::analysis::sections::SECTIONS
+        .iter()
+        .any(|s| s.name == section)
+    {
         return Err(unknown());
     }
     let Some(v) = r.sections.get(section) else {
@@ -359,7 +365,7 @@ struct Figure {
     hi: f64,
 }
 
-/// A metric's figure widened by `sigmas` standard errors (crate::noise). Metrics without a
+/// A metric's figure widened by `sigmas` standard errors (crate::analysis::noise). Metrics without a
 /// sampling model (throughput, queue depth, counts) keep a point.
 fn figure(
     r: &JsonReport,
@@ -730,7 +736,7 @@ pub fn junit(verdicts: &[Verdict], name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::summary::{JsonLatency, JsonOp, JsonSize};
+    use crate::analysis::summary::{JsonLatency, JsonOp, JsonSize};
 
     /// A report of one device with reads and writes of one size each; `lat_us(q)` gives the
     /// latency at quantile level q (both ops).

@@ -13,7 +13,7 @@
 //! are measured on a sample: all of the first [`ALL_IOS`] records, then runs of [`SAMPLE_RUN`]
 //! consecutive records, one in every [`SAMPLE_PERIOD`] (so that each seek is between
 //! neighbours, with the window restarted at each run). Busy
-//! and idle time are the summary's (the union of the IOs' intervals, see `crate::busy`).
+//! and idle time are the summary's (the union of the IOs' intervals, see `crate::analysis::busy`).
 //!
 //! btt's merge ratio (bios queued per request) needs the bios, which the probe does not see:
 //! the trace holds requests only, so it is not reported.
@@ -28,8 +28,8 @@ use tracer_common::format::IoRecord;
 use tracer_common::op::{Op, StatGroup};
 
 use super::{Names, Section, SectionDef};
-use crate::html::escape;
-use crate::series::Options;
+use crate::analysis::series::Options;
+use crate::report::format::escape;
 
 pub const DEF: SectionDef = SectionDef {
     name: "phases",
@@ -460,7 +460,7 @@ fn model(v: &Value) -> Option<Model> {
 }
 
 fn us(v: f64) -> String {
-    crate::text::fmt_us(v)
+    crate::report::format::fmt_us(v)
 }
 
 fn text(v: &Value, out: &mut dyn Write) -> std::io::Result<()> {

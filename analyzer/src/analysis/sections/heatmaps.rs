@@ -1,6 +1,6 @@
 //! Heatmaps per device and op (read, write): IOs by time (x) and by total latency, request
 //! size or position on the device (y), for the HTML report and the chart files
-//! ([`crate::plots::heatmaps`] draws them, over the device's bursts and the log's markers).
+//! ([`crate::report::plots::heatmaps`] draws them, over the device's bursts and the log's markers).
 //! Made only when asked for ([`Options::heatmaps`]: `report -o DIR` or `--heatmaps`), so a
 //! plain report does no work for them.
 //!
@@ -20,7 +20,7 @@ use tracer_common::format::{IoRecord, TraceHeader};
 use tracer_common::op::Op;
 
 use super::{Names, Section, SectionDef};
-use crate::series::Options;
+use crate::analysis::series::Options;
 
 pub const DEF: SectionDef = SectionDef {
     name: "heatmaps",
@@ -438,7 +438,7 @@ fn text(v: &Value, out: &mut dyn Write) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The heatmaps are drawn per device with its other charts ([`crate::plots::heatmaps`],
+/// The heatmaps are drawn per device with its other charts ([`crate::report::plots::heatmaps`],
 /// called by the HTML report and by `-o DIR`), because they overlay the device's bursts and
 /// the application log's markers, which are outside this section's part of the report.
 fn html(_: &Value, _: &mut String) -> std::fmt::Result {

@@ -264,7 +264,7 @@ pub(crate) fn flag_names(f: u16) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::synth::{cassandra_like, write_trace};
+    use crate::inputs::synth::{cassandra_like, write_trace};
 
     #[test]
     fn iolog_is_in_submission_order_with_every_read_and_write() {

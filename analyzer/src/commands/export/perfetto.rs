@@ -22,8 +22,8 @@ use tracer_common::format::{IoRecord, TraceReader};
 use tracer_common::op::{Op, StatGroup};
 
 use super::{ExportError, flag_names};
-use crate::series::Options;
-use crate::summary::{Window, summarize};
+use crate::analysis::series::Options;
+use crate::analysis::summary::{Window, summarize};
 
 /// Which IOs to write; the counters always cover the whole trace (clipped to the time range).
 #[derive(Clone, Debug, Default)]
@@ -40,7 +40,7 @@ pub struct PerfettoOptions {
     pub min_bytes: u64,
     /// The stress tool's output and the application's logs (`--stress`, `--app-log`): tracks
     /// of their own on the trace's clock.
-    pub context: crate::summary::Context,
+    pub context: crate::analysis::summary::Context,
 }
 
 /// A point in the trace given on the command line: seconds from its start, or a wall time.
@@ -233,7 +233,7 @@ fn slice_name(rec: &IoRecord) -> String {
     if rec.bytes == 0 {
         return op.into();
     }
-    let h = crate::sizes::human(u64::from(rec.bytes));
+    let h = crate::analysis::sizes::human(u64::from(rec.bytes));
     let size = h
         .strip_suffix("B")
         .filter(|s| s.ends_with(['K', 'M', 'G']))
@@ -863,7 +863,7 @@ impl Clock {
 /// throughput and per-op latency from its status lines.
 fn app_tracks(
     w: &mut Writer,
-    ctx: &crate::summary::Context,
+    ctx: &crate::analysis::summary::Context,
     clock: &Clock,
     st: &mut PerfettoStats,
 ) -> std::io::Result<()> {
@@ -950,7 +950,7 @@ fn app_tracks(
                 st.app_slices += 1;
             }
         }
-        let deleted: Vec<(u64, &crate::stress::Marker)> = log
+        let deleted: Vec<(u64, &crate::inputs::stress::Marker)> = log
             .markers
             .iter()
             .filter(|m| m.kind == "sstable-deleted")
@@ -974,7 +974,7 @@ fn app_tracks(
         }
     }
     for run in &ctx.stress {
-        let points: Vec<(u64, &crate::stress::StatusPoint)> = run
+        let points: Vec<(u64, &crate::inputs::stress::StatusPoint)> = run
             .status
             .iter()
             .filter_map(|p| Some((clock.at(p.time_ns?)?, p)))
@@ -1075,7 +1075,7 @@ mod tests {
     /// enough; every one of them written once.
     #[test]
     fn the_time_range_and_the_cuts_keep_exactly_the_ios_they_name() {
-        use crate::synth::{BASE_NS, cassandra_like, write_trace};
+        use crate::inputs::synth::{BASE_NS, cassandra_like, write_trace};
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("t.blkp");
         let mut ios = cassandra_like(6, 500, &[(2.0, 1.0, 400.0)]);
@@ -1088,8 +1088,9 @@ mod tests {
             st.ios
         };
         assert_eq!(run(PerfettoOptions::default()), ios.len() as u64);
-        let count =
-            |f: &dyn Fn(&crate::synth::Io) -> bool| ios.iter().filter(|i| f(i)).count() as u64;
+        let count = |f: &dyn Fn(&crate::inputs::synth::Io) -> bool| {
+            ios.iter().filter(|i| f(i)).count() as u64
+        };
         let (from, to) = (BASE_NS + 1_500_000_000, BASE_NS + 4_000_000_000);
         assert_eq!(
             run(PerfettoOptions {

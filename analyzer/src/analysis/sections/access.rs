@@ -14,8 +14,8 @@ use tracer_common::format::IoRecord;
 use tracer_common::op::Op;
 
 use super::{Section, SectionDef};
-use crate::html::escape;
-use crate::series::Options;
+use crate::analysis::series::Options;
+use crate::report::format::escape;
 
 pub const DEF: SectionDef = SectionDef {
     name: "access_pattern",
@@ -190,7 +190,7 @@ fn text(v: &Value, out: &mut dyn Write) -> std::io::Result<()> {
         out,
         "\naccess pattern (sequential: an IO that starts where one of the {} before it of its op ended, or up to {} after):",
         m.recent,
-        crate::sizes::human(m.gap_bytes)
+        crate::analysis::sizes::human(m.gap_bytes)
     )?;
     for d in &m.devices {
         let ops: Vec<String> = d
@@ -215,7 +215,7 @@ fn html(v: &Value, h: &mut String) -> std::fmt::Result {
         "<h3>Access pattern</h3><p>Sequential: an IO that starts where one of the {} before it of its op on the device ended, or up to {} after.</p>\
 <table><tr><th class='l'>device</th><th class='l'>op</th><th>IOs</th><th>sequential IOs %</th><th>sequential bytes %</th></tr>",
         m.recent,
-        escape(&crate::sizes::human(m.gap_bytes))
+        escape(&crate::analysis::sizes::human(m.gap_bytes))
     )?;
     for d in &m.devices {
         for o in &d.ops {

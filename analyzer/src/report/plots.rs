@@ -3,7 +3,7 @@
 
 use plotters::prelude::*;
 
-use crate::summary::{JsonDevice, JsonReport};
+use crate::analysis::summary::{JsonDevice, JsonReport};
 
 pub struct Line<'a> {
     pub label: &'a str,
@@ -19,7 +19,7 @@ fn fonts() {
         let _ = plotters::style::register_font(
             "sans-serif",
             FontStyle::Normal,
-            include_bytes!("../assets/DejaVuSans.ttf"),
+            include_bytes!("../../assets/DejaVuSans.ttf"),
         );
     });
 }
@@ -152,7 +152,7 @@ pub fn line_chart(
 fn svg_error(title: &str) -> String {
     format!(
         "<svg xmlns='http://www.w3.org/2000/svg' width='960' height='40'><text x='10' y='25'>{}: no data</text></svg>",
-        crate::html::escape(title)
+        crate::report::format::escape(title)
     )
 }
 
@@ -568,7 +568,7 @@ fn offset_label(bytes: u64) -> String {
     } else if b >= G {
         format!("{:.1}GB", b / G)
     } else {
-        crate::sizes::human(bytes)
+        crate::analysis::sizes::human(bytes)
     }
 }
 
@@ -576,8 +576,8 @@ fn offset_label(bytes: u64) -> String {
 pub fn heatmaps(j: &JsonReport, d: &JsonDevice) -> Vec<Heatmap> {
     let Some(m) = j
         .sections
-        .get(crate::sections::heatmaps::DEF.name)
-        .and_then(crate::sections::heatmaps::model)
+        .get(crate::analysis::sections::heatmaps::DEF.name)
+        .and_then(crate::analysis::sections::heatmaps::model)
     else {
         return Vec::new();
     };
@@ -591,7 +591,7 @@ pub fn heatmaps(j: &JsonReport, d: &JsonDevice) -> Vec<Heatmap> {
     type Kind<'a> = (
         &'a str,
         &'a str,
-        &'a crate::sections::heatmaps::Map,
+        &'a crate::analysis::sections::heatmaps::Map,
         fn(u64) -> String,
     );
     let maps: [Kind; 3] = [
@@ -605,7 +605,7 @@ pub fn heatmaps(j: &JsonReport, d: &JsonDevice) -> Vec<Heatmap> {
             "heatmap-size",
             "request size",
             &hd.size,
-            crate::sizes::human,
+            crate::analysis::sizes::human,
         ),
         (
             "heatmap-offset",

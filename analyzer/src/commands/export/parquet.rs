@@ -33,7 +33,7 @@ use tracer_common::op::{Op, flags};
 use super::parquet_delta::DeltaColumn;
 use super::parquet_dict::DictColumn;
 use super::{ExportError, flag_names};
-use crate::summary::{Lost, Window, op_key};
+use crate::analysis::summary::{Lost, Window, op_key};
 
 /// Records converted to columns at a time: 20 KB of records, read once per column.
 const L1_ROWS: usize = 256;
@@ -950,7 +950,7 @@ fn export_one(
     let window = Window::of(
         &header,
         &r.scan()?,
-        &crate::series::Options::default(),
+        &crate::analysis::series::Options::default(),
         file_bytes,
     );
     let only = match &opts.device {
@@ -1084,7 +1084,7 @@ fn export_one(
         .into(),
         rows: 0,
         records_outside_window: outside,
-        lost: crate::summary::lost(&header, trailer.as_ref(), r.last_stats(), &coverage),
+        lost: crate::analysis::summary::lost(&header, trailer.as_ref(), r.last_stats(), &coverage),
         coverage,
         devices: r.devices().to_vec(),
         time_zone: header.time_zone.clone(),
@@ -1121,7 +1121,7 @@ fn export_one(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::synth::{Io, WALL_NS, cassandra_like, write_trace};
+    use crate::inputs::synth::{Io, WALL_NS, cassandra_like, write_trace};
     use arrow_array::types::Int32Type;
     use arrow_array::{Array, Int64Array, RecordBatch, StringArray, TimestampNanosecondArray};
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
@@ -1335,7 +1335,7 @@ mod tests {
                 let io = &ios[i];
                 assert_eq!(
                     complete.value(r),
-                    WALL_NS + (io.complete_ns - crate::synth::BASE_NS) as i64
+                    WALL_NS + (io.complete_ns - crate::inputs::synth::BASE_NS) as i64
                 );
                 let name = op_names.value(op.keys().value(r) as usize);
                 if io.issue_ns == 0 {

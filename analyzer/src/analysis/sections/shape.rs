@@ -25,8 +25,8 @@ use tracer_common::format::IoRecord;
 use tracer_common::op::Op;
 
 use super::{Names, Section, SectionDef};
-use crate::html::escape;
-use crate::series::Options;
+use crate::analysis::series::Options;
+use crate::report::format::escape;
 
 pub const DEF: SectionDef = SectionDef {
     name: "workload_shape",
@@ -419,7 +419,7 @@ fn approximate(m: &Model, d: &DeviceModel) -> String {
     format!(
         "estimated from {:.2}% of the device's {} regions (more than {} touched)",
         d.sampled_pct,
-        crate::sizes::human(m.region_bytes),
+        crate::analysis::sizes::human(m.region_bytes),
         m.max_regions
     )
 }
@@ -448,7 +448,7 @@ fn sparkline(bins: &[LbaBin]) -> String {
 
 fn text(v: &Value, out: &mut dyn Write) -> std::io::Result<()> {
     let Some(m) = model(v) else { return Ok(()) };
-    let h = crate::text::bytes;
+    let h = crate::report::format::bytes;
     writeln!(
         out,
         "\nworkload shape (workset: distinct 4 KiB blocks touched; write invalidation: blocks written / distinct blocks written; sequential share: see access pattern):"
@@ -477,7 +477,7 @@ fn text(v: &Value, out: &mut dyn Write) -> std::io::Result<()> {
                 "  {:<12} IOs by offset, {} bins of {} from {} to {}: |{}|",
                 "",
                 d.lba.bins.len(),
-                crate::sizes::human(d.lba.bin_bytes),
+                crate::analysis::sizes::human(d.lba.bin_bytes),
                 h(d.lba.start_bytes),
                 h(d.lba.end_bytes),
                 sparkline(&d.lba.bins)
@@ -489,7 +489,7 @@ fn text(v: &Value, out: &mut dyn Write) -> std::io::Result<()> {
 
 fn html(v: &Value, out: &mut String) -> std::fmt::Result {
     let Some(m) = model(v) else { return Ok(()) };
-    let h = |b: u64| escape(&crate::text::bytes(b));
+    let h = |b: u64| escape(&crate::report::format::bytes(b));
     out.push_str(
         "<h3>Workload shape</h3><p>Workset: distinct 4 KiB blocks touched (counted exactly, or estimated from a sample of 1 MiB regions when more than 8,192 are touched). Write invalidation factor: blocks written / distinct blocks written (how often each written block was written). Sequential share: see Access pattern.</p>\
 <table><tr><th class='l'>device</th><th>workset</th><th>read workset</th><th>write workset</th><th>bytes written</th><th>write invalidation factor</th><th class='l'>note</th></tr>",
@@ -536,7 +536,7 @@ fn html(v: &Value, out: &mut String) -> std::fmt::Result {
             out,
             "<p>{}: IOs by offset (bins of {} from {} to {}; reads blue, writes orange)</p><svg width='640' height='80' role='img'>",
             escape(&d.name),
-            escape(&crate::sizes::human(d.lba.bin_bytes)),
+            escape(&crate::analysis::sizes::human(d.lba.bin_bytes)),
             h(d.lba.start_bytes),
             h(d.lba.end_bytes)
         )?;

@@ -13,8 +13,8 @@ use tracer_common::hdrfast::HdrCounts;
 use tracer_common::op::StatGroup;
 
 use super::{Names, Section, SectionDef};
-use crate::html::escape;
-use crate::series::Options;
+use crate::analysis::series::Options;
+use crate::report::format::escape;
 
 pub const DEF: SectionDef = SectionDef {
     name: "arrays",
@@ -29,7 +29,7 @@ struct Model {
     arrays: Vec<ArrayModel>,
 }
 
-/// One array and its members: the section's model, and `blkprof whatif`'s (crate::whatif), so
+/// One array and its members: the section's model, and `blkprof whatif`'s (crate::analysis::whatif), so
 /// that a modelled array reads as a traced one.
 #[derive(Serialize, Deserialize, Default, Debug)]
 #[serde(default)]
@@ -232,9 +232,9 @@ pub(crate) fn write_text(out: &mut dyn Write, a: &ArrayModel) -> std::io::Result
         "\narray {} ({}, chunk {}): {} IOs, {} over {} members; busiest member {:.2}x the mean",
         a.name,
         a.level,
-        crate::sizes::human(a.chunk_bytes),
+        crate::analysis::sizes::human(a.chunk_bytes),
         tracer_common::coverage::thousands(a.ios),
-        crate::text::bytes(a.bytes),
+        crate::report::format::bytes(a.bytes),
         a.members.len(),
         a.imbalance_ios
     )?;
@@ -246,9 +246,9 @@ pub(crate) fn write_text(out: &mut dyn Write, a: &ArrayModel) -> std::io::Result
             mb.slot.map_or_else(|| "-".to_string(), |s| s.to_string()),
             tracer_common::coverage::thousands(mb.ios),
             mb.pct_ios,
-            crate::text::bytes(mb.bytes),
+            crate::report::format::bytes(mb.bytes),
             mb.pct_bytes,
-            crate::sizes::human(mb.mean_request_bytes as u64),
+            crate::analysis::sizes::human(mb.mean_request_bytes as u64),
             mb.queue_depth_mean,
             mb.queue_depth_max,
             p99(mb)
@@ -259,7 +259,7 @@ pub(crate) fn write_text(out: &mut dyn Write, a: &ArrayModel) -> std::io::Result
 
 fn p99(mb: &MemberModel) -> String {
     mb.p99_total_us
-        .map_or_else(|| "-".to_string(), crate::text::fmt_us)
+        .map_or_else(|| "-".to_string(), crate::report::format::fmt_us)
 }
 
 fn html(v: &Value, h: &mut String) -> std::fmt::Result {
@@ -271,7 +271,7 @@ fn html(v: &Value, h: &mut String) -> std::fmt::Result {
 <table><tr><th class='l'>member</th><th>slot</th><th>IOs</th><th>IOs %</th><th>bytes</th><th>bytes %</th><th>mean size</th><th>queue mean</th><th>queue max</th><th>p99 total</th></tr>",
             escape(&a.name),
             escape(&a.level),
-            escape(&crate::sizes::human(a.chunk_bytes)),
+            escape(&crate::analysis::sizes::human(a.chunk_bytes)),
             a.ios,
             a.members.len(),
             a.imbalance_ios
@@ -284,9 +284,9 @@ fn html(v: &Value, h: &mut String) -> std::fmt::Result {
                 mb.slot.map_or_else(|| "-".to_string(), |s| s.to_string()),
                 mb.ios,
                 mb.pct_ios,
-                escape(&crate::sizes::human(mb.bytes)),
+                escape(&crate::analysis::sizes::human(mb.bytes)),
                 mb.pct_bytes,
-                escape(&crate::sizes::human(mb.mean_request_bytes as u64)),
+                escape(&crate::analysis::sizes::human(mb.mean_request_bytes as u64)),
                 mb.queue_depth_mean,
                 mb.queue_depth_max,
                 escape(&p99(mb))

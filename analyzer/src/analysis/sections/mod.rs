@@ -9,7 +9,7 @@ use std::io::Write;
 use serde_json::Value;
 use tracer_common::format::{IoRecord, TraceHeader};
 
-use crate::series::Options;
+use crate::analysis::series::Options;
 
 mod access;
 pub(crate) mod arrays;
@@ -28,7 +28,7 @@ pub struct SectionDef {
     /// The terminal report's lines for it (after the devices').
     pub text: fn(&Value, &mut dyn Write) -> std::io::Result<()>,
     /// The HTML report's part for it (after the devices'); escape every string from the trace
-    /// with [`crate::html::escape`].
+    /// with [`crate::report::format::escape`].
     pub html: fn(&Value, &mut String) -> std::fmt::Result,
 }
 
@@ -45,7 +45,7 @@ pub trait Section {
 pub struct Names<'a> {
     /// What the summary counted per device (sizes, latency histograms per op and phase), so
     /// a section shows it instead of counting it again.
-    pub devices: &'a std::collections::BTreeMap<u32, crate::summary::DeviceStats>,
+    pub devices: &'a std::collections::BTreeMap<u32, crate::analysis::summary::DeviceStats>,
     /// A device's name from its `dev_t`.
     pub device: &'a dyn Fn(u32) -> String,
     /// A cgroup's path from its id, if the trace named it.

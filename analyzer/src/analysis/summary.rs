@@ -13,9 +13,9 @@ use tracer_common::format::{
 };
 use tracer_common::op::{Op, StatGroup, flags};
 
-use crate::bursts::{Burst, Classifier, ReadImpact, Spike, burst_ranges};
-use crate::series::{Options, Series, detect_bursts, detect_spikes};
-use crate::sizes::SizeClass;
+use crate::analysis::bursts::{Burst, Classifier, ReadImpact, Spike, burst_ranges};
+use crate::analysis::series::{Options, Series, detect_bursts, detect_spikes};
+use crate::analysis::sizes::SizeClass;
 use tracer_common::hdrfast::HdrCounts;
 
 /// Version of the JSON document `blkprof report --json` prints (docs/report-json.md).
@@ -143,14 +143,14 @@ pub struct DeviceStats {
     /// Every discard, sorted by completion time (discards are few).
     pub discards: Vec<IoRecord>,
     /// Time with at least one IO in the OS.
-    pub busy: crate::busy::Busy,
+    pub busy: crate::analysis::busy::Busy,
 }
 
 /// What came with the trace: the stress tool's results and the application's logs.
 #[derive(Clone, Debug, Default)]
 pub struct Context {
-    pub stress: Vec<crate::stress::StressRun>,
-    pub logs: Vec<crate::stress::AppLog>,
+    pub stress: Vec<crate::inputs::stress::StressRun>,
+    pub logs: Vec<crate::inputs::stress::AppLog>,
 }
 
 /// Everything the report needs from one or more trace files of one run.
@@ -168,7 +168,7 @@ pub struct Summary {
     /// The last periodic stats frame read: the losses of a file without a trailer.
     pub last_stats: Option<StatsFrame>,
     pub integrity: Integrity,
-    /// What the registered sections (crate::sections) made, by name.
+    /// What the registered sections (crate::analysis::sections) made, by name.
     pub sections: BTreeMap<String, serde_json::Value>,
 }
 
@@ -323,7 +323,7 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
     let mut chunks: Vec<((u64, u64), u64, u64)> = Vec::new();
     // Whether each task's writes count towards bursts (--burst-comm), by pass one's numbering.
     let mut burst_writer: Vec<bool> = Vec::new();
-    let mut sections = crate::sections::start(opts, r.header());
+    let mut sections = crate::analysis::sections::start(opts, r.header());
     let mut kept: Vec<IoRecord> = Vec::new();
     // Pass one: totals, size mix, latency, time series.
     loop {
@@ -381,7 +381,7 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
                                 spikes: Vec::new(),
                                 read_impact: ReadImpact::default(),
                                 discards: Vec::new(),
-                                busy: crate::busy::Busy::default(),
+                                busy: crate::analysis::busy::Busy::default(),
                             },
                             (0..SLOTS).map(|_| None).collect(),
                         ));
@@ -606,10 +606,11 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
                 .cloned()
                 .unwrap_or_else(|| "?".to_string())
         };
-        let (bursts, impact) = crate::bursts::bursts(&d.series, &bins, &c, &wall, t0, &comm);
+        let (bursts, impact) =
+            crate::analysis::bursts::bursts(&d.series, &bins, &c, &wall, t0, &comm);
         d.bursts = bursts;
         d.read_impact = impact;
-        d.spikes = crate::bursts::spikes(&d.series, &spike_bins, &wall, t0);
+        d.spikes = crate::analysis::bursts::spikes(&d.series, &spike_bins, &wall, t0);
     }
     let mut tasks: Vec<(u32, String, u64)> = task_counts
         .iter()
@@ -628,7 +629,7 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
         )
     };
     let cgroup = |id: u64| r.cgroup_path(id).map(str::to_string);
-    let names = crate::sections::Names {
+    let names = crate::analysis::sections::Names {
         devices: &devices,
         device: &name,
         cgroup: &cgroup,
@@ -771,7 +772,7 @@ pub struct JsonLatency {
     pub p999: f64,
     pub p9999: f64,
     pub max: f64,
-    /// `[level, us]` at more quantile levels (crate::noise::QUANTILE_LEVELS), for check rules
+    /// `[level, us]` at more quantile levels (crate::analysis::noise::QUANTILE_LEVELS), for check rules
     /// that bound a percentile by the ranks its order statistic may take.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub quantiles: Vec<[f64; 2]>,
@@ -796,7 +797,7 @@ impl JsonLatency {
             quantiles: if h.is_empty() {
                 Vec::new()
             } else {
-                crate::noise::QUANTILE_LEVELS
+                crate::analysis::noise::QUANTILE_LEVELS
                     .iter()
                     .map(|&l| [l, q(l)])
                     .collect()
@@ -888,10 +889,10 @@ pub struct JsonReport {
     pub records: u64,
     pub complete: bool,
     pub devices: Vec<JsonDevice>,
-    pub markers: Vec<crate::stress::Marker>,
-    pub stress: Vec<crate::stress::StressRun>,
+    pub markers: Vec<crate::inputs::stress::Marker>,
+    pub stress: Vec<crate::inputs::stress::StressRun>,
     /// Write bursts against the application's flushes, per device (when a log was given).
-    pub flush_match: Vec<(String, crate::stress::FlushMatch)>,
+    pub flush_match: Vec<(String, crate::inputs::stress::FlushMatch)>,
     /// Per device, the application's compactions and the discards that followed each.
     #[serde(default)]
     pub compaction_discards: Vec<(String, CompactionDiscards)>,
@@ -916,7 +917,7 @@ pub struct JsonReport {
     pub top_tasks: Vec<JsonTask>,
     #[serde(default)]
     pub tasks: usize,
-    /// What each registered section made (crate::sections), by its name.
+    /// What each registered section made (crate::analysis::sections), by its name.
     #[serde(default)]
     pub sections: BTreeMap<String, serde_json::Value>,
 }
@@ -1180,7 +1181,7 @@ impl Summary {
             lost: self.lost(),
             integrity: self.integrity.clone(),
             time_zones: JsonTimeZones {
-                trace: crate::zone::Zone::of_trace(&self.header).label,
+                trace: crate::inputs::zone::Zone::of_trace(&self.header).label,
                 app_log: self.context.logs.first().map(|l| l.time_zone.label.clone()),
                 stress: self
                     .context
@@ -1302,7 +1303,7 @@ impl Summary {
     fn series_json(&self, d: &DeviceStats) -> JsonSeries {
         let s = &d.series;
         let secs = s.interval_ns as f64 / 1e9;
-        let g = |f: &dyn Fn(&crate::series::Interval) -> f64| {
+        let g = |f: &dyn Fn(&crate::analysis::series::Interval) -> f64| {
             s.intervals.iter().map(f).collect::<Vec<f64>>()
         };
         JsonSeries {
@@ -1337,7 +1338,7 @@ impl Summary {
 impl Summary {
     /// The discards that followed each compaction of the application's log, per device.
     pub fn compaction_discards(&self) -> Vec<(String, CompactionDiscards)> {
-        let mut comps: Vec<crate::stress::Compaction> = self
+        let mut comps: Vec<crate::inputs::stress::Compaction> = self
             .context
             .logs
             .iter()
@@ -1349,7 +1350,7 @@ impl Summary {
             .filter_map(|d| {
                 let lo = self.header.wall_ns(d.first_ns);
                 let hi = self.header.wall_ns(d.last_ns);
-                let inside: Vec<&crate::stress::Compaction> = comps
+                let inside: Vec<&crate::inputs::stress::Compaction> = comps
                     .iter()
                     .filter(|c| c.end_ns >= lo && c.end_ns <= hi)
                     .collect();
@@ -1410,14 +1411,14 @@ impl Summary {
     }
 
     /// A device's write bursts on the wall clock, for matching with the log's flushes.
-    fn burst_spans(&self, d: &DeviceStats) -> Vec<crate::stress::BurstSpan> {
+    fn burst_spans(&self, d: &DeviceStats) -> Vec<crate::inputs::stress::BurstSpan> {
         d.bursts
             .iter()
-            .map(|b| crate::stress::BurstSpan {
+            .map(|b| crate::inputs::stress::BurstSpan {
                 start_ns: self.header.wall_ns(b.start_ns),
                 end_ns: self.header.wall_ns(b.end_ns),
                 start: b.start.clone(),
-                writers: crate::bursts::writers_text(&b.writers),
+                writers: crate::analysis::bursts::writers_text(&b.writers),
                 main_writer: b
                     .writers
                     .first()
@@ -1427,17 +1428,17 @@ impl Summary {
     }
 
     /// Match each device's write bursts with the logs' flushes (1 s tolerance).
-    pub fn flush_matches(&self) -> Vec<(String, crate::stress::FlushMatch)> {
+    pub fn flush_matches(&self) -> Vec<(String, crate::inputs::stress::FlushMatch)> {
         // Only flushes within the traced time can be matched.
         let (t_start, t_end) = self.wall_span();
-        let flushes: Vec<crate::stress::Flush> = self
+        let flushes: Vec<crate::inputs::stress::Flush> = self
             .context
             .logs
             .iter()
             .flat_map(|l| l.flushes.iter().cloned())
             .filter(|f| f.end_ns >= t_start && f.start_ns <= t_end)
             .collect();
-        let compactions: Vec<crate::stress::Compaction> = self
+        let compactions: Vec<crate::inputs::stress::Compaction> = self
             .context
             .logs
             .iter()
@@ -1451,7 +1452,7 @@ impl Summary {
             .map(|d| {
                 (
                     d.name.clone(),
-                    crate::stress::match_flushes(
+                    crate::inputs::stress::match_flushes(
                         &flushes,
                         &compactions,
                         &self.burst_spans(d),
@@ -1466,7 +1467,7 @@ impl Summary {
     /// with the whole- or half-hour UTC offset that would bring them onto it: a local-time
     /// file read in the wrong zone would otherwise just lose its sections.
     pub fn time_warnings(&self) -> Vec<TimeWarning> {
-        use crate::zone::{Zone, candidate_offsets, format_offset, pick_offset};
+        use crate::inputs::zone::{Zone, candidate_offsets, format_offset, pick_offset};
         const S: i64 = 1_000_000_000;
         let (t_start, t_end) = self.wall_span();
         let span = |times: &[i64]| {
@@ -1499,7 +1500,7 @@ impl Summary {
                 also_fitting: Vec::new(),
             }
         };
-        let bursts: Vec<crate::stress::BurstSpan> = self
+        let bursts: Vec<crate::inputs::stress::BurstSpan> = self
             .devices
             .values()
             .flat_map(|d| self.burst_spans(d))
@@ -1517,16 +1518,16 @@ impl Summary {
                 .map(|o| {
                     let shift = |t: i64| local(zone, t) - i64::from(o) * S;
                     let inside = times.iter().filter(|&&t| self.near_trace(shift(t))).count();
-                    let flushes: Vec<crate::stress::Flush> = log
+                    let flushes: Vec<crate::inputs::stress::Flush> = log
                         .flushes
                         .iter()
-                        .map(|f| crate::stress::Flush {
+                        .map(|f| crate::inputs::stress::Flush {
                             start_ns: shift(f.start_ns),
                             end_ns: shift(f.end_ns),
                             ..f.clone()
                         })
                         .collect();
-                    let m = crate::stress::match_flushes(
+                    let m = crate::inputs::stress::match_flushes(
                         &flushes,
                         &[],
                         &bursts,

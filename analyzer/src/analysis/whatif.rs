@@ -15,9 +15,9 @@ use serde::Serialize;
 use tracer_common::format::{FormatError, IoRecord, TraceReader};
 use tracer_common::op::{Op, StatGroup, flags};
 
-use crate::sections::arrays::{ArrayModel, MemberModel};
-use crate::sizes::SizeClass;
-use crate::summary::JsonSize;
+use crate::analysis::sections::arrays::{ArrayModel, MemberModel};
+use crate::analysis::sizes::SizeClass;
+use crate::analysis::summary::JsonSize;
 
 /// What the model does not capture, said with every result.
 pub const NOT_MODELLED: [&str; 5] = [
@@ -36,7 +36,7 @@ pub enum WhatIfError {
     Members(u32),
     #[error(
         "--chunk {}: md's chunk is a multiple of 4 KiB (its page size), e.g. 64K, 128K, 512K (mdadm's default)",
-        crate::sizes::human(*.0)
+        crate::analysis::sizes::human(*.0)
     )]
     Chunk(u64),
     #[error("--offset {0}: md addresses 512-byte sectors; give a multiple of 512")]
@@ -392,10 +392,10 @@ pub fn whatif(path: &Path, opts: &Options) -> Result<WhatIf, WhatIfError> {
         None => scan.devices.first().cloned(),
     };
     let file_bytes = std::fs::metadata(path).map_or(u64::MAX, |m| m.len());
-    let window = crate::summary::Window::of(
+    let window = crate::analysis::summary::Window::of(
         &header,
         &scan,
-        &crate::series::Options::default(),
+        &crate::analysis::series::Options::default(),
         file_bytes,
     );
     let raid = opts.raid0;
@@ -545,7 +545,7 @@ pub fn whatif(path: &Path, opts: &Options) -> Result<WhatIf, WhatIfError> {
 /// The terminal view: the array as the report's `arrays` section shows a traced one, then
 /// what only the model knows.
 pub fn write_text(out: &mut dyn Write, w: &WhatIf) -> std::io::Result<()> {
-    use crate::sizes::human;
+    use crate::analysis::sizes::human;
     use tracer_common::coverage::thousands;
     writeln!(
         out,
@@ -581,7 +581,7 @@ pub fn write_text(out: &mut dyn Write, w: &WhatIf) -> std::io::Result<()> {
         out,
         "  trace: {} IOs, {}: {} reads, {} writes, {} discards, {} flushes",
         thousands(t.ios),
-        crate::text::bytes(t.bytes),
+        crate::report::format::bytes(t.bytes),
         thousands(t.reads),
         thousands(t.writes),
         thousands(t.discards),
@@ -610,7 +610,7 @@ pub fn write_text(out: &mut dyn Write, w: &WhatIf) -> std::io::Result<()> {
         thousands(s.pieces_of_split),
         w.members
     )?;
-    crate::sections::arrays::write_text(out, &w.array)?;
+    crate::analysis::sections::arrays::write_text(out, &w.array)?;
     writeln!(
         out,
         "\n  {:<12} {:>12} {:>12} {:>14}  block sizes",

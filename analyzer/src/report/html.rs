@@ -2,23 +2,8 @@
 
 use std::fmt::Write as _;
 
-use crate::summary::JsonReport;
-
-/// Escape text for HTML element content and attribute values.
-pub fn escape(s: &str) -> String {
-    let mut o = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '<' => o.push_str("&lt;"),
-            '>' => o.push_str("&gt;"),
-            '&' => o.push_str("&amp;"),
-            '"' => o.push_str("&quot;"),
-            '\'' => o.push_str("&#39;"),
-            c => o.push(c),
-        }
-    }
-    o
-}
+use crate::analysis::summary::JsonReport;
+use crate::report::format::escape;
 
 /// The SVG that plotters wrote contains text we passed in (device names, titles): it is
 /// escaped by plotters' SVG backend; embed it as is, after dropping the XML declaration.
@@ -53,7 +38,7 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}} th{{background:#
         write!(
             h,
             "<p>labels: {}</p>",
-            escape(&crate::summary::describe_labels(&j.labels))
+            escape(&crate::analysis::summary::describe_labels(&j.labels))
         )?;
     }
     if !j.complete {
@@ -81,7 +66,11 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}} th{{background:#
             escape(&d.start),
             escape(&d.end)
         )?;
-        if let Some(q) = d.queue.as_ref().and_then(crate::summary::describe_queue) {
+        if let Some(q) = d
+            .queue
+            .as_ref()
+            .and_then(crate::analysis::summary::describe_queue)
+        {
             write!(h, "<p>queue: {}</p>", escape(&q))?;
         }
         write!(
@@ -114,10 +103,10 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}} th{{background:#
             )?;
         }
         h.push_str("</table>");
-        for c in crate::plots::charts(j, d) {
+        for c in crate::report::plots::charts(j, d) {
             h.push_str(inline_svg(&c.svg()));
         }
-        let heat = crate::plots::heatmaps(j, d);
+        let heat = crate::report::plots::heatmaps(j, d);
         if !heat.is_empty() {
             h.push_str("<h3>Heatmaps</h3><p>IOs per cell of time (x, by completion) and total latency, request size or offset on the device (y); colour on a log scale, white for none. Write bursts: orange (a bar above the cells, outlined over them); application flushes and compactions: blue lines.</p>");
             for m in heat {
@@ -148,7 +137,7 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}} th{{background:#
                     b.queue_depth_mean,
                     b.discards_after,
                     b.discard_bytes_after,
-                    escape(&crate::bursts::writers_text(&b.writers))
+                    escape(&crate::analysis::bursts::writers_text(&b.writers))
                 )?;
             }
             let r = &d.reads_during_bursts;
@@ -192,7 +181,7 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}} th{{background:#
             h.push_str("</ul>");
         }
     }
-    for def in crate::sections::SECTIONS {
+    for def in crate::analysis::sections::SECTIONS {
         if let Some(v) = j.sections.get(def.name) {
             (def.html)(v, h)?;
         }
@@ -296,15 +285,4 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}} th{{background:#
     )?;
     h.push_str("</body></html>\n");
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn escapes_markup() {
-        assert_eq!(
-            super::escape("<img src=x onerror=alert(1)>&'\""),
-            "&lt;img src=x onerror=alert(1)&gt;&amp;&#39;&quot;"
-        );
-    }
 }

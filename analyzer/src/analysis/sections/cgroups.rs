@@ -14,8 +14,8 @@ use tracer_common::hdrfast::HdrCounts;
 use tracer_common::op::StatGroup;
 
 use super::{Names, Section, SectionDef};
-use crate::html::escape;
-use crate::series::Options;
+use crate::analysis::series::Options;
+use crate::report::format::escape;
 
 pub const DEF: SectionDef = SectionDef {
     name: "cgroups",
@@ -203,9 +203,9 @@ fn text(v: &Value, out: &mut dyn Write) -> std::io::Result<()> {
                 c.path,
                 tracer_common::coverage::thousands(c.ios),
                 c.pct_ios,
-                crate::text::bytes(c.bytes),
+                crate::report::format::bytes(c.bytes),
                 c.pct_bytes,
-                crate::text::fmt_us(c.p99_total_us)
+                crate::report::format::fmt_us(c.p99_total_us)
             )?;
         }
     }
@@ -227,9 +227,9 @@ fn html(v: &Value, h: &mut String) -> std::fmt::Result {
                 escape(&c.path),
                 c.ios,
                 c.pct_ios,
-                escape(&crate::text::bytes(c.bytes)),
+                escape(&crate::report::format::bytes(c.bytes)),
                 c.pct_bytes,
-                escape(&crate::text::fmt_us(c.p99_total_us))
+                escape(&crate::report::format::fmt_us(c.p99_total_us))
             )?;
         }
     }

@@ -2,7 +2,7 @@
 //! depth (time-weighted mean and max); per fine bin (100 ms) write bytes and queue depth for
 //! burst and spike detection.
 
-use crate::loghist::LogHist;
+use crate::analysis::loghist::LogHist;
 use tracer_common::format::IoRecord;
 use tracer_common::op::StatGroup;
 
@@ -31,7 +31,7 @@ pub struct Options {
     pub spike_min_depth: f64,
     /// Spikes closer than this are merged.
     pub spike_gap_ns: u64,
-    /// Whether to make the heatmaps (crate::sections::heatmaps): only for the HTML report
+    /// Whether to make the heatmaps (crate::analysis::sections::heatmaps): only for the HTML report
     /// and charts, or when asked, since they cost a few ns per IO.
     pub heatmaps: bool,
 }

@@ -4,31 +4,9 @@ use std::io::Write;
 
 use tracer_common::coverage::{describe, thousands};
 
-use crate::sizes::human;
-use crate::summary::{JsonLatency, JsonReport, describe_labels, describe_queue};
-
-pub(crate) fn bytes(b: u64) -> String {
-    const U: [&str; 5] = ["B", "KB", "MB", "GB", "TB"];
-    let mut v = b as f64;
-    let mut i = 0;
-    while v >= 1000.0 && i < U.len() - 1 {
-        v /= 1000.0;
-        i += 1;
-    }
-    if i == 0 {
-        format!("{b} B")
-    } else {
-        format!("{v:.1} {}", U[i])
-    }
-}
-
-pub(crate) fn fmt_us(us: f64) -> String {
-    if us >= 1000.0 {
-        format!("{:.1}ms", us / 1000.0)
-    } else {
-        format!("{us:.0}us")
-    }
-}
+use crate::analysis::sizes::human;
+use crate::analysis::summary::{JsonLatency, JsonReport, describe_labels, describe_queue};
+use crate::report::format::{bytes, fmt_us};
 
 fn lat(l: &JsonLatency) -> String {
     let f = |us: f64| {
@@ -238,7 +216,7 @@ pub fn write(out: &mut dyn Write, j: &JsonReport) -> std::io::Result<()> {
                     fmt_us(b.read_p99_us),
                     b.queue_depth_mean,
                     disc,
-                    crate::bursts::writers_text(&b.writers[..b.writers.len().min(2)])
+                    crate::analysis::bursts::writers_text(&b.writers[..b.writers.len().min(2)])
                 )?;
             }
             let r = &d.reads_during_bursts;
@@ -277,7 +255,7 @@ pub fn write(out: &mut dyn Write, j: &JsonReport) -> std::io::Result<()> {
         }
     }
     // A log off the trace's clock has no flush table: say why, where it would have been.
-    for def in crate::sections::SECTIONS {
+    for def in crate::analysis::sections::SECTIONS {
         if let Some(v) = j.sections.get(def.name) {
             (def.text)(v, out)?;
         }

@@ -12,8 +12,8 @@ use tracer_common::format::{IoRecord, TraceHeader};
 use tracer_common::op::StatGroup;
 
 use super::{Names, Section, SectionDef};
-use crate::html::escape;
-use crate::series::Options;
+use crate::analysis::series::Options;
+use crate::report::format::escape;
 
 pub const DEF: SectionDef = SectionDef {
     name: "hw_queues",
@@ -294,11 +294,11 @@ fn text(v: &Value, out: &mut dyn Write) -> std::io::Result<()> {
                 cpu_ranges(&r.cpus),
                 tracer_common::coverage::thousands(r.ios),
                 r.pct_ios,
-                crate::text::bytes(r.bytes),
+                crate::report::format::bytes(r.bytes),
                 r.pct_bytes,
-                crate::sizes::human(r.mean_request_bytes as u64),
+                crate::analysis::sizes::human(r.mean_request_bytes as u64),
                 r.device_queue_depth_mean,
-                crate::text::fmt_us(r.device_latency_mean_us)
+                crate::report::format::fmt_us(r.device_latency_mean_us)
             )?;
         }
     }
@@ -323,11 +323,11 @@ fn html(v: &Value, h: &mut String) -> std::fmt::Result {
                 escape(&cpu_ranges(&r.cpus)),
                 r.ios,
                 r.pct_ios,
-                escape(&crate::sizes::human(r.bytes)),
+                escape(&crate::analysis::sizes::human(r.bytes)),
                 r.pct_bytes,
-                escape(&crate::sizes::human(r.mean_request_bytes as u64)),
+                escape(&crate::analysis::sizes::human(r.mean_request_bytes as u64)),
                 r.device_queue_depth_mean,
-                escape(&crate::text::fmt_us(r.device_latency_mean_us))
+                escape(&crate::report::format::fmt_us(r.device_latency_mean_us))
             )?;
         }
         h.push_str("</table>");
@@ -341,7 +341,7 @@ mod tests {
     use tracer_common::format::{DeviceInfo, HwQueue, QueueSettings};
     use tracer_common::op::Op;
 
-    static NO_DEVICES: std::collections::BTreeMap<u32, crate::summary::DeviceStats> =
+    static NO_DEVICES: std::collections::BTreeMap<u32, crate::analysis::summary::DeviceStats> =
         std::collections::BTreeMap::new();
 
     fn names<'a>(name: &'a dyn Fn(u32) -> String) -> Names<'a> {

@@ -8,8 +8,8 @@ use serde::Serialize;
 use tracer_common::format::IoRecord;
 use tracer_common::op::{Op, StatGroup};
 
-use crate::series::{BurstBins, Options, Series, SpikeBins};
-use crate::sizes::SizeClass;
+use crate::analysis::series::{BurstBins, Options, Series, SpikeBins};
+use crate::analysis::sizes::SizeClass;
 
 #[derive(Clone, Debug, Serialize, serde::Deserialize, Default)]
 #[serde(default)]

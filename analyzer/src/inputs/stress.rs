@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::zone::Zone;
+use crate::inputs::zone::Zone;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ParseError {
