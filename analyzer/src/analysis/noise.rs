@@ -5,7 +5,7 @@
 //! behind it), so this is a floor under the noise, not all of it: the rules' tolerances cover
 //! the rest, as measured run to run.
 
-use crate::analysis::summary::{JsonLatency, JsonOp};
+use crate::report::model::{JsonLatency, JsonOp};
 
 /// The quantile levels between which the sample q-quantile of n values lies: the number of
 /// values below the true q-quantile is binomial(n, q), so its rank is within
@@ -148,7 +148,7 @@ pub fn size_mix_se(a: &JsonOp, b: &JsonOp) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::summary::JsonSize;
+    use crate::report::model::JsonSize;
 
     fn lat() -> JsonLatency {
         JsonLatency {

@@ -17,7 +17,7 @@ use tracer_common::op::{Op, StatGroup, flags};
 
 use crate::analysis::sections::arrays::{ArrayModel, MemberModel};
 use crate::analysis::sizes::SizeClass;
-use crate::analysis::summary::JsonSize;
+use crate::report::model::JsonSize;
 
 /// What the model does not capture, said with every result.
 pub const NOT_MODELLED: [&str; 5] = [

@@ -7,8 +7,8 @@ use std::io::Write;
 
 use serde::{Deserialize, Serialize};
 
-use crate::analysis::summary::{JsonDevice, JsonReport};
 use crate::report::format::escape;
+use crate::report::model::{JsonDevice, JsonReport};
 
 use crate::analysis::noise;
 
@@ -736,7 +736,7 @@ pub fn junit(verdicts: &[Verdict], name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::summary::{JsonLatency, JsonOp, JsonSize};
+    use crate::report::model::{JsonLatency, JsonOp, JsonSize};
 
     /// A report of one device with reads and writes of one size each; `lat_us(q)` gives the
     /// latency at quantile level q (both ops).

@@ -8,7 +8,7 @@ use std::io::Write;
 use serde::Serialize;
 use tracer_common::coverage::thousands;
 
-use crate::analysis::summary::{JsonDevice, JsonReport, queue_parts};
+use crate::report::model::{JsonDevice, JsonReport, queue_parts};
 
 /// One arm as given: the path on the command line (a trace, or a saved report) and its report.
 pub struct Input {
@@ -283,7 +283,7 @@ fn device_metrics(d: &JsonDevice, layout: &Layout) -> Vec<(String, Option<f64>, 
                 "pp",
             ));
         }
-        let lat = |f: fn(&crate::analysis::summary::JsonLatency) -> f64| {
+        let lat = |f: fn(&crate::report::model::JsonLatency) -> f64| {
             per_io.map(|o| f(&o.total_latency_us))
         };
         m.push((format!("{k} latency p50"), lat(|l| l.p50), "us"));
@@ -440,7 +440,7 @@ fn compare_arms(
         .collect();
     let findings = findings(&rows, &arms);
     Ok(Comparison {
-        schema_version: crate::analysis::summary::REPORT_SCHEMA_VERSION,
+        schema_version: crate::report::model::REPORT_SCHEMA_VERSION,
         traces: reports.iter().map(|r| r.traces.join(", ")).collect(),
         devices: devs.iter().map(|d| d.name.clone()).collect(),
         arms,

@@ -2,8 +2,8 @@
 
 use std::fmt::Write as _;
 
-use crate::analysis::summary::JsonReport;
 use crate::report::format::escape;
+use crate::report::model::JsonReport;
 
 /// The SVG that plotters wrote contains text we passed in (device names, titles): it is
 /// escaped by plotters' SVG backend; embed it as is, after dropping the XML declaration.
@@ -38,7 +38,7 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}} th{{background:#
         write!(
             h,
             "<p>labels: {}</p>",
-            escape(&crate::analysis::summary::describe_labels(&j.labels))
+            escape(&crate::report::model::describe_labels(&j.labels))
         )?;
     }
     if !j.complete {
@@ -69,7 +69,7 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}} th{{background:#
         if let Some(q) = d
             .queue
             .as_ref()
-            .and_then(crate::analysis::summary::describe_queue)
+            .and_then(crate::report::model::describe_queue)
         {
             write!(h, "<p>queue: {}</p>", escape(&q))?;
         }

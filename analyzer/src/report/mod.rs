@@ -3,5 +3,6 @@
 
 pub mod format;
 pub mod html;
+pub mod model;
 pub mod plots;
 pub mod text;

@@ -3,7 +3,7 @@
 
 use plotters::prelude::*;
 
-use crate::analysis::summary::{JsonDevice, JsonReport};
+use crate::report::model::{JsonDevice, JsonReport};
 
 pub struct Line<'a> {
     pub label: &'a str,

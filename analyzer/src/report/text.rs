@@ -5,8 +5,8 @@ use std::io::Write;
 use tracer_common::coverage::{describe, thousands};
 
 use crate::analysis::sizes::human;
-use crate::analysis::summary::{JsonLatency, JsonReport, describe_labels, describe_queue};
 use crate::report::format::{bytes, fmt_us};
+use crate::report::model::{JsonLatency, JsonReport, describe_labels, describe_queue};
 
 fn lat(l: &JsonLatency) -> String {
     let f = |us: f64| {

@@ -33,7 +33,8 @@ use tracer_common::op::{Op, flags};
 use super::parquet_delta::DeltaColumn;
 use super::parquet_dict::DictColumn;
 use super::{ExportError, flag_names};
-use crate::analysis::summary::{Lost, Window, op_key};
+use crate::analysis::summary::{Window, op_key};
+use crate::report::model::Lost;
 
 /// Records converted to columns at a time: 20 KB of records, read once per column.
 const L1_ROWS: usize = 256;
