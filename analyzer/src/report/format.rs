@@ -1,20 +1,45 @@
 //! Formatting helpers shared by the renderers (text, HTML, charts, JUnit XML) and the
 //! sections' own rendering. A leaf: it imports nothing from the crate.
 
+use askama::filters::Escaper as _;
+
+/// The entity of a character that HTML element content and attribute values cannot hold as
+/// is; None for the others.
+fn entity(c: char) -> Option<&'static str> {
+    match c {
+        '<' => Some("&lt;"),
+        '>' => Some("&gt;"),
+        '&' => Some("&amp;"),
+        '"' => Some("&quot;"),
+        '\'' => Some("&#39;"),
+        _ => None,
+    }
+}
+
 /// Escape text for HTML element content and attribute values.
 pub fn escape(s: &str) -> String {
     let mut o = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '<' => o.push_str("&lt;"),
-            '>' => o.push_str("&gt;"),
-            '&' => o.push_str("&amp;"),
-            '"' => o.push_str("&quot;"),
-            '\'' => o.push_str("&#39;"),
-            c => o.push(c),
-        }
-    }
+    HtmlEntities
+        .write_escaped_str(&mut o, s)
+        .expect("writing into a String does not fail");
     o
+}
+
+/// The HTML templates' escaper (analyzer/askama.toml): the same entities as [`escape`], so
+/// the page reads as it did before templates (askama's own writes `&#60;` for `<`).
+#[derive(Clone, Copy)]
+pub struct HtmlEntities;
+
+impl askama::filters::Escaper for HtmlEntities {
+    fn write_escaped_str<W: std::fmt::Write>(&self, mut dest: W, s: &str) -> std::fmt::Result {
+        let mut rest = s;
+        while let Some((i, e)) = rest.char_indices().find_map(|(i, c)| Some((i, entity(c)?))) {
+            dest.write_str(&rest[..i])?;
+            dest.write_str(e)?;
+            rest = &rest[i + 1..];
+        }
+        dest.write_str(rest)
+    }
 }
 
 /// Decimal byte count: 512 B, 4.1 KB, 1.2 GB.
