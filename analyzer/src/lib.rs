@@ -1,16 +1,20 @@
 //! blkprof's analyzer: reads trace files (streaming, one chunk in memory) and summarises what
 //! the disk did. No root, no eBPF toolchain.
 //!
-//! Layers, each using only those above it (sections also render their own part):
+//! Layers, in the order data flows through them:
 //! - [`inputs`]: trace-side and external inputs (importers, stress and app logs, time zones,
 //!   synthetic traces);
-//! - [`analysis`]: what is computed from the records, into the report model;
-//! - [`report`]: rendering the model as text, HTML and charts;
-//! - [`commands`]: `check`, `compare`, `export`.
+//! - [`analysis`]: what is computed from the records, into the report model
+//!   ([`report::model`]); each section also renders its own part (with [`report::format`]);
+//! - [`report`]: the model, and its rendering as text, HTML and charts;
+//! - [`commands`]: `check`, `compare`, `export`;
+//!
+//! and [`numeric`], a leaf any of them may use (median, the xorshift generator).
 
 pub mod analysis;
 pub mod commands;
 pub mod inputs;
+pub mod numeric;
 pub mod report;
 
 // The paths from before the layers, used by the other crates of the workspace and the tests.

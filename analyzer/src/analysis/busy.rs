@@ -139,13 +139,8 @@ mod tests {
 
     #[test]
     fn busy_time_is_the_union_of_intervals_given_in_completion_order() {
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let mut next = |m: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % m
-        };
+        let mut rng = crate::numeric::Rng(0x2545_f491_4f6c_dd1d);
+        let mut next = |m: u64| rng.below(m);
         for round in 0..200 {
             // Arrivals about 20 us apart, latencies from 1 us to 100 us (or 5 ms in some
             // rounds: many in flight at once), idle stretches between bursts.

@@ -3,6 +3,7 @@
 //! burst and spike detection.
 
 use crate::analysis::loghist::LogHist;
+use crate::numeric::median;
 use tracer_common::format::IoRecord;
 use tracer_common::op::StatGroup;
 
@@ -444,14 +445,6 @@ impl Series {
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 /// Runs of fine bins where `hot(bin)` holds, merged across gaps of at most `gap_bins`.
 fn runs(n: usize, gap_bins: usize, hot: impl Fn(usize) -> bool) -> Vec<(usize, usize)> {
     let mut out: Vec<(usize, usize)> = Vec::new();
@@ -542,13 +535,8 @@ mod tests {
     fn fast_paths_equal_the_plain_path() {
         use tracer_common::op::Op;
         let t0 = 1_000_000_000u64;
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut rng = crate::numeric::Rng(0x9E37_79B9_7F4A_7C15);
+        let mut next = || rng.next_u64();
         let mut recs = Vec::new();
         let mut t = t0;
         for i in 0..200_000u64 {

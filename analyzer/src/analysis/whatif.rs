@@ -730,11 +730,9 @@ mod tests {
         assert_eq!(discards(r, 68 * K, 4 * K), [(1, 4 * K, 4 * K)]);
         // Whatever the range, a member's discard covers exactly its split pieces, which are
         // contiguous on it.
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rng = crate::numeric::Rng(0x9e37_79b9_7f4a_7c15);
         for _ in 0..2000 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            let x = rng.next_u64();
             let members = 2 + (x % 7) as u32;
             let chunk = 4 * K * (1 + (x >> 8) % 40);
             let r = Raid0::new(members, chunk).unwrap();

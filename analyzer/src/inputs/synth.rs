@@ -151,20 +151,8 @@ pub fn write_trace_with(path: &Path, ios: &mut [Io], meta: &Meta) -> Result<(), 
     Ok(())
 }
 
-/// A small deterministic PRNG (xorshift) so planted workloads are reproducible.
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n.max(1)
-    }
-}
+/// The planted workloads' generator (analyzer::synth::Rng to the tests and xtask).
+pub use crate::numeric::Rng;
 
 /// A Cassandra-shaped workload: `seconds` of 4 KB random reads at `read_iops`, with 512 KB
 /// write bursts planted at `bursts` (start s, duration s, MB/s), each followed 2 s later by a

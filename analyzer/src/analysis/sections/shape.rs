@@ -586,12 +586,10 @@ mod tests {
     fn the_sample_estimates_a_large_random_workset() {
         // 2 M random 4 KiB reads over 1 TiB, some blocks twice: far more regions than kept.
         let mut s = Sample::default();
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rng = crate::numeric::Rng(0x9e37_79b9_7f4a_7c15);
         let mut truth = std::collections::HashSet::new();
         for _ in 0..2_000_000 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            let x = rng.next_u64();
             let block = (x >> 8) % (1 << 28);
             truth.insert(block);
             s.add(0, block << BLOCK_SHIFT, (block + 1) << BLOCK_SHIFT);

@@ -647,15 +647,8 @@ mod tests {
 
     /// A pseudo-random sequence (xorshift), for values of every bit width.
     fn noise(n: usize, seed: u64) -> Vec<u64> {
-        let mut x = seed | 1;
-        (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x
-            })
-            .collect()
+        let mut rng = crate::numeric::Rng(seed | 1);
+        (0..n).map(|_| rng.next_u64()).collect()
     }
 
     #[test]
