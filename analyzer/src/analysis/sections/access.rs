@@ -5,7 +5,6 @@
 //! completes before the one it follows), still count as sequential; everything else is
 //! random.
 
-use std::fmt::Write as _;
 use std::io::Write;
 
 use serde::{Deserialize, Serialize};
@@ -15,7 +14,6 @@ use tracer_common::op::Op;
 
 use super::{Section, SectionDef};
 use crate::analysis::series::Options;
-use crate::report::format::escape;
 
 pub const DEF: SectionDef = SectionDef {
     name: "access_pattern",
@@ -208,28 +206,13 @@ fn text(v: &Value, out: &mut dyn Write) -> std::io::Result<()> {
     Ok(())
 }
 
+#[derive(askama::Template)]
+#[template(path = "sections/access.html")]
+struct Html<'a> {
+    m: &'a Model,
+}
+
 fn html(v: &Value, h: &mut String) -> std::fmt::Result {
     let Some(m) = model(v) else { return Ok(()) };
-    write!(
-        h,
-        "<h3>Access pattern</h3><p>Sequential: an IO that starts where one of the {} before it of its op on the device ended, or up to {} after.</p>\
-<table><tr><th class='l'>device</th><th class='l'>op</th><th>IOs</th><th>sequential IOs %</th><th>sequential bytes %</th></tr>",
-        m.recent,
-        escape(&crate::analysis::sizes::human(m.gap_bytes))
-    )?;
-    for d in &m.devices {
-        for o in &d.ops {
-            write!(
-                h,
-                "<tr><td class='l'>{}</td><td class='l'>{}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td></tr>",
-                escape(&d.name),
-                escape(&o.op),
-                o.ios,
-                o.pct_sequential_ios,
-                o.pct_sequential_bytes
-            )?;
-        }
-    }
-    h.push_str("</table>");
-    Ok(())
+    super::render_html(&Html { m: &m }, h)
 }

@@ -2,7 +2,6 @@
 //! layout when the traced disks belong to one). md itself issues no requests; its members
 //! do, so the members' records are the array's IO as the disks saw it.
 
-use std::fmt::Write as _;
 use std::io::Write;
 
 use hdrhistogram::Histogram;
@@ -14,7 +13,6 @@ use tracer_common::op::StatGroup;
 
 use super::{Names, Section, SectionDef};
 use crate::analysis::series::Options;
-use crate::report::format::escape;
 
 pub const DEF: SectionDef = SectionDef {
     name: "arrays",
@@ -262,39 +260,15 @@ fn p99(mb: &MemberModel) -> String {
         .map_or_else(|| "-".to_string(), crate::report::format::fmt_us)
 }
 
+#[derive(askama::Template)]
+#[template(path = "sections/arrays.html")]
+struct Html<'a> {
+    m: &'a Model,
+}
+
 fn html(v: &Value, h: &mut String) -> std::fmt::Result {
     let Some(m) = model(v) else { return Ok(()) };
-    for a in &m.arrays {
-        write!(
-            h,
-            "<h3>Array {} ({}, chunk {})</h3><p>{} IOs over {} members; the busiest member did {:.2}x the mean.</p>\
-<table><tr><th class='l'>member</th><th>slot</th><th>IOs</th><th>IOs %</th><th>bytes</th><th>bytes %</th><th>mean size</th><th>queue mean</th><th>queue max</th><th>p99 total</th></tr>",
-            escape(&a.name),
-            escape(&a.level),
-            escape(&crate::analysis::sizes::human(a.chunk_bytes)),
-            a.ios,
-            a.members.len(),
-            a.imbalance_ios
-        )?;
-        for mb in &a.members {
-            write!(
-                h,
-                "<tr><td class='l'>{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td></tr>",
-                escape(&mb.disk),
-                mb.slot.map_or_else(|| "-".to_string(), |s| s.to_string()),
-                mb.ios,
-                mb.pct_ios,
-                escape(&crate::analysis::sizes::human(mb.bytes)),
-                mb.pct_bytes,
-                escape(&crate::analysis::sizes::human(mb.mean_request_bytes as u64)),
-                mb.queue_depth_mean,
-                mb.queue_depth_max,
-                escape(&p99(mb))
-            )?;
-        }
-        h.push_str("</table>");
-    }
-    Ok(())
+    super::render_html(&Html { m: &m }, h)
 }
 
 #[cfg(test)]

@@ -3,7 +3,6 @@
 //! pages are submitted by kernel threads, so they count where those threads are (the root).
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::io::Write;
 
 use hdrhistogram::Histogram;
@@ -15,7 +14,6 @@ use tracer_common::op::StatGroup;
 
 use super::{Names, Section, SectionDef};
 use crate::analysis::series::Options;
-use crate::report::format::escape;
 
 pub const DEF: SectionDef = SectionDef {
     name: "cgroups",
@@ -212,27 +210,13 @@ fn text(v: &Value, out: &mut dyn Write) -> std::io::Result<()> {
     Ok(())
 }
 
+#[derive(askama::Template)]
+#[template(path = "sections/cgroups.html")]
+struct Html<'a> {
+    m: &'a Model,
+}
+
 fn html(v: &Value, h: &mut String) -> std::fmt::Result {
     let Some(m) = model(v) else { return Ok(()) };
-    h.push_str(
-        "<h3>cgroups</h3><p>Of the submitting task (cgroup v2); written-back pages count where the kernel's flusher runs.</p>\
-<table><tr><th class='l'>device</th><th class='l'>cgroup</th><th>IOs</th><th>IOs %</th><th>bytes</th><th>bytes %</th><th>p99 total</th></tr>",
-    );
-    for d in &m.devices {
-        for c in &d.cgroups {
-            write!(
-                h,
-                "<tr><td class='l'>{}</td><td class='l'>{}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{:.1}</td><td>{}</td></tr>",
-                escape(&d.name),
-                escape(&c.path),
-                c.ios,
-                c.pct_ios,
-                escape(&crate::report::format::bytes(c.bytes)),
-                c.pct_bytes,
-                escape(&crate::report::format::fmt_us(c.p99_total_us))
-            )?;
-        }
-    }
-    h.push_str("</table>");
-    Ok(())
+    super::render_html(&Html { m: &m }, h)
 }

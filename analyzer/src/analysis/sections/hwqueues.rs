@@ -13,7 +13,6 @@ use tracer_common::op::StatGroup;
 
 use super::{Names, Section, SectionDef};
 use crate::analysis::series::Options;
-use crate::report::format::escape;
 
 pub const DEF: SectionDef = SectionDef {
     name: "hw_queues",
@@ -305,34 +304,15 @@ fn text(v: &Value, out: &mut dyn Write) -> std::io::Result<()> {
     Ok(())
 }
 
+#[derive(askama::Template)]
+#[template(path = "sections/hwqueues.html")]
+struct Html<'a> {
+    m: &'a Model,
+}
+
 fn html(v: &Value, h: &mut String) -> std::fmt::Result {
     let Some(m) = model(v) else { return Ok(()) };
-    for d in &m.devices {
-        write!(
-            h,
-            "<h3>Hardware queues of {}</h3><p>{}.</p>\
-<table><tr><th>queue</th><th class='l'>CPUs</th><th>IOs</th><th>IOs %</th><th>bytes</th><th>bytes %</th><th>mean size</th><th>device queue mean</th><th>device latency mean</th></tr>",
-            escape(&d.name),
-            escape(&headline(d))
-        )?;
-        for r in &d.rows {
-            write!(
-                h,
-                "<tr><td>{}</td><td class='l'>{}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{:.1}</td><td>{}</td></tr>",
-                r.index,
-                escape(&cpu_ranges(&r.cpus)),
-                r.ios,
-                r.pct_ios,
-                escape(&crate::analysis::sizes::human(r.bytes)),
-                r.pct_bytes,
-                escape(&crate::analysis::sizes::human(r.mean_request_bytes as u64)),
-                r.device_queue_depth_mean,
-                escape(&crate::report::format::fmt_us(r.device_latency_mean_us))
-            )?;
-        }
-        h.push_str("</table>");
-    }
-    Ok(())
+    super::render_html(&Html { m: &m }, h)
 }
 
 #[cfg(test)]

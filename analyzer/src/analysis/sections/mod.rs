@@ -2,7 +2,9 @@
 //! to a chunk of the file at a time, so dynamic dispatch stays out of the per-record loop),
 //! puts its part of the report into the model (`JsonReport::sections`, under its name), and
 //! renders that part as text and as HTML from the model alone, so `report --from-json` shows
-//! it too. A new section is one file here and one line in [`SECTIONS`].
+//! it too. A new section is one file here and one line in [`SECTIONS`], and its HTML a
+//! template in analyzer/templates/sections/ (auto-escaped; `access.rs` and
+//! `templates/sections/access.html` are the example).
 
 use std::io::Write;
 
@@ -27,8 +29,9 @@ pub struct SectionDef {
     pub new: fn(&Options, &TraceHeader) -> Box<dyn Section>,
     /// The terminal report's lines for it (after the devices').
     pub text: fn(&Value, &mut dyn Write) -> std::io::Result<()>,
-    /// The HTML report's part for it (after the devices'); escape every string from the trace
-    /// with [`crate::report::format::escape`].
+    /// The HTML report's part for it (after the devices'): a template rendered with
+    /// `render_html`, which escapes every string from the trace (or, written by hand, each
+    /// one through [`crate::report::format::escape`]).
     pub html: fn(&Value, &mut String) -> std::fmt::Result,
 }
 
@@ -70,6 +73,11 @@ pub const SECTIONS: &[SectionDef] = &[
     hwqueues::DEF,
     heatmaps::DEF,
 ];
+
+/// A section's part of the HTML report from its template (analyzer/templates/sections/).
+fn render_html(t: &impl askama::Template, h: &mut String) -> std::fmt::Result {
+    t.render_into(h).map_err(|_| std::fmt::Error)
+}
 
 /// A new instance of every section.
 pub fn start(opts: &Options, header: &TraceHeader) -> Vec<(&'static str, Box<dyn Section>)> {

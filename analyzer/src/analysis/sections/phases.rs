@@ -18,7 +18,6 @@
 //! btt's merge ratio (bios queued per request) needs the bios, which the probe does not see:
 //! the trace holds requests only, so it is not reported.
 
-use std::fmt::Write as _;
 use std::io::Write;
 
 use hdrhistogram::Histogram;
@@ -29,7 +28,6 @@ use tracer_common::op::{Op, StatGroup};
 
 use super::{Names, Section, SectionDef};
 use crate::analysis::series::Options;
-use crate::report::format::escape;
 
 pub const DEF: SectionDef = SectionDef {
     name: "phases",
@@ -108,6 +106,20 @@ struct PhaseModel {
     p50: f64,
     p99: f64,
     max: f64,
+}
+
+impl OpModel {
+    /// Its phases in the order the HTML table shows them.
+    fn phases(&self) -> [&PhaseModel; 3] {
+        [&self.q2d_us, &self.d2c_us, &self.q2c_us]
+    }
+}
+
+impl PhaseModel {
+    /// Its figures in the order the HTML table shows them.
+    fn figures(&self) -> [f64; 5] {
+        [self.min, self.avg, self.p50, self.p99, self.max]
+    }
 }
 
 #[derive(Serialize, Deserialize, Default)]
@@ -537,64 +549,15 @@ fn text(v: &Value, out: &mut dyn Write) -> std::io::Result<()> {
     Ok(())
 }
 
+#[derive(askama::Template)]
+#[template(path = "sections/phases.html")]
+struct Html<'a> {
+    m: &'a Model,
+}
+
 fn html(v: &Value, h: &mut String) -> std::fmt::Result {
     let Some(m) = model(v) else { return Ok(()) };
-    h.push_str(
-        "<h3>Phases</h3><p>After btt: Q2D is the time queued in the OS (entering the queue to issue), D2C at the device (issue to completion), Q2C in all. Microseconds.</p>\
-<table><tr><th class='l'>device</th><th class='l'>op</th><th>IOs</th><th>bios per request</th>",
-    );
-    for ph in ["Q2D", "D2C", "Q2C"] {
-        for s in ["min", "avg", "p50", "p99", "max"] {
-            write!(h, "<th>{ph} {s}</th>")?;
-        }
-    }
-    h.push_str("</tr>");
-    for d in &m.devices {
-        for o in &d.ops {
-            write!(
-                h,
-                "<tr><td class='l'>{}</td><td class='l'>{}</td><td>{}</td><td>{}</td>",
-                escape(&d.name),
-                escape(&o.op),
-                o.ios,
-                o.bios_per_request
-                    .map_or_else(|| "-".to_string(), |r| format!("{r:.2}"))
-            )?;
-            for p in [&o.q2d_us, &o.d2c_us, &o.q2c_us] {
-                for x in [p.min, p.avg, p.p50, p.p99, p.max] {
-                    if p.ios == 0 {
-                        h.push_str("<td>-</td>");
-                    } else {
-                        write!(h, "<td>{x:.1}</td>")?;
-                    }
-                }
-            }
-            h.push_str("</tr>");
-        }
-    }
-    h.push_str(
-        "</table><table><tr><th class='l'>device</th><th>seeks</th><th>mean seek (sectors)</th><th>median seek</th><th>no seek %</th><th>active s</th><th>idle s</th><th>active %</th></tr>",
-    );
-    for d in &m.devices {
-        write!(
-            h,
-            "<tr><td class='l'>{}</td><td>{}</td><td>{:.0}</td><td>{:.0}</td><td>{:.1}</td><td>{:.3}</td><td>{:.3}</td><td>{:.1}</td></tr>",
-            escape(&d.name),
-            d.seek.seeks,
-            d.seek.mean_sectors,
-            d.seek.median_sectors,
-            d.seek.pct_zero,
-            d.active_s,
-            d.idle_s,
-            d.pct_active
-        )?;
-    }
-    write!(
-        h,
-        "</table><p>Seeks: |start - end of the IO submitted before| between consecutive IOs of the device in submission order, measured on {:.1}% of the IOs (runs of consecutive IOs). Active: at least one IO in the OS. Sequential share: see Access pattern. {}.</p>",
-        m.seeks_sampled_pct,
-        escape(&m.merge_ratio)
-    )
+    super::render_html(&Html { m: &m }, h)
 }
 
 #[cfg(test)]
