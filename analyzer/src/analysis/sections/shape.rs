@@ -16,7 +16,6 @@
 //! three times the whole report's time on the 50 M-IO bench trace).
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::io::Write;
 
 use serde::{Deserialize, Serialize};
@@ -26,7 +25,6 @@ use tracer_common::op::Op;
 
 use super::{Names, Section, SectionDef};
 use crate::analysis::series::Options;
-use crate::report::format::escape;
 
 pub const DEF: SectionDef = SectionDef {
     name: "workload_shape",
@@ -487,77 +485,77 @@ fn text(v: &Value, out: &mut dyn Write) -> std::io::Result<()> {
     Ok(())
 }
 
-fn html(v: &Value, out: &mut String) -> std::fmt::Result {
-    let Some(m) = model(v) else { return Ok(()) };
-    let h = |b: u64| escape(&crate::report::format::bytes(b));
-    out.push_str(
-        "<h3>Workload shape</h3><p>Workset: distinct 4 KiB blocks touched (counted exactly, or estimated from a sample of 1 MiB regions when more than 8,192 are touched). Write invalidation factor: blocks written / distinct blocks written (how often each written block was written). Sequential share: see Access pattern.</p>\
-<table><tr><th class='l'>device</th><th>workset</th><th>read workset</th><th>write workset</th><th>bytes written</th><th>write invalidation factor</th><th class='l'>note</th></tr>",
-    );
-    for d in &m.devices {
-        let ws = |op: &str| {
-            d.ops
-                .iter()
-                .find(|o| o.op == op)
-                .map_or(0, |o| o.workset_bytes)
-        };
-        let written = d
-            .ops
+impl DeviceModel {
+    /// Distinct bytes of `op` ("read", "write"); 0 when it had none.
+    fn op_workset(&self, op: &str) -> u64 {
+        self.ops
+            .iter()
+            .find(|o| o.op == op)
+            .map_or(0, |o| o.workset_bytes)
+    }
+
+    /// Bytes written.
+    fn written(&self) -> u64 {
+        self.ops
             .iter()
             .find(|o| o.op == "write")
-            .map_or(0, |o| o.bytes);
-        write!(
-            out,
-            "<tr><td class='l'>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.2}</td><td class='l'>{}</td></tr>",
-            escape(&d.name),
-            h(d.workset_bytes),
-            h(ws("read")),
-            h(ws("write")),
-            h(written),
-            d.write_invalidation_factor,
-            if d.exact {
-                String::new()
-            } else {
-                escape(&approximate(&m, d))
-            }
-        )?;
+            .map_or(0, |o| o.bytes)
     }
-    out.push_str("</table>");
-    for d in m.devices.iter().filter(|d| !d.lba.bins.is_empty()) {
-        let top = d
-            .lba
+}
+
+/// One bin's bars in the HTML report's 640 x 80 LBA chart: reads from the bottom, writes on
+/// top, heights against the busiest bin.
+struct Bar {
+    x: usize,
+    read_y: f64,
+    read_h: f64,
+    write_y: f64,
+    write_h: f64,
+    /// Where the bin starts, as bytes.
+    start: String,
+    read_ios: u64,
+    write_ios: u64,
+}
+
+impl LbaModel {
+    fn bars(&self) -> Vec<Bar> {
+        let top = self
             .bins
             .iter()
             .map(|b| b.read_ios + b.write_ios)
             .max()
             .unwrap_or(0)
             .max(1) as f64;
-        write!(
-            out,
-            "<p>{}: IOs by offset (bins of {} from {} to {}; reads blue, writes orange)</p><svg width='640' height='80' role='img'>",
-            escape(&d.name),
-            escape(&crate::analysis::sizes::human(d.lba.bin_bytes)),
-            h(d.lba.start_bytes),
-            h(d.lba.end_bytes)
-        )?;
-        for (i, b) in d.lba.bins.iter().enumerate() {
-            let x = i * 10;
-            let rh = b.read_ios as f64 * 80.0 / top;
-            let wh = b.write_ios as f64 * 80.0 / top;
-            write!(
-                out,
-                "<rect x='{x}' y='{:.1}' width='9' height='{rh:.1}' fill='#4e79a7'><title>{}: {} reads</title></rect><rect x='{x}' y='{:.1}' width='9' height='{wh:.1}' fill='#f28e2b'><title>{}: {} writes</title></rect>",
-                80.0 - rh,
-                h(b.start_bytes),
-                b.read_ios,
-                80.0 - rh - wh,
-                h(b.start_bytes),
-                b.write_ios
-            )?;
-        }
-        out.push_str("</svg>");
+        self.bins
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                let rh = b.read_ios as f64 * 80.0 / top;
+                let wh = b.write_ios as f64 * 80.0 / top;
+                Bar {
+                    x: i * 10,
+                    read_y: 80.0 - rh,
+                    read_h: rh,
+                    write_y: 80.0 - rh - wh,
+                    write_h: wh,
+                    start: crate::report::format::bytes(b.start_bytes),
+                    read_ios: b.read_ios,
+                    write_ios: b.write_ios,
+                }
+            })
+            .collect()
     }
-    Ok(())
+}
+
+#[derive(askama::Template)]
+#[template(path = "sections/shape.html")]
+struct Html<'a> {
+    m: &'a Model,
+}
+
+fn html(v: &Value, h: &mut String) -> std::fmt::Result {
+    let Some(m) = model(v) else { return Ok(()) };
+    super::render_html(&Html { m: &m }, h)
 }
 
 #[cfg(test)]
