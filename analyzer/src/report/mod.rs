@@ -1,4 +1,5 @@
-//! Rendering of the report model: terminal text, the HTML page, SVG charts, and the
+//! The report model (`model.rs`, the typed form of `report --json`) and its rendering:
+//! terminal text, the HTML page (templates in analyzer/templates/), SVG charts, and the
 //! formatting helpers they share.
 
 pub mod format;
