@@ -1,22 +1,24 @@
 //! blkprof's analyzer: reads trace files (streaming, one chunk in memory) and summarises what
 //! the disk did. No root, no eBPF toolchain.
+//!
+//! Layers, in the order data flows through them:
+//! - [`inputs`]: trace-side and external inputs (importers, stress and app logs, time zones,
+//!   synthetic traces);
+//! - [`analysis`]: what is computed from the records, into the report model
+//!   ([`report::model`]); each section also renders its own part (with [`report::format`]);
+//! - [`report`]: the model, and its rendering as text, HTML and charts;
+//! - [`commands`]: `check`, `compare`, `export`;
+//!
+//! and [`numeric`], a leaf any of them may use (median, the xorshift generator).
 
-pub mod bursts;
-pub mod busy;
-pub mod check;
-pub mod compare;
-pub mod export;
-pub mod html;
-pub mod import;
-pub mod loghist;
-pub mod noise;
-pub mod plots;
-pub mod sections;
-pub mod series;
-pub mod sizes;
-pub mod stress;
-pub mod summary;
-pub mod synth;
-pub mod text;
-pub mod whatif;
-pub mod zone;
+pub mod analysis;
+pub mod commands;
+pub mod inputs;
+pub mod numeric;
+pub mod report;
+
+// The paths from before the layers, used by the other crates of the workspace and the tests.
+pub use analysis::{bursts, busy, loghist, noise, sections, series, sizes, summary, whatif};
+pub use commands::{check, compare, export};
+pub use inputs::{import, stress, synth, zone};
+pub use report::{html, plots, text};
