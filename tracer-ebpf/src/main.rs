@@ -125,6 +125,9 @@ static AGGREGATES: PerCpuHashMap<AggKey, Aggregate> =
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_SLOTS, 0);
 #[map(name = "DEVICE_FILTER")]
 static DEVICE_FILTER: HashMap<u32, u8> = HashMap::with_max_entries(256, 0);
+/// `--no-records`: requests completed in parts so far, whose bytes wait in their slots.
+#[map(name = "PARTS")]
+static PARTS: Array<u64> = Array::with_max_entries(1, 0);
 /// Kernels without `block_io_start`: submitters of new requests by bio address (see
 /// [`blkprof_getrq`]).
 #[map(name = "BIOS")]
@@ -794,17 +797,34 @@ fn try_complete_agg(ctx: &BtfTracePointContext) -> Option<()> {
             // the kernel accounts when the sequence ends): keep the bytes done so far.
             let p = match lookup(key) {
                 Some(p) => p,
-                None => track(key, 0, dev, 0, 0)?,
+                None => {
+                    let p = track(key, 0, dev, 0, 0)?;
+                    if let Some(n) = PARTS.get_ptr_mut(0) {
+                        atomic_add(n, 1);
+                    }
+                    p
+                }
             };
             // SAFETY: map value pointer.
             unsafe { (*p).bytes_done = (*p).bytes_done.wrapping_add(nr_bytes) };
             return Some(());
         }
     }
-    if let Some(p) = lookup(key) {
+    // Only while some request is between its parts does a slot hold anything: reading the
+    // slot of every request would cost a cache miss per IO.
+    // SAFETY: array value pointer.
+    let parts = PARTS
+        .get_ptr_mut(0)
+        .map_or(0, |n| unsafe { core::ptr::read_volatile(n) });
+    if parts != 0
+        && let Some(p) = lookup(key)
+    {
         // SAFETY: map value pointer.
         bytes = bytes.wrapping_add(unsafe { (*p).bytes_done });
         untrack(key);
+        if let Some(n) = PARTS.get_ptr_mut(0) {
+            atomic_add(n, u64::MAX);
+        }
     }
     let complete_ns = now_ns();
     let cuts = CUTS.get(0)?;
