@@ -1752,7 +1752,16 @@ fn the_getrq_fallback_is_exact_and_names_each_submitter() {
             tr.counters_end.reported_misses()
         );
         assert!(n > 5_000, "{n}");
-        assert_eq!(unseen, 0, "{scheduler}: every submission seen");
+        // This host's vendor kernel skips a tp_btf program's run now and then (about 1 in
+        // 5,000-100,000; ../shared/notes/platform.md): a skipped `block_getrq` run leaves its
+        // request without a seen submission. Stock kernels (the VM stage) skip none.
+        let vendor = trace.header.kernel.contains("-fc");
+        let allowed = if vendor { n as u64 / 50_000 + 2 } else { 0 };
+        assert!(
+            unseen as u64 <= allowed,
+            "{scheduler}: every submission seen but for skipped runs ({unseen} unseen, {allowed} allowed on {})",
+            trace.header.kernel
+        );
         assert!(
             not_fio.is_empty(),
             "{scheduler}: every request submitted by fio: {not_fio:?}"

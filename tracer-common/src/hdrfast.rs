@@ -11,39 +11,46 @@
 
 use hdrhistogram::Histogram;
 
-/// 3 significant digits: 2048 sub-buckets per bucket, of which buckets above 0 use the upper
-/// half (1024 = 2^10 entries each).
-const HALF_MAGNITUDE: u32 = 10;
-/// 64 - unit magnitude (0) - sub-bucket count magnitude (11).
-const LZ_BASE: u32 = 53;
-const SUB_MASK: u64 = (1 << (HALF_MAGNITUDE + 1)) - 1;
-
+/// `HALF`: log2 of half the sub-buckets per bucket. 10 for 3 significant digits (2048
+/// sub-buckets, of which buckets above 0 use the upper half: 1024 = 2^10 entries each), the
+/// default; 7 for 2 significant digits (256 sub-buckets, 128 per power of two), a sixteenth of
+/// the memory, whose increments stay in cache on a path that touches each value once.
 #[derive(Clone, Default)]
-pub struct HdrCounts {
+pub struct HdrCounts<const HALF: u32 = 10> {
     counts: Vec<u64>,
 }
 
-#[inline]
-fn index(v: u64) -> usize {
-    let bucket = LZ_BASE - (v | SUB_MASK).leading_zeros();
-    let sub = (v >> bucket) as usize;
-    ((bucket as usize + 1) << HALF_MAGNITUDE) + sub - (1 << HALF_MAGNITUDE)
-}
+impl<const HALF: u32> HdrCounts<HALF> {
+    /// 64 - unit magnitude (0) - sub-bucket count magnitude (HALF + 1).
+    const LZ_BASE: u32 = 63 - HALF;
+    const SUB_MASK: u64 = (1 << (HALF + 1)) - 1;
+    /// The significant digits of the `Histogram` whose layout this is.
+    pub const SIGFIG: u8 = match HALF {
+        10 => 3,
+        7 => 2,
+        _ => panic!("HdrCounts: HALF is 10 (3 significant digits) or 7 (2)"),
+    };
 
-/// The lowest value of bucket index `i`.
-fn value_of(i: usize) -> u64 {
-    if i < 2 << HALF_MAGNITUDE {
-        return i as u64;
+    #[inline]
+    fn index(v: u64) -> usize {
+        let bucket = Self::LZ_BASE - (v | Self::SUB_MASK).leading_zeros();
+        let sub = (v >> bucket) as usize;
+        ((bucket as usize + 1) << HALF) + sub - (1 << HALF)
     }
-    let bucket = (i >> HALF_MAGNITUDE) - 1;
-    let sub = i - (bucket << HALF_MAGNITUDE);
-    (sub as u64) << bucket
-}
 
-impl HdrCounts {
+    /// The lowest value of bucket index `i`.
+    fn value_of(i: usize) -> u64 {
+        if i < 2 << HALF {
+            return i as u64;
+        }
+        let bucket = (i >> HALF) - 1;
+        let sub = i - (bucket << HALF);
+        (sub as u64) << bucket
+    }
+
     #[inline]
     pub fn record(&mut self, v: u64) {
-        let i = index(v);
+        let i = Self::index(v);
         match self.counts.get_mut(i) {
             Some(c) => *c += 1,
             None => {
@@ -53,13 +60,13 @@ impl HdrCounts {
         }
     }
 
-    /// Record every counted value into `h` (which must use lowest value 1 and 3 significant
-    /// digits, with auto-resize) and reset.
+    /// Record every counted value into `h` (which must use lowest value 1 and
+    /// [`Self::SIGFIG`] significant digits, with auto-resize) and reset.
     pub fn drain_into(&mut self, h: &mut Histogram<u64>) {
-        debug_assert_eq!((h.low(), h.sigfig()), (1, 3));
+        debug_assert_eq!((h.low(), h.sigfig()), (1, Self::SIGFIG));
         for (i, &n) in self.counts.iter().enumerate() {
             if n > 0 {
-                let _ = h.record_n(value_of(i), n);
+                let _ = h.record_n(Self::value_of(i), n);
             }
         }
         self.counts.clear();
@@ -70,16 +77,21 @@ impl HdrCounts {
 mod tests {
     use super::*;
 
-    fn hist() -> Histogram<u64> {
-        let mut h = Histogram::new_with_bounds(1, 3_600_000_000_000, 3).unwrap();
+    fn hist(sigfig: u8) -> Histogram<u64> {
+        let mut h = Histogram::new_with_bounds(1, 3_600_000_000_000, sigfig).unwrap();
         h.auto(true);
         h
     }
 
     /// Values across the whole u64 range, bucket edges included: the drained histogram equals
-    /// one that recorded value by value, bucket for bucket.
+    /// one that recorded value by value, bucket for bucket, at 3 and at 2 significant digits.
     #[test]
     fn same_histogram_as_recording_each_value() {
+        same_as_recording::<10>();
+        same_as_recording::<7>();
+    }
+
+    fn same_as_recording<const HALF: u32>() {
         let mut values = vec![1, 2, 2047, 2048, 2049, 4095, 4096, 1 << 40, u64::MAX >> 1];
         let mut x = 0x2545_F491_4F6C_DD1Du64;
         for i in 0..200_000u32 {
@@ -88,7 +100,9 @@ mod tests {
             x ^= x << 17;
             values.push((x >> (x % 60)).max(1) + u64::from(i % 7));
         }
-        let (mut want, mut got, mut fast) = (hist(), hist(), HdrCounts::default());
+        let sigfig = HdrCounts::<HALF>::SIGFIG;
+        let (mut want, mut got, mut fast) =
+            (hist(sigfig), hist(sigfig), HdrCounts::<HALF>::default());
         for &v in &values {
             want.record(v).unwrap();
             fast.record(v);

@@ -21,14 +21,22 @@ pub struct Hists {
     pub device_latency_ns: Histogram<u64>,
     pub total_latency_ns: Histogram<u64>,
     /// What records add between two [`Hists::settle`] calls, in the histograms' own buckets.
-    counts: [HdrCounts; 3],
+    counts: [HdrCounts<LIVE_HALF>; 3],
 }
+
+/// The live histograms keep 2 significant digits (values within 1%): their counts are a
+/// sixteenth of 3 digits' (1 KB per power of two instead of 8 KB),
+/// so the two increments each record makes stay in cache between drains; at 3 digits they were
+/// most of the daemon's cost per record (BENCHMARKS.md, 2026-11-24). The trace keeps every
+/// value exact.
+const LIVE_HALF: u32 = 7;
+const LIVE_SIGFIG: u8 = HdrCounts::<LIVE_HALF>::SIGFIG;
 
 impl Hists {
     fn new() -> Hists {
-        // 3 significant digits; sizes up to 4 GiB, latencies up to 1 hour (auto-resize beyond).
+        // Sizes up to 4 GiB, latencies up to 1 hour (auto-resize beyond).
         let mk = |hi: u64| {
-            let mut h = Histogram::new_with_bounds(1, hi, 3).expect("valid bounds");
+            let mut h = Histogram::new_with_bounds(1, hi, LIVE_SIGFIG).expect("valid bounds");
             h.auto(true);
             h
         };
@@ -176,8 +184,8 @@ impl Stats {
                 iops: c.ios as f64 / secs,
                 mb_per_s: c.bytes as f64 / 1e6 / secs,
             };
-            let mut dev_lat = Histogram::<u64>::new(3).expect("valid");
-            let mut tot_lat = Histogram::<u64>::new(3).expect("valid");
+            let mut dev_lat = Histogram::<u64>::new(LIVE_SIGFIG).expect("valid");
+            let mut tot_lat = Histogram::<u64>::new(LIVE_SIGFIG).expect("valid");
             for h in d.hists.values_mut() {
                 h.settle();
             }
