@@ -808,6 +808,14 @@ impl Run {
     }
 
     fn tick(&mut self, interval_start_wall: i64, t_s: f64, len_ns: u64) {
+        // Without records, the devices come to light in the aggregates (tracing all devices).
+        let aggregates = (self.probe.mode != ProbeMode::Records).then(|| {
+            let now = self.probe.aggregates().unwrap_or_default();
+            for a in &now {
+                self.new_device(tracer_common::dev_join(a.major, a.minor));
+            }
+            now
+        });
         let names = self.names.clone();
         let name_of = move |dev: u32| {
             names.get(&dev).cloned().unwrap_or_else(|| {
@@ -820,11 +828,7 @@ impl Run {
             .recorder
             .as_ref()
             .map_or(&[][..], |r| r.triggers.as_slice());
-        let (lines, fired) = if self.probe.mode == ProbeMode::Records {
-            self.stats
-                .end_interval(interval_start_wall, t_s, len_ns, &name_of, hlog, triggers)
-        } else {
-            let now = self.probe.aggregates().unwrap_or_default();
+        let (lines, fired) = if let Some(now) = aggregates {
             let names = &self.names;
             let inflight = |dev: u32| {
                 names
@@ -843,6 +847,9 @@ impl Run {
             );
             self.prev_aggregates = now;
             (lines, Vec::new())
+        } else {
+            self.stats
+                .end_interval(interval_start_wall, t_s, len_ns, &name_of, hlog, triggers)
         };
         if !fired.is_empty()
             && self.pending_dump.is_none()
