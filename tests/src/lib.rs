@@ -372,6 +372,8 @@ pub struct Trace {
     pub records: Vec<IoRecord>,
     /// The submitting tasks the records name (`IoRecord::task` indexes it).
     pub tasks: Vec<Task>,
+    /// The paths of the cgroups the records name, by v2 id.
+    pub cgroups: BTreeMap<u64, String>,
 }
 
 /// What [`Trace::submissions`] counts.
@@ -396,6 +398,7 @@ impl Trace {
             ending: r.ending().clone(),
             records,
             tasks: r.tasks().to_vec(),
+            cgroups: r.cgroups().clone(),
         }
     }
 

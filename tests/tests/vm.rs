@@ -488,3 +488,141 @@ fn nvme_requests_take_the_hardware_queue_of_their_cpu() {
         trace.header.kernel
     );
 }
+
+/// A cgroup below the unified hierarchy's root, removed on drop.
+struct VmCgroup {
+    dir: std::path::PathBuf,
+    rel: String,
+}
+
+impl VmCgroup {
+    fn new(root: &std::path::Path, name: &str) -> VmCgroup {
+        let dir = root.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        VmCgroup {
+            dir,
+            rel: format!("/{name}"),
+        }
+    }
+
+    /// `cmd` run by a shell that first moves itself into this cgroup.
+    fn sh(&self, cmd: &str) {
+        blkprof_e2e::sh(&format!(
+            "echo $$ > {}/cgroup.procs && {cmd}",
+            self.dir.display()
+        ));
+    }
+}
+
+impl Drop for VmCgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// Buffered writes dirtied by processes in two cgroups are written back later by the kernel's
+/// flusher threads (kworkers, in the root cgroup): with the io and memory controllers on the
+/// unified hierarchy (a stock kernel's default), each record names the cgroup the kernel
+/// charged it to, and every written-back byte of each file is charged to the cgroup that
+/// dirtied it, not to the kworker's. Direct IO is charged to its submitter's own cgroup.
+#[test]
+fn writeback_is_charged_to_the_cgroup_that_dirtied_the_pages() {
+    let Some(disk) = disk() else { return };
+    let root = tracer_common::cgroup::cgroup2_mount().expect("cgroup2 mounted in the VM");
+    let controllers = std::fs::read_to_string(root.join("cgroup.controllers")).unwrap();
+    assert!(
+        controllers.contains("io") && controllers.contains("memory"),
+        "the VM's unified hierarchy has the io and memory controllers: {controllers}"
+    );
+    std::fs::write(root.join("cgroup.subtree_control"), "+io +memory").unwrap();
+    let dir = TestDir::new();
+    let mnt = dir.join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    blkprof_e2e::sh(&format!(
+        "mkfs.ext4 -q -F /dev/{disk} && mount /dev/{disk} {}",
+        mnt.display()
+    ));
+    let a = VmCgroup::new(&root, "blkprof-wb-a");
+    let b = VmCgroup::new(&root, "blkprof-wb-b");
+    let out = dir.join("wb.blkp");
+    let t = Tracer::start(&[
+        "--device",
+        &disk,
+        "--output",
+        out.to_str().unwrap(),
+        "--quiet",
+    ]);
+    // Dirty pages only (no sync in the writers), 24 MiB from A and 8 MiB from B; then a direct
+    // write from A; then the flusher writes everything back, asked by `sync` from this test's
+    // own (root) cgroup.
+    let mb = |n: u64| n << 20;
+    a.sh(&format!(
+        "dd if=/dev/zero of={}/a bs=1M count=24 status=none",
+        mnt.display()
+    ));
+    b.sh(&format!(
+        "dd if=/dev/zero of={}/b bs=1M count=8 status=none",
+        mnt.display()
+    ));
+    a.sh(&format!(
+        "dd if=/dev/zero of={}/direct bs=64k count=32 oflag=direct status=none",
+        mnt.display()
+    ));
+    blkprof_e2e::sh("sync");
+    let f = t.stop();
+    blkprof_e2e::sh(&format!("umount {}", mnt.display()));
+    assert!(f.status.success(), "{}\n{}", f.stderr, f.stdout);
+    let trace = Trace::read(&out);
+    let owners = trace.header.owner_cgroups.clone().expect("header says");
+    assert!(owners.tracked && owners.writeback, "{owners:?}");
+    let id_of = |rel: &str| {
+        trace
+            .cgroups
+            .iter()
+            .find(|(_, p)| p.as_str() == rel)
+            .map(|(id, _)| *id)
+            .unwrap_or_else(|| panic!("{rel} named in the trace: {:?}", trace.cgroups))
+    };
+    let (ia, ib) = (id_of(&a.rel), id_of(&b.rel));
+    // Per owner: (bytes written by dd itself, bytes written by others: the flusher).
+    let mut by_owner: BTreeMap<u64, (u64, u64, BTreeMap<String, u64>)> = BTreeMap::new();
+    for r in trace.records.iter().filter(|r| r.op == Op::Write) {
+        let e = by_owner.entry(r.owner_cgroup).or_default();
+        let comm = trace.comm(r);
+        if comm == "dd" {
+            e.0 += u64::from(r.bytes);
+        } else {
+            e.1 += u64::from(r.bytes);
+            *e.2.entry(comm.split('/').next().unwrap_or(comm).to_string())
+                .or_default() += u64::from(r.bytes);
+        }
+        if comm == "dd" {
+            assert_eq!(
+                r.cgroup, r.owner_cgroup,
+                "dd's own IO is charged to its own cgroup"
+            );
+        }
+    }
+    eprintln!(
+        "writes by owner cgroup: {by_owner:?}\ncgroups: {:?}",
+        trace.cgroups
+    );
+    let (a_dd, a_wb, a_who) = by_owner.get(&ia).cloned().unwrap_or_default();
+    let (b_dd, b_wb, b_who) = by_owner.get(&ib).cloned().unwrap_or_default();
+    assert_eq!(a_dd, mb(2), "A's direct writes, submitted by dd");
+    assert!(
+        a_wb >= mb(24) && a_wb < mb(25),
+        "A's 24 MiB written back, charged to A: {a_wb} by {a_who:?}"
+    );
+    assert!(
+        b_wb >= mb(8) && b_wb < mb(9),
+        "B's 8 MiB written back, charged to B: {b_wb} by {b_who:?}"
+    );
+    assert_eq!(b_dd, 0, "B wrote nothing itself");
+    // The flusher is not in A or B: the kworker's own cgroup is the root.
+    for r in trace.records.iter().filter(|r| {
+        r.op == Op::Write && (r.owner_cgroup == ia || r.owner_cgroup == ib) && trace.comm(r) != "dd"
+    }) {
+        assert_ne!(r.cgroup, r.owner_cgroup, "{r:?} by {}", trace.comm(r));
+    }
+}

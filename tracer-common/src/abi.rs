@@ -181,7 +181,19 @@ pub struct ProbeConfig {
     /// `struct task_struct::comm`: the submitter's command, loaded directly (16 bytes, NUL
     /// padded by the kernel) instead of through `bpf_get_current_comm`'s string copy.
     pub task_comm: u32,
+    /// Nonzero: each record carries the cgroup that owns its IO as the block layer charges
+    /// it, through `request::bio`, `bio::bi_blkg`, `blkcg_gq::blkcg`, the blkcg's css
+    /// (`blkcg::css` + `cgroup_subsys_state::cgroup`), `cgroup::kn` and `kernfs_node::id`.
+    /// Set only where the io controller is on the unified (v2) hierarchy, so that the id is a
+    /// v2 cgroup's, as the submitter's is.
+    pub owner_cgroup: u32,
+    pub bio_blkg: u32,
+    pub blkg_blkcg: u32,
+    pub blkcg_cgroup: u32,
+    pub cgroup_kn: u32,
+    pub kn_id: u32,
 }
+const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 4 * (31 + 6));
 
 /// Device filters of up to this many devices are compared inline (no map lookup per IO).
 pub const FILTER_LIST_MAX: usize = 8;
@@ -253,6 +265,7 @@ pub struct RequestSlot {
     pub key: u64,
     pub st: RequestState,
 }
+const _: () = assert!(core::mem::size_of::<RequestSlot>() == 8 + 88);
 
 /// One completed IO, as the probe writes it to the ring buffer.
 #[repr(C)]
@@ -290,8 +303,12 @@ pub struct IoEvent {
     pub comm: [u8; 16],
     /// The submitting task's cgroup v2 id at submission (0 if unknown).
     pub cgroup: u64,
+    /// The cgroup v2 id the block layer charges the IO to (the bio's blkcg): the submitter's
+    /// for its own IO, the cgroup that dirtied the pages for writeback where the kernel tracks
+    /// it. 0 if unknown or not traced ([`ProbeConfig::owner_cgroup`]).
+    pub owner_cgroup: u64,
 }
-const _: () = assert!(core::mem::size_of::<IoEvent>() == 96);
+const _: () = assert!(core::mem::size_of::<IoEvent>() == 104);
 
 /// The in-kernel histograms are log-linear: 4 buckets per power of two, so that a value read
 /// back from its bucket is off by at most a quarter, as with the metrics' default buckets.
@@ -338,6 +355,7 @@ pub struct AggKey {
     /// and [`AGG_NOT_ACCOUNTED`] for requests the kernel does not account.
     pub op: u32,
 }
+const _: () = assert!(core::mem::size_of::<AggKey>() == 8);
 pub const AGG_FLUSH_RQ: u32 = 1 << 16;
 /// Requests the kernel did not account ([`EV_NOT_ACCOUNTED`]): kept apart so that the
 /// accounted ones still compare exactly with /proc/diskstats.
@@ -359,6 +377,8 @@ pub struct AggregateSlot {
     pub tag: u64,
     pub agg: Aggregate,
 }
+const _: () =
+    assert!(core::mem::size_of::<AggregateSlot>() == 8 + core::mem::size_of::<Aggregate>());
 
 impl AggKey {
     /// A nonzero number naming the key: (dev << 32 | op) + 1.
@@ -431,6 +451,7 @@ pub struct DeviceState {
     pub os_inflight: u64,
     pub dev_inflight: u64,
 }
+const _: () = assert!(core::mem::size_of::<DeviceState>() == 16);
 
 /// A slot of [`MAP_DEVICE_SLOTS`]: a device's counters, direct-mapped by
 /// [`device_slot_index`].
@@ -441,6 +462,7 @@ pub struct DeviceSlot {
     pub tag: u64,
     pub st: DeviceState,
 }
+const _: () = assert!(core::mem::size_of::<DeviceSlot>() == 24);
 
 pub const DEVICE_SLOT_COUNT: u32 = 256;
 

@@ -159,7 +159,7 @@ struct Run {
     /// cgroup ids to paths, and the ids the open file (or segment) has named.
     cgroups: Cgroups,
     cgroups_named: std::collections::HashSet<u64>,
-    last_cgroup_named: Option<u64>,
+    last_cgroups_named: Option<(u64, u64)>,
     /// `--cgroup`: whether each id seen is inside one of them.
     cgroup_keep: HashMap<u64, bool>,
     /// A trigger fired: dump at this instant, saying why.
@@ -216,7 +216,7 @@ impl Run {
     fn open_output(&mut self) -> Result<()> {
         // Each file (and recorder segment) names the cgroups of its own records.
         self.cgroups_named.clear();
-        self.last_cgroup_named = None;
+        self.last_cgroups_named = None;
         let path = self.file_path(self.seq);
         if path.is_none() && self.recorder.is_none() {
             return Ok(());
@@ -262,6 +262,7 @@ impl Run {
             arrays: self.arrays.clone(),
             submit_hook: self.probe.hooks.name().into(),
             labels: self.cfg.labels.clone(),
+            owner_cgroups: Some(self.probe.owner_cgroups.clone()),
         };
         if self.seq > 0 {
             // A rotated file starts at its cut's instant, on the same clocks.
@@ -557,6 +558,7 @@ impl Run {
             flags: fl,
             op,
             cgroup: ev.cgroup,
+            owner_cgroup: ev.owner_cgroup,
             hw_queue: ev.hw_queue.checked_sub(1),
         };
         self.received_total += 1;
@@ -581,7 +583,9 @@ impl Run {
         e.1 += u64::from(r.bytes);
         let next_file = self.hold_after.is_some_and(|t| r.complete_ns > t);
         if !self.filter.keep(&r, &ev.comm)
-            || (!self.cfg.cgroups.is_empty() && !self.cgroup_kept(r.cgroup))
+            || (!self.cfg.cgroups.is_empty()
+                && !self.cgroup_kept(r.cgroup)
+                && (r.owner_cgroup == 0 || !self.cgroup_kept(r.owner_cgroup)))
         {
             self.filtered_out += 1;
             if next_file {
@@ -603,8 +607,8 @@ impl Run {
     }
 
     fn write(&mut self, r: &IoRecord, comm: &[u8; 16]) {
-        if self.last_cgroup_named != Some(r.cgroup) && r.cgroup != 0 {
-            self.name_cgroup(r.cgroup);
+        if self.last_cgroups_named != Some((r.cgroup, r.owner_cgroup)) {
+            self.name_cgroups(r.cgroup, r.owner_cgroup);
         }
         if let Some(out) = &mut self.output
             && self.write_error.is_none()
@@ -614,22 +618,25 @@ impl Run {
         }
     }
 
-    /// Write the cgroup's path before the first record of it in the open file.
+    /// Write the paths of a record's cgroups (submitter's and owner) before the first record
+    /// of each in the open file.
     #[cold]
-    fn name_cgroup(&mut self, id: u64) {
-        self.last_cgroup_named = Some(id);
-        if !self.cgroups_named.insert(id) {
-            return;
-        }
-        let Some(out) = &mut self.output else {
-            return;
-        };
-        let path = self
-            .cgroups
-            .path(id)
-            .map_or_else(|| "(gone)".to_string(), str::to_string);
-        if let Err(e) = out.writer.write_cgroup(&CgroupInfo { id, path }) {
-            self.write_error.get_or_insert(e.to_string());
+    fn name_cgroups(&mut self, cgroup: u64, owner: u64) {
+        self.last_cgroups_named = Some((cgroup, owner));
+        for id in [cgroup, owner] {
+            if id == 0 || !self.cgroups_named.insert(id) {
+                continue;
+            }
+            let Some(out) = &mut self.output else {
+                return;
+            };
+            let path = self
+                .cgroups
+                .path(id)
+                .map_or_else(|| "(gone)".to_string(), str::to_string);
+            if let Err(e) = out.writer.write_cgroup(&CgroupInfo { id, path }) {
+                self.write_error.get_or_insert(e.to_string());
+            }
         }
     }
 
@@ -987,7 +994,7 @@ pub async fn run(cfg: Config) -> Result<i32> {
         dumps: Vec::new(),
         cgroups: Cgroups::new(),
         cgroups_named: Default::default(),
-        last_cgroup_named: None,
+        last_cgroups_named: None,
         cgroup_keep: HashMap::new(),
         pending_dump: None,
     };

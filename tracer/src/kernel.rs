@@ -107,6 +107,12 @@ pub fn probe_config(btf: &KernelBtf, hooks: Hooks) -> Result<(ProbeConfig, OpDec
         bio_bdev: bio("bio", "bi_bdev")?,
         bdev_disk: bio("block_device", "bd_disk")?,
         task_comm: btf.member_offset("task_struct", "comm")?,
+        owner_cgroup: 0,
+        bio_blkg: 0,
+        blkg_blkcg: 0,
+        blkcg_cgroup: 0,
+        cgroup_kn: 0,
+        kn_id: 0,
     };
     let mut ops = Vec::new();
     for (name, op) in [
@@ -154,6 +160,67 @@ pub fn probe_config(btf: &KernelBtf, hooks: Hooks) -> Result<(ProbeConfig, OpDec
             flag_bits,
         },
     ))
+}
+
+/// Whether records can carry the cgroup that owns each IO ([`ProbeConfig::owner_cgroup`]),
+/// as decided at start-up and stored in the trace's header.
+pub fn owner_tracking(
+    btf: &KernelBtf,
+    cgroup2_root: Option<&std::path::Path>,
+) -> (Option<[u32; 5]>, tracer_common::format::OwnerCgroups) {
+    use tracer_common::format::OwnerCgroups;
+    let untracked = |reason: String| {
+        (
+            None,
+            OwnerCgroups {
+                tracked: false,
+                writeback: false,
+                reason,
+            },
+        )
+    };
+    let offsets = (|| -> Result<[u32; 5], BtfError> {
+        Ok([
+            btf.member_offset("bio", "bi_blkg")?,
+            btf.member_offset("blkcg_gq", "blkcg")?,
+            btf.member_offset("blkcg", "css")?
+                + btf.member_offset("cgroup_subsys_state", "cgroup")?,
+            btf.member_offset("cgroup", "kn")?,
+            btf.member_offset("kernfs_node", "id")?,
+        ])
+    })();
+    let Ok(offsets) = offsets else {
+        return untracked("the kernel has no block cgroups (CONFIG_BLK_CGROUP)".into());
+    };
+    let Some(root) = cgroup2_root else {
+        return untracked("no cgroup v2 (unified) hierarchy is mounted".into());
+    };
+    let controllers = std::fs::read_to_string(root.join("cgroup.controllers")).unwrap_or_default();
+    let on_v2 = |c: &str| controllers.split_whitespace().any(|x| x == c);
+    if !on_v2("io") {
+        return untracked(format!(
+            "the io controller is not on the unified hierarchy ({} lists: {}); it is bound to a cgroup v1 hierarchy, whose cgroups the records' v2 ids cannot name",
+            root.join("cgroup.controllers").display(),
+            if controllers.trim().is_empty() {
+                "none"
+            } else {
+                controllers.trim()
+            }
+        ));
+    }
+    let writeback = on_v2("memory");
+    (
+        Some(offsets),
+        OwnerCgroups {
+            tracked: true,
+            writeback,
+            reason: if writeback {
+                String::new()
+            } else {
+                "the memory controller is not on the unified hierarchy: the kernel charges written-back pages to the root cgroup, not to the one that dirtied them".into()
+            },
+        },
+    )
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use tracer_common::{
     {Cuts, MAP_CUTS, MAP_REQUESTS, MAP_SLOTS, RequestSlot, RequestState, SLOT_COUNT},
 };
 
-use crate::kernel::{KERNEL_REQUIREMENT, OpDecoder, choose_hooks, probe_config};
+use crate::kernel::{KERNEL_REQUIREMENT, OpDecoder, choose_hooks, owner_tracking, probe_config};
 
 static PROBE_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/blkprof"));
 
@@ -95,6 +95,8 @@ pub struct Probe {
     /// The submission hook the running kernel offers (the programs loaded follow it).
     pub hooks: Hooks,
     pub mode: ProbeMode,
+    /// Whether records carry the cgroup each IO is charged to, and why not.
+    pub owner_cgroups: tracer_common::format::OwnerCgroups,
     /// The programs loaded, (program, tracepoint), submission side first.
     programs: &'static [(&'static str, &'static str)],
     links: Vec<(String, aya::programs::tp_btf::BtfTracePointLinkId)>,
@@ -116,6 +118,18 @@ impl Probe {
         let kbtf = crate::btf::KernelBtf::from_sys()?;
         let hooks = choose_hooks(&kbtf)?;
         let (mut config, decoder) = probe_config(&kbtf, hooks)?;
+        let (owner_offsets, owner_cgroups) =
+            owner_tracking(&kbtf, tracer_common::cgroup::cgroup2_mount().as_deref());
+        if let (Some([blkg, blkcg, cgroup, kn, id]), ProbeMode::Records) =
+            (owner_offsets, opts.mode)
+        {
+            config.owner_cgroup = 1;
+            config.bio_blkg = blkg;
+            config.blkg_blkcg = blkcg;
+            config.blkcg_cgroup = cgroup;
+            config.cgroup_kn = kn;
+            config.kn_id = id;
+        }
         if opts.devices.len() > tracer_common::FILTER_LIST_MAX {
             config.filter_devices = tracer_common::FILTER_MAP;
         } else if !opts.devices.is_empty() {
@@ -164,6 +178,7 @@ impl Probe {
             config,
             hooks,
             mode: opts.mode,
+            owner_cgroups,
             programs,
             links: Vec::new(),
         })

@@ -56,8 +56,8 @@ pub struct Outcome {
     pub seconds: f64,
 }
 
-/// Install what the VMs need (idempotent): qemu, python3-venv and virtme-ng (in a venv under
-/// target/vm), and the kernel.
+/// Install what the VMs need (idempotent): qemu, python3-venv, busybox-static and virtme-ng (in
+/// a venv under target/vm), and the kernel.
 pub fn setup(kernel: &str) -> Result<PathBuf> {
     let mut missing = Vec::new();
     if !have("qemu-system-x86_64") {
@@ -71,6 +71,16 @@ pub fn setup(kernel: &str) -> Result<PathBuf> {
             .map_or(true, |s| !s.success())
     {
         missing.push("python3-venv");
+    }
+    // virtme-ng's guest init is a statically linked busybox (a dynamic one, as some images
+    // carry, does not do: it is replaced).
+    let busybox_static = Command::new("dpkg-query")
+        .args(["-W", "-f=${Status}", "busybox-static"])
+        .stderr(Stdio::null())
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"));
+    if !busybox_static {
+        missing.push("busybox-static");
     }
     apt_install(&missing)?;
     let venv = venv_dir();

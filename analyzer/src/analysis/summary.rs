@@ -1,7 +1,7 @@
 //! One streaming pass over trace files: per device and op, counts, bytes, size classes and
 //! latency histograms; the tracer's own loss counters; coverage against /proc/diskstats.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use hdrhistogram::Histogram;
@@ -590,12 +590,19 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
         d.read_impact = impact;
         d.spikes = crate::analysis::bursts::spikes(&d.series, &spike_bins, &wall, t0);
     }
-    let mut tasks: Vec<(u32, String, u64)> = task_counts
-        .iter()
-        .enumerate()
-        .filter(|(_, n)| **n > 0)
-        .map(|(i, n)| (r.tasks()[i].pid, r.tasks()[i].comm.clone(), *n))
-        .collect();
+    // One row per (pid, comm): the trace tells a task apart per cgroup and per owner (a
+    // kworker writing back for several cgroups), the table does not.
+    // In the order tasks were first met, so that ties keep it.
+    let mut row_of: HashMap<(u32, &str), usize> = HashMap::new();
+    let mut tasks: Vec<(u32, String, u64)> = Vec::new();
+    for (i, n) in task_counts.iter().enumerate().filter(|(_, n)| **n > 0) {
+        let t = &r.tasks()[i];
+        let row = *row_of.entry((t.pid, t.comm.as_str())).or_insert_with(|| {
+            tasks.push((t.pid, t.comm.clone(), 0));
+            tasks.len() - 1
+        });
+        tasks[row].2 += *n;
+    }
     tasks.sort_by_key(|t| std::cmp::Reverse(t.2));
     let name = |dev: u32| {
         devices.get(&dev).map_or_else(

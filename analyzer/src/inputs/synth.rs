@@ -92,6 +92,7 @@ pub fn write_trace_with(path: &Path, ios: &mut [Io], meta: &Meta) -> Result<(), 
             flags: io.flags,
             op: io.op,
             cgroup: 0,
+            owner_cgroup: 0,
             hw_queue: None,
         };
         w.push(&r, &comm)?;

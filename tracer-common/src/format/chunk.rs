@@ -1,15 +1,17 @@
 //! The start of a records body: the record count (u32 LE), the chunk's base time (u64 LE), the
 //! device table (count, then each `dev` as a varint) and the task table (count, then each pid
-//! as a varint, the comm's length as a byte and the comm, and from version 3 the cgroup id as
-//! a varint). Records store indexes into these tables.
+//! as a varint, the comm's length as a byte and the comm, from version 3 the cgroup id as a
+//! varint, and from version 5 the owner cgroup id as a varint). Records store indexes into
+//! these tables.
 
 use std::collections::HashMap;
 
 use super::codec::{Cursor, put_varint};
 use super::record::Task;
 
-/// A task as the writer tells them apart: pid, NUL-padded comm, cgroup.
-type TaskKey = (u32, [u8; 16], u64);
+/// A task as the writer tells them apart: pid, NUL-padded comm, cgroup, and the cgroup its IO
+/// is charged to (one kworker writes back for many).
+type TaskKey = (u32, [u8; 16], u64, u64);
 
 /// The tables of the chunk being written, built as records arrive.
 #[derive(Default)]
@@ -45,11 +47,11 @@ impl TableBuilder {
         }
     }
 
-    /// The index of the task (`pid`, NUL-padded `comm`, `cgroup`) in the task table, added if
-    /// new.
+    /// The index of the task (`pid`, NUL-padded `comm`, `cgroup`, `owner`) in the task table,
+    /// added if new.
     #[inline]
-    pub(super) fn task(&mut self, pid: u32, comm: &[u8; 16], cgroup: u64) -> u32 {
-        let key = (pid, *comm, cgroup);
+    pub(super) fn task(&mut self, pid: u32, comm: &[u8; 16], cgroup: u64, owner: u64) -> u32 {
+        let key = (pid, *comm, cgroup, owner);
         match self.last_task {
             Some((k, i)) if k == key => i,
             _ => {
@@ -68,9 +70,9 @@ impl TableBuilder {
         }
     }
 
-    /// Append the start of a records body of `count` records (`cgroups`: version 3's task
-    /// table, with each task's cgroup).
-    pub(super) fn write(&self, body: &mut Vec<u8>, count: u32, base_ns: u64, cgroups: bool) {
+    /// Append the start of a records body of `count` records as format `version` has it
+    /// (task tables with cgroups from version 3, owners from version 5).
+    pub(super) fn write(&self, body: &mut Vec<u8>, count: u32, base_ns: u64, version: u16) {
         body.extend_from_slice(&count.to_le_bytes());
         body.extend_from_slice(&base_ns.to_le_bytes());
         put_varint(body, self.devs.len() as u64);
@@ -78,13 +80,16 @@ impl TableBuilder {
             put_varint(body, u64::from(d));
         }
         put_varint(body, self.tasks.len() as u64);
-        for (pid, comm, cgroup) in &self.tasks {
+        for (pid, comm, cgroup, owner) in &self.tasks {
             put_varint(body, u64::from(*pid));
             let n = comm.iter().position(|&c| c == 0).unwrap_or(16);
             body.push(n as u8);
             body.extend_from_slice(&comm[..n]);
-            if cgroups {
+            if version >= 3 {
                 put_varint(body, *cgroup);
+            }
+            if version >= 5 {
+                put_varint(body, *owner);
             }
         }
     }
@@ -100,24 +105,31 @@ impl TableBuilder {
     }
 }
 
-/// A reader's tasks, over all the chunks it has read: each (pid, comm, cgroup) gets one id.
+/// A reader's tasks, over all the chunks it has read: each (pid, comm, cgroup, owner) gets
+/// one id.
 #[derive(Default)]
 pub(super) struct TaskIds {
     pub(super) tasks: Vec<Task>,
-    pub(super) ids: HashMap<(u32, Vec<u8>, u64), u32>,
+    pub(super) ids: HashMap<(u32, Vec<u8>, u64, u64), u32>,
     /// The file's task tables hold cgroups (version 3 on).
     pub(super) cgroups: bool,
+    /// The file's task tables hold owner cgroups (version 5 on).
+    pub(super) owners: bool,
 }
 
 impl TaskIds {
-    fn id(&mut self, pid: u32, comm: &[u8], cgroup: u64) -> u32 {
+    fn id(&mut self, pid: u32, comm: &[u8], cgroup: u64, owner: u64) -> u32 {
         let next = self.tasks.len() as u32;
-        let id = *self.ids.entry((pid, comm.to_vec(), cgroup)).or_insert(next);
+        let id = *self
+            .ids
+            .entry((pid, comm.to_vec(), cgroup, owner))
+            .or_insert(next);
         if id == next {
             self.tasks.push(Task {
                 pid,
                 comm: String::from_utf8_lossy(comm).into_owned(),
                 cgroup,
+                owner_cgroup: owner,
             });
         }
         id
@@ -129,8 +141,8 @@ pub(super) struct ChunkTables {
     pub(super) count: u32,
     pub(super) base: u64,
     pub(super) devs: Vec<u32>,
-    /// (reader's task id, pid, cgroup) per entry of the chunk's task table.
-    pub(super) tasks: Vec<(u32, u32, u64)>,
+    /// (reader's task id, pid, cgroup, owner cgroup) per entry of the chunk's task table.
+    pub(super) tasks: Vec<(u32, u32, u64, u64)>,
 }
 
 /// "records frame: `what`", the reason a damaged records frame is reported with.
@@ -178,7 +190,12 @@ pub(super) fn read_tables(c: &mut Cursor, ids: &mut TaskIds) -> Result<ChunkTabl
         } else {
             0
         };
-        tasks.push((ids.id(pid, comm, cgroup), pid, cgroup));
+        let owner = if ids.owners {
+            c.varint().ok_or_else(|| bad("short task table"))?
+        } else {
+            0
+        };
+        tasks.push((ids.id(pid, comm, cgroup, owner), pid, cgroup, owner));
     }
     Ok(ChunkTables {
         count,

@@ -159,7 +159,7 @@ pub(super) fn from_row(
         (0, complete.wrapping_sub(col(COL_DEVICE_NS)))
     };
     let bytes = size_of_code(col(COL_SIZE))?;
-    let &(task, pid, cgroup) = t.tasks.get(col(COL_TASK) as usize)?;
+    let &(task, pid, cgroup, owner_cgroup) = t.tasks.get(col(COL_TASK) as usize)?;
     let (error, requeues) = read_extras(fl, extras)?;
     let hw_queue = match col(COL_HW_QUEUE) {
         0 => None,
@@ -181,6 +181,7 @@ pub(super) fn from_row(
         flags: fl & !EXTRAS_FLAGS,
         op: Op::from_code((head & 0xf) as u8),
         cgroup,
+        owner_cgroup,
         hw_queue,
     };
     d.advance(&r);

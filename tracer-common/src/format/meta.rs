@@ -265,6 +265,24 @@ pub struct TraceHeader {
     /// for reports and `blkprof compare` to name it by.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub labels: std::collections::BTreeMap<String, String>,
+    /// Whether the records carry the cgroup each IO is charged to ([`super::IoRecord::owner_cgroup`]);
+    /// absent in files of tracers before it (format version 5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_cgroups: Option<OwnerCgroups>,
+}
+
+/// What the tracer could learn of the cgroups IOs are charged to, on the traced host.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct OwnerCgroups {
+    /// Records carry the bio's blkcg (the io controller is on the unified hierarchy).
+    pub tracked: bool,
+    /// Written-back pages are charged to the cgroup that dirtied them (the kernel's cgroup
+    /// writeback: io and memory controllers both on the unified hierarchy).
+    pub writeback: bool,
+    /// Why either is not, for the report to say.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub reason: String,
 }
 
 /// An md array over traced disks: what the report groups its members by.

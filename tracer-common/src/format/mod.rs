@@ -38,14 +38,15 @@ pub use crate::time::rfc3339;
 pub use frames::FrameKind;
 pub use meta::{
     AggregateSnapshot, ArrayInfo, ArrayMember, CgroupInfo, Cut, CutDevice, DeviceInfo, Filters,
-    HwQueue, ProbeCounters, ProgramStats, QueueSettings, StatsFrame, TraceHeader, TraceTrailer,
+    HwQueue, OwnerCgroups, ProbeCounters, ProgramStats, QueueSettings, StatsFrame, TraceHeader,
+    TraceTrailer,
 };
 pub use reader::{Ending, Scan, TraceReader};
 pub use record::{IoRecord, Task, comm_bytes, comm_str};
 pub use writer::{Blocks, TraceWriter};
 
 pub const MAGIC: &[u8; 8] = b"BLKPTRC\0";
-pub const FORMAT_VERSION: u16 = 4;
+pub const FORMAT_VERSION: u16 = 5;
 /// The oldest version this build still reads (records as zstd-compressed varints).
 pub const OLDEST_READABLE_VERSION: u16 = 1;
 /// Largest frame payload a reader accepts (guards against a corrupt length).

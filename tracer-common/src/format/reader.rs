@@ -119,6 +119,7 @@ impl TraceReader {
             last_stats: None,
             task_ids: TaskIds {
                 cgroups: version >= 3,
+                owners: version >= 5,
                 ..TaskIds::default()
             },
             ending: Ending::Unread,

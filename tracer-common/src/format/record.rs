@@ -30,6 +30,11 @@ pub struct IoRecord {
     /// The submitting task's cgroup (v2 id, the cgroup directory's inode number) at
     /// submission; 0 if unknown (files before version 3). Kept in the chunk's task table.
     pub cgroup: u64,
+    /// The cgroup the block layer charged the IO to (the bio's blkcg, v2 id): the submitter's
+    /// own for its IO, the one that dirtied the pages for writeback where the kernel tracks
+    /// it; 0 if unknown (not traced: [`super::TraceHeader::owner_cgroups`]; files before
+    /// version 5). Kept in the chunk's task table.
+    pub owner_cgroup: u64,
     /// The blk-mq hardware queue (`hctx` index: on NVMe, the submission queue) the request
     /// was dispatched through; `None` if unknown (files before version 4, imported traces).
     pub hw_queue: Option<u16>,
@@ -51,13 +56,28 @@ impl IoRecord {
     }
 }
 
-/// A (pid, comm, cgroup) triple.
+/// A submitter as the records name it: (pid, comm, cgroup), with the cgroup its IOs were
+/// charged to (a kworker writing back pages of several cgroups is one task per owner).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Task {
     pub pid: u32,
     pub comm: String,
     /// cgroup v2 id; 0 if unknown.
     pub cgroup: u64,
+    /// The cgroup v2 id its IOs were charged to; 0 if unknown.
+    pub owner_cgroup: u64,
+}
+
+impl IoRecord {
+    /// The cgroup to charge the IO to: its owner where known, else its submitter's (0 if
+    /// neither is known).
+    pub fn charged_cgroup(&self) -> u64 {
+        if self.owner_cgroup != 0 {
+            self.owner_cgroup
+        } else {
+            self.cgroup
+        }
+    }
 }
 
 pub fn comm_bytes(comm: &str) -> [u8; 16] {

@@ -114,12 +114,12 @@ mod tests {
         let mut rows = Vec::new();
         for r in &records {
             let mut extras = Vec::new();
-            let (dev, task) = (tables.dev(r.dev), tables.task(r.pid, &[b'x'; 16], 0));
+            let (dev, task) = (tables.dev(r.dev), tables.task(r.pid, &[b'x'; 16], 0, 0));
             let row = to_row(r, dev, task, &mut deltas, &mut extras);
             rows.push((row, extras));
         }
         let mut body = Vec::new();
-        tables.write(&mut body, records.len() as u32, base, false);
+        tables.write(&mut body, records.len() as u32, base, 1);
         for (row, extras) in &rows {
             for (col, &v) in row[..NCOLS_V3].iter().enumerate() {
                 if col == COL_QUEUE_NS && never_issued(row[COL_HEAD]) {

@@ -21,7 +21,7 @@ pub(super) fn encode(
     extras: &[u8],
     cols: &[Vec<u64>; NCOLS],
 ) {
-    tables.write(body, count, base_ns, true);
+    tables.write(body, count, base_ns, super::FORMAT_VERSION);
     put_varint(body, extras.len() as u64);
     body.extend_from_slice(extras);
     let n = count as usize;

@@ -218,7 +218,7 @@ impl<S: Sink> TraceWriter<S> {
             self.deltas = Deltas::start(r.complete_ns);
         }
         let dev = self.tables.dev(r.dev);
-        let task = self.tables.task(r.pid, comm, r.cgroup);
+        let task = self.tables.task(r.pid, comm, r.cgroup, r.owner_cgroup);
         let row = to_row(r, dev, task, &mut self.deltas, &mut self.extras);
         for (col, v) in self.cols.iter_mut().zip(row) {
             col.push(v);

@@ -1,6 +1,8 @@
-//! cgroups: which control groups submitted each device's IO (the submitting task's cgroup v2
-//! at submission, as the tracer recorded it from trace format version 3 on). Written-back
-//! pages are submitted by kernel threads, so they count where those threads are (the root).
+//! cgroups: which control groups each device's IO is charged to. Where the trace has owners
+//! (format version 5, the io controller on the unified hierarchy), as the block layer charges
+//! it: the bio's blkcg, so written-back pages count for the cgroup that dirtied them (where
+//! the kernel's cgroup writeback runs). Else the submitting task's cgroup v2 at submission
+//! (from version 3): written-back pages count where the kernel's flusher runs (the root).
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -29,6 +31,14 @@ const TOP: usize = 10;
 #[serde(default)]
 struct Model {
     devices: Vec<DeviceModel>,
+    /// "owner" when IOs are charged to the cgroup the block layer charged them to; absent
+    /// (the submitter's) otherwise.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    charged_to: String,
+    /// Why written-back pages are not charged to the cgroup that dirtied them, when the trace
+    /// says (the tracer's host had no cgroup writeback).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    note: String,
 }
 
 #[derive(Serialize, Deserialize, Default)]
@@ -53,6 +63,20 @@ struct CgroupModel {
     /// p99 of the total latency (submission to completion), microseconds (HDR histogram,
     /// 3 significant digits).
     p99_total_us: f64,
+    /// Of `ios` and `bytes`, those a task of another cgroup submitted for this one (pages it
+    /// dirtied, written back by the kernel's flusher); with owners only.
+    #[serde(skip_serializing_if = "is_zero")]
+    on_behalf_ios: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    on_behalf_bytes: u64,
+}
+
+#[expect(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde's skip_serializing_if signature"
+)]
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 #[derive(Default)]
@@ -61,6 +85,8 @@ struct Tally {
     bytes: u64,
     read_ios: u64,
     write_ios: u64,
+    on_behalf_ios: u64,
+    on_behalf_bytes: u64,
     /// Total latencies in the HDR histogram's buckets (3 significant digits), counted on the
     /// per-record path without the histogram's own bookkeeping.
     total_ns: HdrCounts,
@@ -74,17 +100,33 @@ struct Cgroups {
     /// The last record's key and tally: consecutive records mostly share them.
     last: Option<((u32, u64), usize)>,
     any_known: bool,
+    /// The trace carries owners: charge IOs to them.
+    owners: bool,
+    note: String,
 }
 
-fn new(_: &Options, _: &tracer_common::format::TraceHeader) -> Box<dyn Section> {
-    Box::<Cgroups>::default()
+fn new(_: &Options, header: &tracer_common::format::TraceHeader) -> Box<dyn Section> {
+    let owners = header.owner_cgroups.as_ref();
+    Box::new(Cgroups {
+        owners: owners.is_some_and(|o| o.tracked),
+        note: owners
+            .filter(|o| !o.writeback)
+            .map(|o| o.reason.clone())
+            .unwrap_or_default(),
+        ..Cgroups::default()
+    })
 }
 
 impl Section for Cgroups {
     fn chunk(&mut self, records: &[IoRecord]) {
         for r in records {
-            self.any_known |= r.cgroup != 0;
-            let key = (r.dev, r.cgroup);
+            let cgroup = if self.owners {
+                r.charged_cgroup()
+            } else {
+                r.cgroup
+            };
+            self.any_known |= cgroup != 0;
+            let key = (r.dev, cgroup);
             let i = match self.last {
                 Some((k, i)) if k == key => i,
                 _ => {
@@ -100,6 +142,10 @@ impl Section for Cgroups {
             let t = &mut self.tallies[i].1;
             t.ios += 1;
             t.bytes += u64::from(r.bytes);
+            if cgroup != r.cgroup {
+                t.on_behalf_ios += 1;
+                t.on_behalf_bytes += u64::from(r.bytes);
+            }
             match r.stat_group() {
                 StatGroup::Read => t.read_ios += 1,
                 StatGroup::Write => t.write_ios += 1,
@@ -145,6 +191,8 @@ impl Section for Cgroups {
                     } else {
                         h.value_at_quantile(0.99) as f64 / 1e3
                     },
+                    on_behalf_ios: t.on_behalf_ios,
+                    on_behalf_bytes: t.on_behalf_bytes,
                 };
                 let new_hist = || Histogram::<u64>::new(3).expect("3 significant digits");
                 let mut rows = Vec::new();
@@ -165,6 +213,8 @@ impl Section for Cgroups {
                         rest.bytes += t.bytes;
                         rest.read_ios += t.read_ios;
                         rest.write_ios += t.write_ios;
+                        rest.on_behalf_ios += t.on_behalf_ios;
+                        rest.on_behalf_bytes += t.on_behalf_bytes;
                         t.total_ns.drain_into(&mut rest_h);
                     }
                 }
@@ -178,7 +228,16 @@ impl Section for Cgroups {
             })
             .collect();
         devices.sort_by(|a, b| a.name.cmp(&b.name));
-        serde_json::to_value(Model { devices }).unwrap_or(Value::Null)
+        serde_json::to_value(Model {
+            devices,
+            charged_to: if self.owners {
+                "owner".into()
+            } else {
+                String::new()
+            },
+            note: self.note,
+        })
+        .unwrap_or(Value::Null)
     }
 }
 
@@ -188,13 +247,10 @@ fn model(v: &Value) -> Option<Model> {
 
 fn text(v: &Value, out: &mut dyn Write) -> std::io::Result<()> {
     let Some(m) = model(v) else { return Ok(()) };
-    writeln!(
-        out,
-        "\ncgroups (of the submitting task, v2; written-back pages count where the kernel's flusher runs):"
-    )?;
+    writeln!(out, "\ncgroups ({}):", heading(&m))?;
     for d in &m.devices {
         for c in &d.cgroups {
-            writeln!(
+            write!(
                 out,
                 "  {:<12} {:<40} {:>12} IOs {:>5.1}%  {:>10} {:>5.1}%  p99 {}",
                 d.name,
@@ -205,18 +261,54 @@ fn text(v: &Value, out: &mut dyn Write) -> std::io::Result<()> {
                 c.pct_bytes,
                 crate::report::format::fmt_us(c.p99_total_us)
             )?;
+            if c.on_behalf_bytes > 0 {
+                write!(
+                    out,
+                    "  ({} submitted for it by other cgroups, as writeback)",
+                    crate::report::format::bytes(c.on_behalf_bytes)
+                )?;
+            }
+            writeln!(out)?;
         }
     }
     Ok(())
+}
+
+/// How the table charges IOs, in a phrase.
+fn heading(m: &Model) -> String {
+    match (m.charged_to.as_str(), m.note.as_str()) {
+        ("owner", "") => "as the block layer charges them (v2): written-back pages to the cgroup that dirtied them".into(),
+        ("owner", note) => format!("as the block layer charges them (v2); {note}"),
+        (_, "") => "of the submitting task, v2; written-back pages count where the kernel's flusher runs".into(),
+        (_, note) => format!("of the submitting task, v2; written-back pages count where the kernel's flusher runs: {note}"),
+    }
 }
 
 #[derive(askama::Template)]
 #[template(path = "sections/cgroups.html")]
 struct Html<'a> {
     m: &'a Model,
+    /// The table's caption: how it charges IOs.
+    para: String,
+    /// Some cgroup had pages written back for it: a column for them.
+    on_behalf: bool,
 }
 
 fn html(v: &Value, h: &mut String) -> std::fmt::Result {
     let Some(m) = model(v) else { return Ok(()) };
-    super::render_html(&Html { m: &m }, h)
+    super::render_html(
+        &Html {
+            m: &m,
+            para: match (m.charged_to.as_str(), m.note.as_str()) {
+                ("", "") => "Of the submitting task (cgroup v2); written-back pages count where the kernel's flusher runs.".into(),
+                _ => format!("Charged {}.", heading(&m)),
+            },
+            on_behalf: m
+                .devices
+                .iter()
+                .flat_map(|d| &d.cgroups)
+                .any(|c| c.on_behalf_bytes > 0),
+        },
+        h,
+    )
 }

@@ -332,6 +332,7 @@ mod tests {
                 flags: 0,
                 op: Op::Read,
                 cgroup: 0,
+                owner_cgroup: 0,
                 hw_queue: None,
             };
             w.push(&rec, &comm_bytes(comm)).unwrap();
