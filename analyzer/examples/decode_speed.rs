@@ -1,3 +1,8 @@
+#![expect(
+    unused_crate_dependencies,
+    reason = "an example links all the package's dependencies; the lib target checks them"
+)]
+
 fn main() {
     let dir = std::env::temp_dir().join("blkprof-decode");
     std::fs::create_dir_all(&dir).unwrap();

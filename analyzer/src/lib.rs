@@ -11,6 +11,15 @@
 //!
 //! and [`numeric`], a leaf any of them may use (median, the xorshift generator).
 
+#![forbid(unsafe_code)]
+
+// Dependencies this target links without naming them (`unused_crate_dependencies`):
+// plotters-svg only turns on the bitmap encoder of plotters' SVG backend (the heatmaps' cells);
+use plotters_svg as _;
+// the integration tests' dev-dependencies, linked into the unit tests as well.
+#[cfg(test)]
+use {crc32fast as _, insta as _};
+
 pub mod analysis;
 pub mod commands;
 pub mod inputs;

@@ -1,3 +1,12 @@
+//! `blkprof`: the command line over the analyzer library; parses the arguments, runs the
+//! command, maps its outcome to the exit code.
+
+#![forbid(unsafe_code)]
+#![expect(
+    unused_crate_dependencies,
+    reason = "the bin links the lib's dependencies; the lib target checks them"
+)]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -87,7 +96,7 @@ fn parse_zone(s: &str) -> Result<analyzer::zone::Zone, String> {
     analyzer::zone::Zone::parse(s)
 }
 
-/// A duration (tracer_common::units) in nanoseconds.
+/// A duration ([`tracer_common::units`]) in nanoseconds.
 fn parse_duration(s: &str) -> Result<u64, String> {
     let d = tracer_common::units::parse_duration(s)?;
     u64::try_from(d.as_nanos()).map_err(|_| format!("{s:?}: too long"))
@@ -250,6 +259,10 @@ enum Cmd {
         /// compared: an unthrottled job's throughput measures the machine. docs/check-rules.md
         #[arg(long)]
         baseline: Vec<PathBuf>,
+        #[expect(
+            clippy::doc_markdown,
+            reason = "clap prints this doc as the option's help"
+        )]
         /// Rules file (JSON), e.g. {"rules": [{"metric": "read.latency_p99_us", "max": 5000}]}.
         #[arg(long)]
         rules: Option<PathBuf>,
@@ -356,7 +369,7 @@ impl Fail {
     }
 
     /// A failed write to standard output; `what` prefixes the message unless empty.
-    fn stdout(e: std::io::Error, what: &str) -> Fail {
+    fn stdout(e: &std::io::Error, what: &str) -> Fail {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
             Fail::Closed
         } else if what.is_empty() {
@@ -646,7 +659,7 @@ fn parse_time_point(s: &str) -> Result<analyzer::export::perfetto::TimePoint, St
     analyzer::export::perfetto::TimePoint::parse(s)
 }
 
-/// Bytes, or with a binary suffix: 4K, 64KiB, 512k, 1M, 2G (tracer_common::units).
+/// Bytes, or with a binary suffix: 4K, 64KiB, 512k, 1M, 2G ([`tracer_common::units`]).
 fn parse_size(s: &str) -> Result<u64, String> {
     tracer_common::units::parse_size(s)
 }
@@ -701,7 +714,7 @@ fn compare(
     } else {
         analyzer::compare::write_text(&mut out, &c)
     }
-    .map_err(|e| Fail::stdout(e, ""))
+    .map_err(|e| Fail::stdout(&e, ""))
 }
 
 /// An arm of `compare`: a trace (it starts with the format's magic bytes), summarized here, or
@@ -769,7 +782,7 @@ fn whatif(
     } else {
         analyzer::whatif::write_text(&mut out, &w)
     }
-    .map_err(|e| Fail::stdout(e, ""))
+    .map_err(|e| Fail::stdout(&e, ""))
 }
 
 /// Pretty JSON and a newline. The error keeps its io kind, so that a reader closing the pipe
@@ -802,7 +815,7 @@ fn report(args: &ReportArgs) -> Result<(), Fail> {
         } else {
             analyzer::text::write(&mut out, j)
         }
-        .map_err(|e| Fail::stdout(e, "writing the report"))
+        .map_err(|e| Fail::stdout(&e, "writing the report"))
     };
     if let Some(path) = &args.from_json {
         return emit(path, &read_report(path).map_err(Fail::Input)?);
@@ -980,7 +993,13 @@ fn run_check(
     let base: Vec<&analyzer::summary::JsonReport> = base.iter().collect();
     let verdicts = analyzer::check::check_against(&summary, &base, &rules, allow_incomplete)
         .map_err(Fail::Input)?;
-    let _ = analyzer::check::write_table(&mut std::io::stdout().lock(), &verdicts);
+    // The table is for people; the exit code and the JUnit file are the verdict, which a reader
+    // that stops early (`| head`) does not change. Any other failed write is an error.
+    if let Err(e) = analyzer::check::write_table(&mut std::io::stdout().lock(), &verdicts)
+        && e.kind() != std::io::ErrorKind::BrokenPipe
+    {
+        return Err(Fail::stdout(&e, "writing the verdicts"));
+    }
     if let Some(j) = junit {
         std::fs::write(
             j,

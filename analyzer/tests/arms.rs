@@ -1,6 +1,11 @@
 //! An experiment's arms: the trace's labels and the disk's queue settings in the report, and
 //! `blkprof compare` over traces and saved reports, naming each arm by what differs.
 
+#![expect(
+    unused_crate_dependencies,
+    reason = "a test crate links all the package's dependencies; the lib target checks them"
+)]
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -140,7 +145,7 @@ fn the_report_carries_the_labels_and_the_queue_settings() {
     );
 }
 
-/// The shared fixtures live in `shared/fixtures` beside the repository (or BLKPROF_FIXTURES).
+/// The shared fixtures live in `shared/fixtures` beside the repository (or `BLKPROF_FIXTURES`).
 fn fixture(p: &str) -> PathBuf {
     if let Some(dir) = std::env::var_os("BLKPROF_FIXTURES") {
         return PathBuf::from(dir).join(p);
@@ -446,7 +451,7 @@ fn saved_reports_bring_the_stress_results() {
     );
     assert_eq!(
         row(&c, "client update latency mean").0[0],
-        Some(5155.191623049424)
+        Some(5_155.191_623_049_424)
     );
     // YCSB's thread teardown is not an operation of the workload.
     assert!(

@@ -1,5 +1,10 @@
 //! The CLI as a user runs it: exit codes and messages.
 
+#![expect(
+    unused_crate_dependencies,
+    reason = "a test crate links all the package's dependencies; the lib target checks them"
+)]
+
 use std::path::PathBuf;
 use std::process::Command;
 

@@ -1,6 +1,11 @@
 //! Output piped into a reader that stops early (`blkprof report --json ... | head`): the closed
 //! pipe is the reader's choice, so blkprof stops quietly with exit 0.
 
+#![expect(
+    unused_crate_dependencies,
+    reason = "a test crate links all the package's dependencies; the lib target checks them"
+)]
+
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};

@@ -1,6 +1,11 @@
 //! The CLI's fixed-choice options as a user meets them: a value outside the list is bad input
 //! (exit 2) and the message names the values that are accepted.
 
+#![expect(
+    unused_crate_dependencies,
+    reason = "a test crate links all the package's dependencies; the lib target checks them"
+)]
+
 use std::process::Command;
 
 fn blkprof() -> Command {

@@ -1,6 +1,11 @@
 //! `blkprof compare`: rows are keyed the same way in every arm, and a figure an arm does not
 //! have is n/a (null in JSON), never 0 and never a flagged change.
 
+#![expect(
+    unused_crate_dependencies,
+    reason = "a test crate links all the package's dependencies; the lib target checks them"
+)]
+
 use analyzer::compare::{Comparison, compare, write_text};
 use analyzer::series::Options;
 use analyzer::summary::{JsonReport, summarize};

@@ -7,6 +7,11 @@
 //! at and inside every frame, unknown frame kinds) and random (byte changes inside a frame with
 //! its checksum recomputed, so the damage reaches the decoders).
 
+#![expect(
+    unused_crate_dependencies,
+    reason = "a test crate links all the package's dependencies; the lib target checks them"
+)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -275,7 +280,7 @@ fn random_variants(t: &Trace, rng: &mut Rng, n: usize, out: &mut Vec<Vec<u8>>) {
         if k % 4 == 3 {
             // Damage anywhere, checksums left as they are (most is caught by the CRC).
             let mut b = t.bytes();
-            for _ in 0..1 + rng.next_u64() % 4 {
+            for _ in 0..=(rng.next_u64() % 4) {
                 let at = (rng.next_u64() % b.len() as u64) as usize;
                 b[at] ^= 1 << (rng.next_u64() % 8);
             }
@@ -284,7 +289,7 @@ fn random_variants(t: &Trace, rng: &mut Rng, n: usize, out: &mut Vec<Vec<u8>>) {
         }
         let i = records[(rng.next_u64() % records.len() as u64) as usize];
         let mut body = t.body(i);
-        for _ in 0..1 + rng.next_u64() % 8 {
+        for _ in 0..=(rng.next_u64() % 8) {
             let at = (rng.next_u64() % body.len() as u64) as usize;
             body[at] = rng.next_u64() as u8;
         }
@@ -402,10 +407,12 @@ fn every_damaged_trace_ends_cleanly_in_bounded_memory_and_time() {
                             // Keep the file for a regression test.
                             let keep =
                                 std::env::temp_dir().join(format!("blkprof-damaged-{i}.blkp"));
-                            let _ = std::fs::copy(&p, &keep);
+                            let kept = match std::fs::copy(&p, &keep) {
+                                Ok(_) => keep.display().to_string(),
+                                Err(e) => format!("not kept: {e}"),
+                            };
                             failures.lock().unwrap().push(format!(
-                                "variant {i} ({}): exit {other:?} after {took:?}: {}",
-                                keep.display(),
+                                "variant {i} ({kept}): exit {other:?} after {took:?}: {}",
                                 String::from_utf8_lossy(&st.stderr)
                                     .lines()
                                     .last()
@@ -413,7 +420,7 @@ fn every_damaged_trace_ends_cleanly_in_bounded_memory_and_time() {
                             ));
                         }
                     }
-                    let _ = std::fs::remove_file(&p);
+                    std::fs::remove_file(&p).unwrap();
                 }
             });
         }

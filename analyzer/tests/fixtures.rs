@@ -1,10 +1,15 @@
 //! The real fixtures in ../shared/fixtures parse completely.
 
+#![expect(
+    unused_crate_dependencies,
+    reason = "a test crate links all the package's dependencies; the lib target checks them"
+)]
+
 use std::path::{Path, PathBuf};
 
 use analyzer::stress::{read_app_log, read_stress};
 
-/// The shared fixtures live in `shared/fixtures` beside the repository (or BLKPROF_FIXTURES).
+/// The shared fixtures live in `shared/fixtures` beside the repository (or `BLKPROF_FIXTURES`).
 fn fixture(p: &str) -> PathBuf {
     if let Some(dir) = std::env::var_os("BLKPROF_FIXTURES") {
         return PathBuf::from(dir).join(p);
@@ -74,19 +79,23 @@ fn every_ycsb_status_and_summary_line_parses() {
         let p = fixture(name);
         let run = read_stress(&p).unwrap();
         let summary_lines = lines_matching(&p, |l| l.starts_with('[') && l.contains("], "));
-        let parsed: usize = run.summary.values().map(|m| m.len()).sum::<usize>()
+        let parsed: usize = run
+            .summary
+            .values()
+            .map(std::collections::BTreeMap::len)
+            .sum::<usize>()
             + run.time_series.values().map(Vec::len).sum::<usize>();
         assert_eq!(parsed, summary_lines, "{name}: every summary line");
     }
     let run = read_stress(&fixture("ycsb/cassandra5-workloada-run.stdout")).unwrap();
     assert_eq!(
         run.summary["OVERALL"]["Throughput(ops/sec)"],
-        2639.5985695415443
+        2_639.598_569_541_544_3
     );
     assert_eq!(run.summary["READ"]["99thPercentileLatency(us)"], 24703.0);
     assert_eq!(run.summary["UPDATE"]["Operations"], 81963.0);
     let pkb = read_stress(&fixture("ycsb/pkb-ycsb-time-series.dat")).unwrap();
-    assert_eq!(pkb.time_series["READ"][1], (1000, 25891.854741896757));
+    assert_eq!(pkb.time_series["READ"][1], (1000, 25_891.854_741_896_757));
 }
 
 #[test]

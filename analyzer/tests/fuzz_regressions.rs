@@ -3,9 +3,21 @@
 //! every `cargo test`: each must return, not panic. Findings whose fix is pending elsewhere
 //! are listed in fuzz/regressions/open.txt and replayed by an ignored test.
 
+#![expect(
+    unused_crate_dependencies,
+    reason = "a test crate links all the package's dependencies; the lib target checks them"
+)]
+
 use std::path::{Path, PathBuf};
 
+// The fuzz crate's harness, linted there by fuzz/Cargo.toml's table (clippy::all).
 #[path = "../../fuzz/src/lib.rs"]
+#[expect(
+    unreachable_pub,
+    clippy::pedantic,
+    clippy::let_underscore_must_use,
+    reason = "the fuzz crate's code, held to the fuzz crate's lints"
+)]
 mod harness;
 
 fn inputs(kind: &str, target: &str) -> Vec<PathBuf> {
@@ -53,7 +65,10 @@ fn replay(kind: &str, pick: impl Fn(&Path) -> bool) -> (usize, Vec<String>) {
                 let msg = e
                     .downcast_ref::<String>()
                     .cloned()
-                    .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .or_else(|| {
+                        e.downcast_ref::<&str>()
+                            .map(std::string::ToString::to_string)
+                    })
                     .unwrap_or_default();
                 failed.push(format!("{target} {}: {msg}", p.display()));
             }

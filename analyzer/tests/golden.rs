@@ -1,5 +1,10 @@
 //! Reports and checks on real traces recorded by the tracer (tests/data, see its README).
 
+#![expect(
+    unused_crate_dependencies,
+    reason = "a test crate links all the package's dependencies; the lib target checks them"
+)]
+
 use std::path::PathBuf;
 
 use analyzer::check::{Rules, check, default_rules};

@@ -1,6 +1,11 @@
 //! Synthetic traces with planted truth, written through the real trace writer: the report
 //! must find exactly what was planted.
 
+#![expect(
+    unused_crate_dependencies,
+    reason = "a test crate links all the package's dependencies; the lib target checks them"
+)]
+
 use analyzer::series::Options;
 use analyzer::summary::summarize;
 use analyzer::synth::{BASE_NS, Io, cassandra_like, write_trace};
@@ -80,7 +85,7 @@ fn bursts_are_found_where_planted_and_nowhere_else() {
             b.duration_s
         );
         assert!(
-            (b.mean_mb_per_s / (mbps * 1.048576) - 1.0).abs() < 0.15,
+            (b.mean_mb_per_s / (mbps * 1.048_576) - 1.0).abs() < 0.15,
             "rate {} vs {mbps}",
             b.mean_mb_per_s
         );
@@ -515,14 +520,17 @@ fn the_phase_table_finds_the_planted_latencies_seeks_and_idle_time() {
     // Active: 50 x 210 us + 200 x 70 us; span: the first entry to the last completion.
     let span_ns = 100_000_000 + 199_000_000 + 70_000;
     let active_ns = 50 * 210_000 + 200 * 70_000;
-    assert!(close(f(&d["span_s"]), span_ns as f64 / 1e9, 1e-12), "{d:#}");
     assert!(
-        close(f(&d["active_s"]), active_ns as f64 / 1e9, 1e-12),
+        close(f(&d["span_s"]), f64::from(span_ns) / 1e9, 1e-12),
+        "{d:#}"
+    );
+    assert!(
+        close(f(&d["active_s"]), f64::from(active_ns) / 1e9, 1e-12),
         "{d:#}"
     );
     assert!(close(
         f(&d["idle_s"]),
-        (span_ns - active_ns) as f64 / 1e9,
+        f64::from(span_ns - active_ns) / 1e9,
         1e-12
     ));
     assert!(
@@ -650,7 +658,7 @@ fn check_rules_gate_on_section_figures() {
         "{f:?}"
     );
     assert!(a.pass && a.value == Some(5200.0 / 56.0), "{a:?}");
-    assert!(r.pass && r.value == Some(786432.0), "{r:?}");
+    assert!(r.pass && r.value == Some(786_432.0), "{r:?}");
     assert!(
         none.pass && none.value.is_none(),
         "no discards: nothing to check {none:?}"

@@ -5,6 +5,11 @@
 //! The shifted copies are made here from the golden run (tests/data/cassandra-ycsb-a.*),
 //! whose node and client ran in UTC.
 
+#![expect(
+    unused_crate_dependencies,
+    reason = "a test crate links all the package's dependencies; the lib target checks them"
+)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

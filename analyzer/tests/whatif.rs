@@ -1,6 +1,11 @@
 //! `blkprof whatif`: planted IOs whose members, pieces and queue depths were worked out by
 //! hand, the JSON a script reads, and the CLI's errors.
 
+#![expect(
+    unused_crate_dependencies,
+    reason = "a test crate links all the package's dependencies; the lib target checks them"
+)]
+
 use std::path::Path;
 use std::process::{Command, Output};
 

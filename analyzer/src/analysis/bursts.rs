@@ -50,7 +50,7 @@ pub struct Writer {
     pub pct: f64,
 }
 
-/// "MemtableFlushWr 85%, jbd2/loop0-8 15%".
+/// `"MemtableFlushWr 85%, jbd2/loop0-8 15%"`.
 pub fn writers_text(w: &[Writer]) -> String {
     let v: Vec<String> = w
         .iter()
@@ -112,6 +112,14 @@ fn hist() -> Histogram<u64> {
     h
 }
 
+/// Counts a latency. The histograms resize themselves, so this cannot fail for a u64 on a
+/// 64-bit machine; should it, the latency is counted at the top of the range, not lost.
+fn record(h: &mut Histogram<u64>, ns: u64) {
+    if h.record(ns).is_err() {
+        h.saturating_record(ns);
+    }
+}
+
 impl Classifier {
     pub fn new(bursts: &[(u64, u64)], discard_window_ns: u64) -> Classifier {
         let windows = bursts
@@ -139,7 +147,12 @@ impl Classifier {
     /// chunks that overlap bursts).
     pub fn set_outside(&mut self, all_reads: &Histogram<u64>) {
         let mut o = all_reads.clone();
-        let _ = o.subtract(&self.inside);
+        // The reads pass two found inside bursts are some of pass one's reads, so this cannot
+        // fail; should the passes ever disagree, a half-subtracted histogram would be wrong
+        // without a sign: the reads outside bursts are then left out (none) instead.
+        if o.subtract(&self.inside).is_err() {
+            o.reset();
+        }
         self.outside = o;
     }
 
@@ -156,8 +169,8 @@ impl Classifier {
                 // A read is "inside" if it completed during a burst.
                 let lat = r.total_ns().max(1);
                 if let Some(b) = self.burst_at(r.complete_ns) {
-                    let _ = self.inside.record(lat);
-                    let _ = self.per_burst_reads[b].record(lat);
+                    record(&mut self.inside, lat);
+                    record(&mut self.per_burst_reads[b], lat);
                 }
             }
             StatGroup::Write => {
@@ -219,8 +232,7 @@ pub fn bursts(
         let (dom, dom_n) = c.per_burst_sizes[i]
             .iter()
             .max_by_key(|(_, n)| **n)
-            .map(|(k, n)| (k.label(), *n))
-            .unwrap_or(("-".into(), 0));
+            .map_or(("-".into(), 0), |(k, n)| (k.label(), *n));
         let (dn, db, first) = c.discards[i];
         // Tasks of the same name (the threads of a pool, a kworker's instances) are one writer.
         let mut by_comm: BTreeMap<String, u64> = BTreeMap::new();

@@ -1,5 +1,5 @@
 //! Busy time: how long a device had at least one IO in the OS (entered, not completed), from
-//! the records' own intervals; iostat's %util counts the same from the kernel's io_ticks.
+//! the records' own intervals; iostat's %util counts the same from the kernel's `io_ticks`.
 //!
 //! Records come in completion order (nearly: CPUs race to the ring), so the union of their
 //! [entry, completion] intervals is built as they come: the run of overlapping IOs being

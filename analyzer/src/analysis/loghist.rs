@@ -26,7 +26,7 @@ fn index(v: u64) -> usize {
     if v < u64::from(SUB) {
         return v as usize;
     }
-    let octave = 63 - v.leading_zeros(); // >= 3
+    let octave = v.ilog2(); // >= 3
     let sub = (v >> (octave - 3)) & u64::from(SUB - 1);
     let i = (octave - 2) * SUB + sub as u32;
     (i as usize).min(BUCKETS - 1)
@@ -40,7 +40,7 @@ fn upper(i: usize) -> u64 {
     }
     let octave = i / SUB + 2;
     let sub = u64::from(i % SUB);
-    ((SUB as u64 + sub + 1) << (octave - 3)) - 1
+    ((u64::from(SUB) + sub + 1) << (octave - 3)) - 1
 }
 
 impl LogHist {

@@ -95,8 +95,8 @@ pub fn pct_ios_se(op_ios: u64, all_ios: u64) -> f64 {
 }
 
 /// Standard error, in percentage points, of an op's share of all bytes: a ratio of two sums
-/// over the same IOs, R = Σ_op x / Σ x, whose variance is Σ_i (w_i - R)² x_i² / (Σ x)² to first
-/// order (w_i = 1 for the op's IOs, 0 for the others).
+/// over the same IOs, `R = Σ_op x / Σ x`, whose variance is `Σ_i (w_i - R)² x_i² / (Σ x)²` to first
+/// order (`w_i` = 1 for the op's IOs, 0 for the others).
 pub fn pct_bytes_se(op: &JsonOp, others: &[&JsonOp]) -> f64 {
     let all: f64 = op.bytes as f64 + others.iter().map(|o| o.bytes as f64).sum::<f64>();
     if all == 0.0 {
@@ -122,13 +122,14 @@ pub fn mean_bytes_se(o: &JsonOp) -> f64 {
 
 /// One standard error of the size-mix distance (half the L1 distance of the size-class shares)
 /// between two samples of the same mix: each class's share differs by chance with standard
-/// error sqrt(p(1-p)(1/n_a + 1/n_b)) (p pooled), and the distance adds half of each.
+/// error `sqrt(p(1-p)(1/n_a + 1/n_b))` (p pooled), and the distance adds half of each.
 pub fn size_mix_se(a: &JsonOp, b: &JsonOp) -> f64 {
     if a.ios == 0 || b.ios == 0 {
         return 0.0;
     }
     let (na, nb) = (a.ios as f64, b.ios as f64);
-    let mut classes: std::collections::BTreeMap<&str, (f64, f64)> = Default::default();
+    let mut classes: std::collections::BTreeMap<&str, (f64, f64)> =
+        std::collections::BTreeMap::default();
     for z in &a.block_sizes {
         classes.entry(&z.class).or_default().0 += z.ios as f64;
     }

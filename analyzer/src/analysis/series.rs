@@ -22,7 +22,7 @@ pub struct Options {
     /// Bursts closer than this are merged.
     pub burst_gap_ns: u64,
     /// Only writes by tasks whose comm contains one of these count towards bursts (empty:
-    /// every writer), e.g. Cassandra's "MemtableFlushWr" to tell flushes from compactions.
+    /// every writer), e.g. Cassandra's `MemtableFlushWr` to tell flushes from compactions.
     pub burst_comms: Vec<String>,
     /// Discards within this long after a burst's end are attributed to it.
     pub discard_window_ns: u64,
@@ -32,7 +32,7 @@ pub struct Options {
     pub spike_min_depth: f64,
     /// Spikes closer than this are merged.
     pub spike_gap_ns: u64,
-    /// Whether to make the heatmaps (crate::analysis::sections::heatmaps): only for the HTML report
+    /// Whether to make the heatmaps ([`crate::analysis::sections::heatmaps`]): only for the HTML report
     /// and charts, or when asked, since they cost a few ns per IO.
     pub heatmaps: bool,
 }
@@ -307,9 +307,9 @@ impl Series {
                     })
                 });
                 if g == StatGroup::Read {
-                    o.read.record(total)
+                    o.read.record(total);
                 } else {
-                    o.write.record(total)
+                    o.write.record(total);
                 }
             }
         }

@@ -74,15 +74,12 @@ impl OpStats {
             e.1 += 1;
             return;
         }
-        match self.exact.iter().position(|e| e.0 == bytes) {
-            Some(i) => {
-                self.exact[i].1 += 1;
-                self.last_exact = i;
-            }
-            None => {
-                self.exact.push((bytes, 1));
-                self.last_exact = self.exact.len() - 1;
-            }
+        if let Some(i) = self.exact.iter().position(|e| e.0 == bytes) {
+            self.exact[i].1 += 1;
+            self.last_exact = i;
+        } else {
+            self.exact.push((bytes, 1));
+            self.last_exact = self.exact.len() - 1;
         }
     }
 
@@ -172,7 +169,7 @@ pub struct Summary {
     /// The last periodic stats frame read: the losses of a file without a trailer.
     pub last_stats: Option<StatsFrame>,
     pub integrity: Integrity,
-    /// What the registered sections (crate::analysis::sections) made, by name.
+    /// What the registered sections ([`crate::analysis::sections`]) made, by name.
     pub sections: BTreeMap<String, serde_json::Value>,
 }
 
@@ -204,7 +201,7 @@ pub fn series_budget(file_bytes: u64) -> u64 {
 /// count as part of it: records come from the ring a little after the clocks were read.
 const WINDOW_SLACK_NS: u64 = 60_000_000_000;
 
-/// The span of CLOCK_MONOTONIC a trace's records may complete in, and the time-series options
+/// The span of `CLOCK_MONOTONIC` a trace's records may complete in, and the time-series options
 /// that fit that span into [`SERIES_BIN_BUDGET`].
 #[derive(Clone, Debug)]
 pub struct Window {
@@ -329,42 +326,41 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
             }
             task_counts[rec.task as usize] += 1;
             if devs.get(last).is_none_or(|d| d.0 != rec.dev) {
-                last = match devs.iter().position(|d| d.0 == rec.dev) {
-                    Some(i) => i,
-                    None => {
-                        let (major, minor) = tracer_common::dev_split(rec.dev);
-                        // Each device reserves the bins its series may need; devices beyond
-                        // the budget (only a damaged or hostile file has so many) get totals
-                        // without a series.
-                        let has_series = bins_left >= window.bins_per_device;
-                        if has_series {
-                            bins_left -= window.bins_per_device;
-                        } else {
-                            devices_without_series += 1;
-                        }
-                        devs.push((
-                            rec.dev,
-                            DeviceStats {
-                                name: format!("{major}:{minor}"),
-                                major,
-                                minor,
-                                ops: BTreeMap::new(),
-                                first_ns: rec.enter_ns.max(window.lo_ns),
-                                last_ns: rec.complete_ns,
-                                has_series,
-                                max_os_inflight: 0,
-                                absorbed_flushes: 0,
-                                series: Series::new(t0, opts),
-                                bursts: Vec::new(),
-                                spikes: Vec::new(),
-                                read_impact: ReadImpact::default(),
-                                discards: Vec::new(),
-                                busy: crate::analysis::busy::Busy::default(),
-                            },
-                            (0..SLOTS).map(|_| None).collect(),
-                        ));
-                        devs.len() - 1
+                last = if let Some(i) = devs.iter().position(|d| d.0 == rec.dev) {
+                    i
+                } else {
+                    let (major, minor) = tracer_common::dev_split(rec.dev);
+                    // Each device reserves the bins its series may need; devices beyond
+                    // the budget (only a damaged or hostile file has so many) get totals
+                    // without a series.
+                    let has_series = bins_left >= window.bins_per_device;
+                    if has_series {
+                        bins_left -= window.bins_per_device;
+                    } else {
+                        devices_without_series += 1;
                     }
+                    devs.push((
+                        rec.dev,
+                        DeviceStats {
+                            name: format!("{major}:{minor}"),
+                            major,
+                            minor,
+                            ops: BTreeMap::new(),
+                            first_ns: rec.enter_ns.max(window.lo_ns),
+                            last_ns: rec.complete_ns,
+                            has_series,
+                            max_os_inflight: 0,
+                            absorbed_flushes: 0,
+                            series: Series::new(t0, opts),
+                            bursts: Vec::new(),
+                            spikes: Vec::new(),
+                            read_impact: ReadImpact::default(),
+                            discards: Vec::new(),
+                            busy: crate::analysis::busy::Busy::default(),
+                        },
+                        (0..SLOTS).map(|_| None).collect(),
+                    ));
+                    devs.len() - 1
                 };
             }
             let (_, d, slots) = &mut devs[last];
@@ -427,7 +423,7 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
     }
     for d in r.devices() {
         if let Some(s) = devices.get_mut(&d.dev()) {
-            s.name = d.name.clone();
+            s.name.clone_from(&d.name);
         }
     }
     let trailer = r.trailer().cloned();
@@ -516,7 +512,7 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
 
     // Bursts and spikes from the series; pass two classifies reads and writes by burst.
     let mut found = BTreeMap::new();
-    for (&dev, d) in devices.iter_mut() {
+    for (&dev, d) in &mut devices {
         d.series.finish();
         let bins = detect_bursts(&d.series, opts);
         let spikes = detect_spikes(&d.series, opts);
@@ -646,7 +642,7 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
     })
 }
 
-/// RFC 3339 wall-clock time of a CLOCK_MONOTONIC instant of the trace.
+/// RFC 3339 wall-clock time of a `CLOCK_MONOTONIC` instant of the trace.
 pub fn wall_time(header: &TraceHeader, mono_ns: u64) -> String {
     rfc3339(header.wall_ns(mono_ns))
 }
@@ -1028,12 +1024,11 @@ impl Summary {
     /// The trace's wall-clock span (Unix ns): its start, and its end from the trailer or, in a
     /// trace cut short, its last completion.
     pub fn wall_span(&self) -> (i64, i64) {
-        match &self.trailer {
-            Some(t) => (self.header.wall_clock_start_ns, t.wall_clock_end_ns),
-            None => {
-                let last = self.devices.values().map(|d| d.last_ns).max().unwrap_or(0);
-                (self.header.wall_clock_start_ns, self.header.wall_ns(last))
-            }
+        if let Some(t) = &self.trailer {
+            (self.header.wall_clock_start_ns, t.wall_clock_end_ns)
+        } else {
+            let last = self.devices.values().map(|d| d.last_ns).max().unwrap_or(0);
+            (self.header.wall_clock_start_ns, self.header.wall_ns(last))
         }
     }
 
@@ -1184,7 +1179,7 @@ impl Summary {
                     w.also_fitting = also.into_iter().map(format_offset).collect();
                 }
                 None => {
-                    w.message += "; no whole- or half-hour UTC offset brings any of them inside: is it the log of this run?"
+                    w.message += "; no whole- or half-hour UTC offset brings any of them inside: is it the log of this run?";
                 }
             }
             if !w.also_fitting.is_empty() {
@@ -1230,7 +1225,7 @@ impl Summary {
                     w.also_fitting = also.into_iter().map(format_offset).collect();
                 }
                 None => {
-                    w.message += "; no whole- or half-hour UTC offset brings any of them inside: is it the output of this run?"
+                    w.message += "; no whole- or half-hour UTC offset brings any of them inside: is it the output of this run?";
                 }
             }
             if !w.also_fitting.is_empty() {

@@ -439,12 +439,11 @@ pub fn whatif(path: &Path, opts: &Options) -> Result<WhatIf, WhatIfError> {
                     continue;
                 }
                 Route::Data | Route::Discard => {
-                    match abs.and_then(|b| b.checked_sub(opts.offset_bytes)) {
-                        Some(p) => p,
-                        None => {
-                            ios.left_out_before_offset += 1;
-                            continue;
-                        }
+                    if let Some(p) = abs.and_then(|b| b.checked_sub(opts.offset_bytes)) {
+                        p
+                    } else {
+                        ios.left_out_before_offset += 1;
+                        continue;
                     }
                 }
             };

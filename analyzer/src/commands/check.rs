@@ -14,7 +14,7 @@ use crate::analysis::noise;
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct Rule {
-    /// e.g. "read.latency_p99_us", "write.pct_bytes", "queue_depth_max", "lost.total".
+    /// e.g. `read.latency_p99_us`, `write.pct_bytes`, `queue_depth_max`, `lost.total`.
     pub metric: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max: Option<f64>,
@@ -185,7 +185,7 @@ fn mix_distance(a: &JsonDevice, b: &JsonDevice, op: &str) -> Option<f64> {
 
 const OPS: [&str; 4] = ["read", "write", "discard", "flush"];
 
-/// The quantile level of a latency percentile metric ("latency_p99_us" -> 0.99).
+/// The quantile level of a latency percentile metric (`latency_p99_us` -> 0.99).
 fn percentile_level(what: &str) -> Option<f64> {
     Some(match what {
         "latency_p1_us" => 0.01,
@@ -365,7 +365,7 @@ struct Figure {
     hi: f64,
 }
 
-/// A metric's figure widened by `sigmas` standard errors (crate::analysis::noise). Metrics without a
+/// A metric's figure widened by `sigmas` standard errors ([`crate::analysis::noise`]). Metrics without a
 /// sampling model (throughput, queue depth, counts) keep a point.
 fn figure(
     r: &JsonReport,

@@ -1,7 +1,7 @@
 //! Importers into the trace format. MSR Cambridge / SNIA block traces (CSV):
 //! `Timestamp,Hostname,DiskNumber,Type,Offset,Size,ResponseTime`, with Timestamp in Windows
 //! FILETIME (100 ns ticks since 1601) when the IO was issued, Offset and Size in bytes, and
-//! ResponseTime in 100 ns ticks. Field mapping and what the format cannot know:
+//! `ResponseTime` in 100 ns ticks. Field mapping and what the format cannot know:
 //! docs/importers.md.
 
 use std::collections::{HashMap, VecDeque};
@@ -94,22 +94,21 @@ pub fn import_msr(input: &Path, output: &Path, skip_bad: bool) -> Result<ImportS
             }
         };
         let name = format!("{host}_{disk}");
-        let minor = match devices.iter().position(|d| d.0 == name) {
-            Some(p) => devices[p].1,
-            None => {
-                let m = devices.len() as u32;
-                devices.push((name.clone(), m));
-                if let Some(w) = writer.as_mut() {
-                    w.write_device(&DeviceInfo {
-                        name: name.clone(),
-                        major: 0,
-                        minor: m,
-                        logical_block_size: 512,
-                        queue: None,
-                    })?;
-                }
-                m
+        let minor = if let Some(p) = devices.iter().position(|d| d.0 == name) {
+            devices[p].1
+        } else {
+            let m = devices.len() as u32;
+            devices.push((name.clone(), m));
+            if let Some(w) = writer.as_mut() {
+                w.write_device(&DeviceInfo {
+                    name: name.clone(),
+                    major: 0,
+                    minor: m,
+                    logical_block_size: 512,
+                    queue: None,
+                })?;
             }
+            m
         };
         if writer.is_none() {
             base = issue_ns;
@@ -728,7 +727,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             (e.action, e.sector, e.pid, e.comm.as_str()),
-            ('Q', 3417048, 697, "kworker/u8:2")
+            ('Q', 3_417_048, 697, "kworker/u8:2")
         );
         let e = parse_blk_line("  7,1    0       40     0.001234000     0  C   W 2048 + 1024 [0]")
             .unwrap()
@@ -741,7 +740,7 @@ mod tests {
             .unwrap();
         assert_eq!(
             (e.action, e.sector, e.bytes, e.comm.as_str()),
-            ('M', 131080, 4096, "fio")
+            ('M', 131_080, 4096, "fio")
         );
         let e =
             parse_blk_line("kworker/0:1H-60 [000] d..1. 9.000001:   7,0    R   W 2048 + 256 [-5]")

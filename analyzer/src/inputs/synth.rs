@@ -152,7 +152,7 @@ pub fn write_trace_with(path: &Path, ios: &mut [Io], meta: &Meta) -> Result<(), 
     Ok(())
 }
 
-/// The planted workloads' generator (analyzer::synth::Rng to the tests and xtask).
+/// The planted workloads' generator (`analyzer::synth::Rng` to the tests and xtask).
 pub use crate::numeric::Rng;
 
 /// A Cassandra-shaped workload: `seconds` of 4 KB random reads at `read_iops`, with 512 KB

@@ -1,5 +1,5 @@
 //! The report model: the typed form of `blkprof report --json` (docs/report-json.md). The
-//! summary (crate::analysis::summary) fills it; text, HTML, charts, `compare` and `check`
+//! summary ([`crate::analysis::summary`]) fills it; text, HTML, charts, `compare` and `check`
 //! read only it, so `report --from-json` renders a saved report as it would the trace.
 
 use std::collections::BTreeMap;
@@ -88,7 +88,7 @@ pub struct JsonLatency {
     pub p999: f64,
     pub p9999: f64,
     pub max: f64,
-    /// `[level, us]` at more quantile levels (crate::analysis::noise::QUANTILE_LEVELS), for check rules
+    /// `[level, us]` at more quantile levels ([`crate::analysis::noise::QUANTILE_LEVELS`]), for check rules
     /// that bound a percentile by the ranks its order statistic may take.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub quantiles: Vec<[f64; 2]>,
@@ -233,7 +233,7 @@ pub struct JsonReport {
     pub top_tasks: Vec<JsonTask>,
     #[serde(default)]
     pub tasks: usize,
-    /// What each registered section made (crate::analysis::sections), by its name.
+    /// What each registered section made ([`crate::analysis::sections`]), by its name.
     #[serde(default)]
     pub sections: BTreeMap<String, serde_json::Value>,
 }

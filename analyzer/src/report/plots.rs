@@ -12,17 +12,23 @@ pub struct Line<'a> {
 }
 
 /// Register the bundled font once: PNG output needs glyphs, and text layout needs metrics.
-fn fonts() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
+/// False if it could not be registered: then no chart can lay out its text.
+fn fonts() -> bool {
+    static REGISTERED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *REGISTERED.get_or_init(|| {
         // DejaVu Sans (free license, analyzer/assets/DejaVuSans.LICENSE): no system fonts needed.
-        let _ = plotters::style::register_font(
+        plotters::style::register_font(
             "sans-serif",
             FontStyle::Normal,
             include_bytes!("../../assets/DejaVuSans.ttf"),
-        );
-    });
+        )
+        .is_ok()
+    })
 }
+
+/// Whether a chart was drawn whole; a chart that was not is replaced by [`svg_error`] (or its
+/// PNG is an error), never shown with parts missing.
+type Drawn<DB> = Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
 
 /// One chart: lines over seconds since the trace start, shaded spans (bursts) and vertical
 /// markers (application log events).
@@ -35,8 +41,15 @@ pub struct Chart<'a> {
     pub marks: Vec<f64>,
 }
 
-fn draw<DB: DrawingBackend>(root: DrawingArea<DB, plotters::coord::Shift>, c: &Chart<'_>) -> bool {
-    let _ = root.fill(&WHITE);
+fn draw<DB: DrawingBackend>(
+    root: &DrawingArea<DB, plotters::coord::Shift>,
+    c: &Chart<'_>,
+) -> Drawn<DB> {
+    if !fonts() {
+        // Without the font no text can be laid out.
+        return Err(DrawingAreaErrorKind::LayoutError);
+    }
+    root.fill(&WHITE)?;
     let x_max = c
         .lines
         .iter()
@@ -49,77 +62,71 @@ fn draw<DB: DrawingBackend>(root: DrawingArea<DB, plotters::coord::Shift>, c: &C
         .fold(0.0, f64::max)
         .max(1e-9)
         * 1.08;
-    let Ok(mut chart) = ChartBuilder::on(&root)
+    let mut chart = ChartBuilder::on(root)
         .caption(&c.title, ("sans-serif", 16))
         .margin(8)
         .x_label_area_size(28)
         .y_label_area_size(60)
-        .build_cartesian_2d(0.0..x_max, 0.0..y_max)
-    else {
-        return false;
-    };
-    let _ = chart
+        .build_cartesian_2d(0.0..x_max, 0.0..y_max)?;
+    chart
         .configure_mesh()
         .x_desc("seconds since trace start")
         .y_desc(c.y_label)
         .light_line_style(RGBColor(235, 235, 235))
-        .draw();
+        .draw()?;
     for &(a, b) in &c.spans {
-        let _ = chart.draw_series(std::iter::once(Rectangle::new(
+        chart.draw_series(std::iter::once(Rectangle::new(
             [(a, 0.0), (b, y_max)],
             RGBColor(255, 200, 120).mix(0.35).filled(),
-        )));
+        )))?;
     }
     for &m in &c.marks {
-        let _ = chart.draw_series(std::iter::once(PathElement::new(
+        chart.draw_series(std::iter::once(PathElement::new(
             vec![(m, 0.0), (m, y_max)],
             RGBColor(120, 120, 220).mix(0.5),
-        )));
+        )))?;
     }
     for l in &c.lines {
         let color = l.color;
-        if let Ok(s) = chart.draw_series(LineSeries::new(
-            l.points.iter().copied(),
-            color.stroke_width(2),
-        )) {
-            s.label(l.label).legend(move |(x, y)| {
+        chart
+            .draw_series(LineSeries::new(
+                l.points.iter().copied(),
+                color.stroke_width(2),
+            ))?
+            .label(l.label)
+            .legend(move |(x, y)| {
                 PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
             });
-        }
     }
-    let _ = chart
+    chart
         .configure_series_labels()
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK.mix(0.3))
         .position(SeriesLabelPosition::UpperRight)
-        .draw();
-    root.present().is_ok()
+        .draw()?;
+    root.present()
 }
 
 impl Chart<'_> {
     pub fn svg(&self) -> String {
-        fonts();
         let mut svg = String::new();
-        let ok = draw(
-            SVGBackend::with_string(&mut svg, (960, 280)).into_drawing_area(),
+        let drawn = draw(
+            &SVGBackend::with_string(&mut svg, (960, 280)).into_drawing_area(),
             self,
         );
-        if ok { svg } else { svg_error(&self.title) }
+        if drawn.is_ok() {
+            svg
+        } else {
+            svg_error(&self.title)
+        }
     }
 
     pub fn png(&self, path: &std::path::Path) -> std::io::Result<()> {
-        fonts();
-        if draw(
-            BitMapBackend::new(path, (960, 280)).into_drawing_area(),
+        draw(
+            &BitMapBackend::new(path, (960, 280)).into_drawing_area(),
             self,
-        ) {
-            Ok(())
-        } else {
-            Err(std::io::Error::other(format!(
-                "drawing {} failed",
-                path.display()
-            )))
-        }
+        )
+        .map_err(|e| drawing_failed(path, &e))
     }
 }
 
@@ -410,10 +417,13 @@ fn heat_color(x: u64, max: u64) -> [u8; 3] {
 }
 
 fn draw_heatmap<DB: DrawingBackend>(
-    root: DrawingArea<DB, plotters::coord::Shift>,
+    root: &DrawingArea<DB, plotters::coord::Shift>,
     h: &Heatmap,
-) -> bool {
-    let _ = root.fill(&WHITE);
+) -> Drawn<DB> {
+    if !fonts() {
+        return Err(DrawingAreaErrorKind::LayoutError);
+    }
+    root.fill(&WHITE)?;
     let cols = h
         .panels
         .iter()
@@ -422,7 +432,8 @@ fn draw_heatmap<DB: DrawingBackend>(
         .unwrap_or(0);
     let rows = h.edges.len().saturating_sub(1);
     if cols == 0 || rows == 0 || h.panels.is_empty() {
-        return false;
+        // Nothing to lay out.
+        return Err(DrawingAreaErrorKind::LayoutError);
     }
     let max = h
         .panels
@@ -434,7 +445,7 @@ fn draw_heatmap<DB: DrawingBackend>(
     let y_top = rows as f64 * (1.0 + BURST_STRIP);
     let areas = root.split_evenly((h.panels.len(), 1));
     for (area, (op, m)) in areas.iter().zip(&h.panels) {
-        let Ok(mut chart) = ChartBuilder::on(area)
+        let mut chart = ChartBuilder::on(area)
             .caption(
                 format!(
                     "{}: {op} (IOs per cell, log colour scale: pale 1 .. dark {max})",
@@ -445,10 +456,7 @@ fn draw_heatmap<DB: DrawingBackend>(
             .margin(6)
             .x_label_area_size(36)
             .y_label_area_size(64)
-            .build_cartesian_2d(0.0..x_max, 0.0..y_top)
-        else {
-            return false;
-        };
+            .build_cartesian_2d(0.0..x_max, 0.0..y_top)?;
         let edge_label = |y: &f64| {
             let r = y.round();
             if (y - r).abs() < 1e-6 && r >= 0.0 && (r as usize) <= rows {
@@ -457,13 +465,13 @@ fn draw_heatmap<DB: DrawingBackend>(
                 String::new()
             }
         };
-        let _ = chart
+        chart
             .configure_mesh()
             .disable_mesh()
             .x_desc("seconds since trace start")
             .y_labels(12)
             .y_label_formatter(&edge_label)
-            .draw();
+            .draw()?;
         // The cells, as one bitmap over the plotting area's pixels.
         let (x0, y0) = chart.backend_coord(&(0.0, rows as f64));
         let (x1, y1) = chart.backend_coord(&(x_max, 0.0));
@@ -482,23 +490,23 @@ fn draw_heatmap<DB: DrawingBackend>(
         if let Some(img) =
             BitMapElement::with_owned_buffer((0.0, rows as f64), (w as u32, ht as u32), buf)
         {
-            let _ = chart.draw_series(std::iter::once(img));
+            chart.draw_series(std::iter::once(img))?;
         }
         let burst = RGBColor(255, 140, 0);
         for &(a, b) in &h.spans {
-            let _ = chart.draw_series([
+            chart.draw_series([
                 Rectangle::new([(a, rows as f64), (b, y_top)], burst.filled()),
                 Rectangle::new([(a, 0.0), (b, rows as f64)], burst.mix(0.6).stroke_width(1)),
-            ]);
+            ])?;
         }
         for &t in &h.marks {
-            let _ = chart.draw_series(std::iter::once(PathElement::new(
+            chart.draw_series(std::iter::once(PathElement::new(
                 vec![(t, 0.0), (t, y_top)],
                 RGBColor(60, 60, 200).mix(0.6),
-            )));
+            )))?;
         }
     }
-    root.present().is_ok()
+    root.present()
 }
 
 impl Heatmap {
@@ -507,14 +515,13 @@ impl Heatmap {
     }
 
     pub fn svg(&self) -> String {
-        fonts();
         let mut svg = String::new();
-        let ok = draw_heatmap(
-            SVGBackend::with_string(&mut svg, self.size()).into_drawing_area(),
+        let drawn = draw_heatmap(
+            &SVGBackend::with_string(&mut svg, self.size()).into_drawing_area(),
             self,
         );
         // plotters 0.3.7 writes the bitmap's media type as "png", which is no media type.
-        if ok {
+        if drawn.is_ok() {
             svg.replace("href=\"data:png;base64,", "href=\"data:image/png;base64,")
         } else {
             svg_error(&self.title)
@@ -522,19 +529,16 @@ impl Heatmap {
     }
 
     pub fn png(&self, path: &std::path::Path) -> std::io::Result<()> {
-        fonts();
-        if draw_heatmap(
-            BitMapBackend::new(path, self.size()).into_drawing_area(),
+        draw_heatmap(
+            &BitMapBackend::new(path, self.size()).into_drawing_area(),
             self,
-        ) {
-            Ok(())
-        } else {
-            Err(std::io::Error::other(format!(
-                "drawing {} failed",
-                path.display()
-            )))
-        }
+        )
+        .map_err(|e| drawing_failed(path, &e))
     }
+}
+
+fn drawing_failed(path: &std::path::Path, e: &dyn std::error::Error) -> std::io::Error {
+    std::io::Error::other(format!("drawing {} failed: {e}", path.display()))
 }
 
 /// A latency as people write it, two significant digits: 96ns, 1.5us, 12ms, 3.0s.

@@ -15,7 +15,7 @@ use tracer_common::op::Op;
 use super::{Section, SectionDef};
 use crate::analysis::series::Options;
 
-pub const DEF: SectionDef = SectionDef {
+pub(super) const DEF: SectionDef = SectionDef {
     name: "access_pattern",
     new,
     text,
@@ -110,12 +110,11 @@ impl Section for Access {
                 continue;
             }
             if self.devices.get(self.last).is_none_or(|d| d.0 != r.dev) {
-                self.last = match self.devices.iter().position(|d| d.0 == r.dev) {
-                    Some(i) => i,
-                    None => {
-                        self.devices.push((r.dev, Default::default()));
-                        self.devices.len() - 1
-                    }
+                self.last = if let Some(i) = self.devices.iter().position(|d| d.0 == r.dev) {
+                    i
+                } else {
+                    self.devices.push((r.dev, Default::default()));
+                    self.devices.len() - 1
                 };
             }
             let s = &mut self.devices[self.last].1[k];

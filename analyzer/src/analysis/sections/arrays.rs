@@ -14,7 +14,7 @@ use tracer_common::op::StatGroup;
 use super::{Names, Section, SectionDef};
 use crate::analysis::series::Options;
 
-pub const DEF: SectionDef = SectionDef {
+pub(crate) const DEF: SectionDef = SectionDef {
     name: "arrays",
     new,
     text,
@@ -27,7 +27,7 @@ struct Model {
     arrays: Vec<ArrayModel>,
 }
 
-/// One array and its members: the section's model, and `blkprof whatif`'s (crate::analysis::whatif), so
+/// One array and its members: the section's model, and `blkprof whatif`'s ([`crate::analysis::whatif`]), so
 /// that a modelled array reads as a traced one.
 #[derive(Serialize, Deserialize, Default, Debug)]
 #[serde(default)]
@@ -145,15 +145,14 @@ impl Section for Arrays {
     fn chunk(&mut self, records: &[IoRecord]) {
         for r in records {
             if self.devs.get(self.last).is_none_or(|t| t.dev != r.dev) {
-                self.last = match self.devs.iter().position(|t| t.dev == r.dev) {
-                    Some(i) => i,
-                    None => {
-                        self.devs.push(Tally {
-                            dev: r.dev,
-                            ..Tally::default()
-                        });
-                        self.devs.len() - 1
-                    }
+                self.last = if let Some(i) = self.devs.iter().position(|t| t.dev == r.dev) {
+                    i
+                } else {
+                    self.devs.push(Tally {
+                        dev: r.dev,
+                        ..Tally::default()
+                    });
+                    self.devs.len() - 1
                 };
             }
             let t = &mut self.devs[self.last];
@@ -330,7 +329,7 @@ mod tests {
             ],
         }];
         let v = s.finish(&Names {
-            devices: &Default::default(),
+            devices: &std::collections::BTreeMap::default(),
             diskstats: (&[], &[]),
             device: &name,
             cgroup: &|_| None,
@@ -361,7 +360,7 @@ mod tests {
         let s = new(&Options::default(), &with_md);
         assert!(
             s.finish(&Names {
-                devices: &Default::default(),
+                devices: &std::collections::BTreeMap::default(),
                 diskstats: (&[], &[]),
                 device: &name,
                 cgroup: &|_| None,

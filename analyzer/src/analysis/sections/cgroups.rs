@@ -17,7 +17,7 @@ use tracer_common::op::StatGroup;
 use super::{Names, Section, SectionDef};
 use crate::analysis::series::Options;
 
-pub const DEF: SectionDef = SectionDef {
+pub(super) const DEF: SectionDef = SectionDef {
     name: "cgroups",
     new,
     text,

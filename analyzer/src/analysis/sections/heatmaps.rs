@@ -11,7 +11,6 @@
 //! columns (rows) are merged by a power of two. Memory is fixed whatever the file says:
 //! [`COLS`] x [`COL_STRIDE`] counters per device, for at most [`MAX_DEVICES`] devices.
 
-use std::fmt::Write as _;
 use std::io::Write;
 
 use serde::{Deserialize, Serialize};
@@ -31,14 +30,14 @@ pub const DEF: SectionDef = SectionDef {
 
 /// Columns kept while reading; between half and all of them are used once folded.
 const COLS: usize = 256;
-/// Latency rows: two per power of two (at 1 and 1.5 times it), from 2^LAT_MIN_LOG2 ns.
+/// Latency rows: two per power of two (at 1 and 1.5 times it), from `2^LAT_MIN_LOG2` ns.
 const LAT_ROWS: usize = 64;
 const LAT_MIN_LOG2: u32 = 6;
 /// Size rows: one per power of two from 1 KiB (the first also holds smaller requests); a
 /// request is at most 4 GiB (u32 bytes).
 const SIZE_ROWS: usize = 24;
 const SIZE_MIN_LOG2: u32 = 9;
-/// Fine position rows while reading, over [0, OFF_ROWS << shift) sectors; the model keeps
+/// Fine position rows while reading, over `[0, OFF_ROWS << shift)` sectors; the model keeps
 /// at most [`OFF_OUT_ROWS`] rows over the touched range.
 const OFF_ROWS: usize = 128;
 const OFF_OUT_ROWS: usize = 64;
@@ -56,11 +55,11 @@ const MAX_DEVICES: usize = 32;
 const OPS: [&str; 2] = ["read", "write"];
 
 /// The latency row of a total latency in ns: 2 log2(v), plus 1 in the upper half of the
-/// power of two, from 2^LAT_MIN_LOG2 (lower values in the first row, higher in the last).
+/// power of two, from `2^LAT_MIN_LOG2` (lower values in the first row, higher in the last).
 #[inline]
 fn latency_row(ns: u64) -> usize {
     let v = ns | 2;
-    let log2 = 63 - v.leading_zeros();
+    let log2 = v.ilog2();
     let half = ((v >> (log2 - 1)) & 1) as u32;
     ((2 * log2 + half).saturating_sub(2 * LAT_MIN_LOG2) as usize).min(LAT_ROWS - 1)
 }
@@ -74,10 +73,10 @@ fn latency_edge(r: usize) -> u64 {
     }
 }
 
-/// The size row of a request of `bytes` (> 0): floor(log2) from 2^(SIZE_MIN_LOG2 + 1).
+/// The size row of a request of `bytes` (> 0): floor(log2) from `2^(SIZE_MIN_LOG2 + 1)`.
 #[inline]
 fn size_row(bytes: u32) -> usize {
-    ((31 - (bytes | 1).leading_zeros()).saturating_sub(SIZE_MIN_LOG2) as usize).min(SIZE_ROWS - 1)
+    ((bytes | 1).ilog2().saturating_sub(SIZE_MIN_LOG2) as usize).min(SIZE_ROWS - 1)
 }
 
 fn size_edge(r: usize) -> u64 {
@@ -91,7 +90,7 @@ fn size_edge(r: usize) -> u64 {
 #[derive(Serialize, Deserialize, Default, Debug, Clone)]
 #[serde(default)]
 pub struct Model {
-    /// Width of a column; column c covers completions in [c, c + 1) x column_ns after the
+    /// Width of a column; column c covers completions in `[c, c + 1) x column_ns` after the
     /// trace's start (the few completing before it are in column 0).
     pub column_ns: u64,
     pub devices: Vec<DeviceModel>,
@@ -116,7 +115,7 @@ pub struct DeviceModel {
 #[derive(Serialize, Deserialize, Default, Debug, Clone)]
 #[serde(default)]
 pub struct Map {
-    /// Row r holds values in [row_edges[r], row_edges[r + 1]): rows + 1 edges, lowest first.
+    /// Row r holds values in `[row_edges[r], row_edges[r + 1])`: rows + 1 edges, lowest first.
     /// The scale's first row (edge 0) also holds smaller values and its last row (latency
     /// from 2^37 x 1.5 ns, size from 4 GiB) larger ones.
     pub row_edges: Vec<u64>,
@@ -146,9 +145,9 @@ impl OpMap {
 
 struct Device {
     dev: u32,
-    /// Position row i holds first sectors [i << off_shift, (i + 1) << off_shift).
+    /// Position row i holds first sectors `[i << off_shift, (i + 1) << off_shift)`.
     off_shift: u32,
-    /// [column][op][row], COLS x COL_STRIDE.
+    /// `[column][op][row]`, `COLS x COL_STRIDE`.
     counts: Vec<u32>,
 }
 
@@ -348,22 +347,20 @@ fn map(
             let mut ios = 0u64;
             let counts = (0..rows)
                 .map(|r| {
-                    let mut s = String::new();
-                    for c in 0..cols {
-                        let from = lo + r * per;
-                        let to = (from + per).min(hi + 1);
-                        let b = c * COL_STRIDE + k * ROWS + at;
-                        let x: u64 = d.counts[b + from..b + to]
-                            .iter()
-                            .map(|&x| u64::from(x))
-                            .sum();
-                        ios += x;
-                        if c > 0 {
-                            s.push(' ');
-                        }
-                        let _ = write!(s, "{x}");
-                    }
-                    s
+                    let from = lo + r * per;
+                    let to = (from + per).min(hi + 1);
+                    let cells: Vec<String> = (0..cols)
+                        .map(|c| {
+                            let b = c * COL_STRIDE + k * ROWS + at;
+                            let x: u64 = d.counts[b + from..b + to]
+                                .iter()
+                                .map(|&x| u64::from(x))
+                                .sum();
+                            ios += x;
+                            x.to_string()
+                        })
+                        .collect();
+                    cells.join(" ")
                 })
                 .collect();
             OpMap {
@@ -441,6 +438,10 @@ fn text(v: &Value, out: &mut dyn Write) -> std::io::Result<()> {
 /// The heatmaps are drawn per device with its other charts ([`crate::report::plots::heatmaps`],
 /// called by the HTML report and by `-o DIR`), because they overlay the device's bursts and
 /// the application log's markers, which are outside this section's part of the report.
+#[expect(
+    clippy::unnecessary_wraps,
+    reason = "the signature of every section's HTML renderer (SectionDef::html)"
+)]
 fn html(_: &Value, _: &mut String) -> std::fmt::Result {
     Ok(())
 }

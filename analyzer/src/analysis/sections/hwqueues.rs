@@ -3,7 +3,6 @@
 //! that submitted it, through the map the trace header records from `mq/N/cpu_list`). An
 //! application pinned to a few CPUs uses only their queues, whatever the disk offers.
 
-use std::fmt::Write as _;
 use std::io::Write;
 
 use serde::{Deserialize, Serialize};
@@ -14,7 +13,7 @@ use tracer_common::op::StatGroup;
 use super::{Names, Section, SectionDef};
 use crate::analysis::series::Options;
 
-pub const DEF: SectionDef = SectionDef {
+pub(super) const DEF: SectionDef = SectionDef {
     name: "hw_queues",
     new,
     text,
@@ -123,15 +122,14 @@ impl Section for HwQueues {
         for r in records {
             let Some(q) = r.hw_queue else { continue };
             if self.devs.get(self.last).is_none_or(|d| d.dev != r.dev) {
-                self.last = match self.devs.iter().position(|d| d.dev == r.dev) {
-                    Some(i) => i,
-                    None => {
-                        self.devs.push(DevTallies {
-                            dev: r.dev,
-                            queues: Vec::new(),
-                        });
-                        self.devs.len() - 1
-                    }
+                self.last = if let Some(i) = self.devs.iter().position(|d| d.dev == r.dev) {
+                    i
+                } else {
+                    self.devs.push(DevTallies {
+                        dev: r.dev,
+                        queues: Vec::new(),
+                    });
+                    self.devs.len() - 1
                 };
             }
             let d = &mut self.devs[self.last];
@@ -173,15 +171,14 @@ impl Section for HwQueues {
                 if t.ios() == 0 {
                     continue;
                 }
-                let i = match rows.iter().position(|r| r.index == queue) {
-                    Some(i) => i,
-                    None => {
-                        rows.push(QueueModel {
-                            index: queue,
-                            ..QueueModel::default()
-                        });
-                        rows.len() - 1
-                    }
+                let i = if let Some(i) = rows.iter().position(|r| r.index == queue) {
+                    i
+                } else {
+                    rows.push(QueueModel {
+                        index: queue,
+                        ..QueueModel::default()
+                    });
+                    rows.len() - 1
                 };
                 let row = &mut rows[i];
                 row.ios = t.ios();
@@ -244,24 +241,21 @@ fn cpu_ranges(cpus: &[u32]) -> String {
     if cpus.is_empty() {
         return "-".into();
     }
-    let mut out = String::new();
+    let mut ranges = Vec::new();
     let mut i = 0;
     while i < cpus.len() {
         let mut j = i;
         while j + 1 < cpus.len() && cpus[j + 1] == cpus[j] + 1 {
             j += 1;
         }
-        if !out.is_empty() {
-            out.push(',');
-        }
-        if j > i {
-            let _ = write!(out, "{}-{}", cpus[i], cpus[j]);
+        ranges.push(if j > i {
+            format!("{}-{}", cpus[i], cpus[j])
         } else {
-            let _ = write!(out, "{}", cpus[i]);
-        }
+            cpus[i].to_string()
+        });
         i = j + 1;
     }
-    out
+    ranges.join(",")
 }
 
 fn headline(d: &DeviceModel) -> String {
@@ -324,7 +318,7 @@ mod tests {
     static NO_DEVICES: std::collections::BTreeMap<u32, crate::analysis::summary::DeviceStats> =
         std::collections::BTreeMap::new();
 
-    fn names<'a>(name: &'a dyn Fn(u32) -> String) -> Names<'a> {
+    fn names(name: &dyn Fn(u32) -> String) -> Names<'_> {
         Names {
             devices: &NO_DEVICES,
             diskstats: (&[], &[]),

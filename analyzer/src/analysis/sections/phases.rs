@@ -29,7 +29,7 @@ use tracer_common::op::{Op, StatGroup};
 use super::{Names, Section, SectionDef};
 use crate::analysis::series::Options;
 
-pub const DEF: SectionDef = SectionDef {
+pub(super) const DEF: SectionDef = SectionDef {
     name: "phases",
     new,
     text,
@@ -175,7 +175,7 @@ impl SeekHist {
         if v < SEEK_SUB {
             return v as usize;
         }
-        let octave = u64::from(63 - v.leading_zeros()); // >= 5
+        let octave = u64::from(v.ilog2()); // >= 5
         ((octave - 4) * SEEK_SUB + ((v >> (octave - 5)) & (SEEK_SUB - 1))) as usize
     }
 
@@ -308,12 +308,11 @@ impl Phases {
                 continue;
             }
             if self.devices.get(self.last).is_none_or(|d| d.dev != r.dev) {
-                self.last = match self.devices.iter().position(|d| d.dev == r.dev) {
-                    Some(i) => i,
-                    None => {
-                        self.devices.push(Device::new(r.dev));
-                        self.devices.len() - 1
-                    }
+                self.last = if let Some(i) = self.devices.iter().position(|d| d.dev == r.dev) {
+                    i
+                } else {
+                    self.devices.push(Device::new(r.dev));
+                    self.devices.len() - 1
                 };
             }
             self.devices[self.last].push(Pending {
@@ -578,7 +577,7 @@ mod tests {
         };
         let (start, end) = ([at(100, 5, 10, 0)], [at(1100, 505, 10, 0)]);
         let d = (259, 0);
-        let devices = Default::default();
+        let devices = std::collections::BTreeMap::default();
         let cx = Names {
             devices: &devices,
             device: &|_| String::new(),
@@ -620,7 +619,9 @@ mod tests {
         }
         // The median of 1, 2 and 3.
         let mut h = SeekHist::default();
-        [1, 2, 3].iter().for_each(|&v| h.record(v));
+        for v in [1, 2, 3] {
+            h.record(v);
+        }
         assert_eq!(h.median(3), 2.0);
     }
 }

@@ -26,7 +26,7 @@ use tracer_common::op::Op;
 use super::{Names, Section, SectionDef};
 use crate::analysis::series::Options;
 
-pub const DEF: SectionDef = SectionDef {
+pub(super) const DEF: SectionDef = SectionDef {
     name: "workload_shape",
     new,
     text,
@@ -236,7 +236,7 @@ fn set_bits(words: &mut [u64; REGION_WORDS], lo: u64, hi: u64) {
 struct Device {
     dev: u32,
     sample: Sample,
-    /// Fine bin i holds first sectors [i << lba_shift, (i + 1) << lba_shift): per op IOs and
+    /// Fine bin i holds first sectors `[i << lba_shift, (i + 1) << lba_shift)`: per op IOs and
     /// bytes.
     lba_shift: u32,
     fine: Vec<[u64; 4]>,
@@ -334,12 +334,11 @@ impl Section for Shape {
                 continue;
             }
             if self.devices.get(self.last).is_none_or(|d| d.dev != r.dev) {
-                self.last = match self.devices.iter().position(|d| d.dev == r.dev) {
-                    Some(i) => i,
-                    None => {
-                        self.devices.push(Device::new(r.dev));
-                        self.devices.len() - 1
-                    }
+                self.last = if let Some(i) = self.devices.iter().position(|d| d.dev == r.dev) {
+                    i
+                } else {
+                    self.devices.push(Device::new(r.dev));
+                    self.devices.len() - 1
                 };
             }
             let d = &mut self.devices[self.last];

@@ -40,7 +40,8 @@ pub(super) fn write(
     let mut field = |w: &mut csv::Writer<&mut dyn Write>, v: std::fmt::Arguments| {
         use std::fmt::Write as _;
         num.clear();
-        let _ = num.write_fmt(v); // writing into a String cannot fail
+        // A String takes any write; only a Display impl could fail it (an integer's cannot).
+        num.write_fmt(v).map_err(std::io::Error::other)?;
         w.write_field(&num)
     };
     let mut buf = Vec::new();
@@ -84,7 +85,7 @@ pub(super) fn write(
 }
 
 /// The csv crate's writing error as the io error under it, so that a closed pipe stays
-/// BrokenPipe (a normal end for `| head`); its From<csv::Error> would make every kind Other.
+/// `BrokenPipe` (a normal end for `| head`); its `From<csv::Error>` would make every kind Other.
 fn io_error(e: csv::Error) -> std::io::Error {
     if !e.is_io_error() {
         return std::io::Error::other(e);

@@ -295,7 +295,7 @@ mod tests {
         assert!(lines.last().unwrap().ends_with("close"));
     }
 
-    /// A task can name itself anything (prctl PR_SET_NAME): a CSV reader must get it back.
+    /// A task can name itself anything (prctl `PR_SET_NAME`): a CSV reader must get it back.
     #[test]
     fn csv_comm_with_comma_quote_cr_and_lf_reads_back_unchanged() {
         use tracer_common::format::{

@@ -2,7 +2,7 @@
 //! fleet already runs (DuckDB, Spark, Trino, ...; recipes in docs/fleet.md).
 //!
 //! Streaming: records go from each decoded chunk into column buffers of [`BATCH_ROWS`] rows
-//! (reused from batch to batch), which [`DeltaColumn`]s write as DELTA_BINARY_PACKED pages
+//! (reused from batch to batch), which [`DeltaColumn`]s write as `DELTA_BINARY_PACKED` pages
 //! (the numeric columns) and [`DictColumn`]s as dictionary keys (the string columns); a file
 //! holds at most one row group in memory, so memory does not grow with the trace. The file is
 //! what the crate's Arrow writer writes for [`schema`] (the Arrow schema is in its metadata),
@@ -53,7 +53,7 @@ pub const RUN_META_KEY: &str = "blkprof.run";
 const NS_PER_DAY: i64 = 86_400_000_000_000;
 
 /// `blkprof export --compression`: the Parquet codec of the numeric columns (the dictionary
-/// string columns' bit-packed keys are stored as they are: parquet_dict.rs).
+/// string columns' bit-packed keys are stored as they are: `parquet_dict.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Codec {
     /// Zstandard: the smallest file (1% smaller than snappy on the bench trace, whose columns
@@ -62,6 +62,10 @@ pub enum Codec {
     /// Snappy: the default (`cargo xtask bench --analyzer-only` compares the codecs), and what
     /// Spark writes by default.
     Snappy,
+    #[expect(
+        clippy::doc_markdown,
+        reason = "clap prints this doc as the value's help"
+    )]
     /// LZ4 (the LZ4_RAW codec of the Parquet spec).
     Lz4,
     /// No compression.
@@ -247,22 +251,21 @@ impl Keys {
         if self.devices.get(self.last_dev).is_some_and(|d| d.0 == dev) {
             return self.last_dev as i32;
         }
-        let i = match self.devices.iter().position(|d| d.0 == dev) {
-            Some(i) => i,
-            None => {
-                // A device frame read since, or a device the file never named.
-                self.devices.push((
-                    dev,
-                    super::dev_name(
-                        r,
-                        &IoRecord {
-                            dev,
-                            ..IoRecord::default()
-                        },
-                    ),
-                ));
-                self.devices.len() - 1
-            }
+        let i = if let Some(i) = self.devices.iter().position(|d| d.0 == dev) {
+            i
+        } else {
+            // A device frame read since, or a device the file never named.
+            self.devices.push((
+                dev,
+                super::dev_name(
+                    r,
+                    &IoRecord {
+                        dev,
+                        ..IoRecord::default()
+                    },
+                ),
+            ));
+            self.devices.len() - 1
         };
         self.last_dev = i;
         i as i32
@@ -543,7 +546,7 @@ enum Num<'a> {
     I32(&'a [i32]),
 }
 
-/// A numeric column's chunk being written (parquet_delta.rs: DELTA_BINARY_PACKED pages of our
+/// A numeric column's chunk being written (`parquet_delta.rs`: `DELTA_BINARY_PACKED` pages of our
 /// own, their statistics found in the same pass).
 enum NumColumn {
     I64(DeltaColumn<i64>),
@@ -562,6 +565,10 @@ struct Group {
 
 /// One Parquet file being written: under a `.part` name until complete.
 struct Part {
+    #[expect(
+        clippy::struct_field_names,
+        reason = "the `.part` file's path, beside `path`, the finished file's"
+    )]
     part_path: PathBuf,
     path: PathBuf,
     file: SerializedFileWriter<BufWriter<File>>,
@@ -877,9 +884,7 @@ pub fn export_parquet(
         return export_one(&traces[0], opts, &mut stats, Dest::File(out)).map(|()| stats);
     }
     if out.exists() {
-        let empty = std::fs::read_dir(out)
-            .map(|mut d| d.next().is_none())
-            .unwrap_or(false);
+        let empty = std::fs::read_dir(out).is_ok_and(|mut d| d.next().is_none());
         if !empty {
             return Err(ExportError::Output(format!(
                 "{} exists and is not an empty directory: give a new directory (exporting into one that holds an earlier export would mix the two)",
@@ -1021,15 +1026,14 @@ fn export_one(
                     0
                 };
                 if parts.get(cur).is_none_or(|p| p.day != day) {
-                    cur = match parts.iter().position(|p| p.day == day) {
-                        Some(i) => i,
-                        None => {
-                            let path = path_of(day);
-                            let mut p = Part::create(path, &schema, props.clone())?;
-                            p.day = day;
-                            parts.push(p);
-                            parts.len() - 1
-                        }
+                    cur = if let Some(i) = parts.iter().position(|p| p.day == day) {
+                        i
+                    } else {
+                        let path = path_of(day);
+                        let mut p = Part::create(path, &schema, props.clone())?;
+                        p.day = day;
+                        parts.push(p);
+                        parts.len() - 1
                     };
                     // Days more than a minute behind get no more records (completions arrive
                     // in order, give or take CPUs): write their row group out now.

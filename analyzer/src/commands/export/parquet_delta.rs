@@ -1,5 +1,5 @@
 //! The Parquet export's integer columns (times, latencies, sizes, sectors, pids, queue depths,
-//! errors), written as column chunks of our own in DELTA_BINARY_PACKED, the page's min/max
+//! errors), written as column chunks of our own in `DELTA_BINARY_PACKED`, the page's min/max
 //! found in the same pass as the deltas. The parquet crate's column writer did the same work
 //! in three passes (its statistics, its deltas, its bit packing, value by value): 36% of the
 //! export's time.
@@ -17,7 +17,7 @@
 //! A chunk is what the crate's column writer writes for these columns (version-1 data pages
 //! of [`PAGE_ROWS`] rows with RLE definition levels when the column is nullable, compressed
 //! with the file's codec, min/max and null count per page (column index) and per chunk, and
-//! an offset index), spliced in as parquet_dict.rs splices the string columns.
+//! an offset index), spliced in as `parquet_dict.rs` splices the string columns.
 
 use bytes::Bytes;
 use parquet::basic::{BoundaryOrder, Compression, Encoding, PageType, Type as PhysicalType};
@@ -36,7 +36,7 @@ use super::parquet_dict::{PAGE_ROWS, rle_hybrid};
 /// Miniblocks per block (the spec's example, and every writer's).
 const MINIBLOCKS: usize = 4;
 
-/// An integer type of a DELTA_BINARY_PACKED column: INT32 or INT64.
+/// An integer type of a `DELTA_BINARY_PACKED` column: INT32 or INT64.
 pub(crate) trait DeltaInt: Copy + Ord + Default + Send + 'static {
     /// Values per miniblock (a multiple of 32); a block is [`MINIBLOCKS`] of them.
     const MINIBLOCK: usize;
@@ -118,6 +118,10 @@ fn zigzag(v: i64, out: &mut Vec<u8>) {
 /// `M` values of at most `W` bits each, packed little-endian (value 0 in the lowest bits of the
 /// first byte): `M * W / 8` bytes. `W` and `M` constant, so that the loop unrolls into shifts
 /// and stores without branches.
+#[expect(
+    clippy::inline_always,
+    reason = "inlined into each (W, M) caller, the loop unrolls; measured by cargo xtask bench"
+)]
 #[inline(always)]
 fn pack_const<const W: usize, const M: usize>(values: &[u64], out: &mut Vec<u8>) {
     out.reserve(M * W / 8);
@@ -150,7 +154,7 @@ fn pack_miniblock<const M: usize>(values: &[u64], width: u8, out: &mut Vec<u8>) 
     }
     widths!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30
         31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60
-        61 62 63)
+        61 62 63);
 }
 
 /// The least of `v` (not empty), with eight independent minima.
@@ -185,7 +189,7 @@ fn min_max<T: DeltaInt>(v: &[T]) -> (T, T) {
     )
 }
 
-/// Appends `values` DELTA_BINARY_PACKED to `out`; returns their min and max (None if empty).
+/// Appends `values` `DELTA_BINARY_PACKED` to `out`; returns their min and max (None if empty).
 pub(crate) fn encode<T: DeltaInt>(values: &[T], out: &mut Vec<u8>) -> Option<(T, T)> {
     let m = T::MINIBLOCK;
     let block = m * MINIBLOCKS;
@@ -528,7 +532,10 @@ mod tests {
     /// A file of one column `x` (INT32 or INT64, nullable or not) written by a [`DeltaColumn`]
     /// in calls of `step` rows, read back by the parquet crate's Arrow reader: the rows, and
     /// the chunk's statistics (min, max, nulls) and pages' (min, max, nulls) as it reads them.
-    #[allow(clippy::type_complexity)]
+    #[expect(
+        clippy::type_complexity,
+        reason = "a test helper's tuple of what the reader saw, taken apart by each test"
+    )]
     fn round_trip<T: DeltaInt + std::fmt::Debug>(
         rows: &[Option<T>],
         nullable: bool,
@@ -767,7 +774,10 @@ mod tests {
 
     /// Column 0's page index as a reader sees it: the boundary order, each page's (null page,
     /// null count, min, max), and each page's first row.
-    #[allow(clippy::type_complexity)]
+    #[expect(
+        clippy::type_complexity,
+        reason = "a test helper's tuple of what the reader saw, taken apart by each test"
+    )]
     fn page_index_of(
         file: Bytes,
     ) -> (

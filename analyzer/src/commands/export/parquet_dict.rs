@@ -6,7 +6,7 @@
 //!
 //! A chunk is what the Arrow writer would write for a `Dictionary(Int32, Utf8)` column: a
 //! PLAIN dictionary page of the distinct values in first-use order, then version-1 data pages
-//! of RLE_DICTIONARY keys (RLE/bit-packed hybrid, with RLE definition levels for a nullable
+//! of `RLE_DICTIONARY` keys (RLE/bit-packed hybrid, with RLE definition levels for a nullable
 //! column), min/max statistics per page (column index) and per chunk, and an offset index. The
 //! pages are stored uncompressed: bit-packed keys of a few distinct values leave a codec
 //! nothing to gain (on the bench trace these columns are 0.01 bytes per IO).
@@ -105,7 +105,7 @@ pub(crate) struct DictColumn {
     /// The chunk's dictionary, in first-use order, and its index.
     values: Vec<String>,
     index: HashMap<String, u32>,
-    /// Source key -> chunk key for the current `write` call (u32::MAX: not yet looked up).
+    /// Source key -> chunk key for the current `write` call (`u32::MAX`: not yet looked up).
     source_map: Vec<u32>,
     /// Source keys a page uses (scratch).
     seen: Vec<bool>,

@@ -30,7 +30,7 @@ use crate::analysis::summary::{Window, summarize};
 pub struct PerfettoOptions {
     /// Only this device (name or MAJ:MIN).
     pub device: Option<String>,
-    /// IOs submitted at or after this CLOCK_MONOTONIC time.
+    /// IOs submitted at or after this `CLOCK_MONOTONIC` time.
     pub from_ns: Option<TimePoint>,
     /// IOs submitted before this time.
     pub to_ns: Option<TimePoint>,
@@ -292,15 +292,12 @@ impl Lanes {
             .iter()
             .copied()
             .find(|&l| self.end_ns[l as usize] < enter);
-        let (lane, new) = match pick {
-            Some(l) => {
-                self.free.remove(&l);
-                (l, false)
-            }
-            None => {
-                self.end_ns.push(0);
-                (self.end_ns.len() as u32 - 1, true)
-            }
+        let (lane, new) = if let Some(l) = pick {
+            self.free.remove(&l);
+            (l, false)
+        } else {
+            self.end_ns.push(0);
+            (self.end_ns.len() as u32 - 1, true)
         };
         self.end_ns[lane as usize] = complete;
         self.busy.push(Reverse((complete, lane)));
@@ -493,7 +490,7 @@ impl Writer<'_> {
             });
             self.emit()?;
         }
-        for _ in 0..1 + u32::from(k.issue_ns != 0) {
+        for _ in 0..=u32::from(k.issue_ns != 0) {
             let p = &mut self.packet;
             field_varint(p, P_TIMESTAMP, k.complete_ns);
             field_varint(p, P_SEQ_ID, SEQ_ID);
@@ -697,21 +694,20 @@ pub fn export_perfetto(
                 st.cut += 1;
                 continue;
             }
-            let di = match devs.iter().position(|d| d.dev == rec.dev) {
-                Some(i) => i,
-                None => {
-                    let name = super::dev_name(&r, rec);
-                    let uuid = TRACK_UUID_BASE + 100 * devs.len() as u64;
-                    w.track(uuid, None, &name, None, None, None)?;
-                    devs.push(Device {
-                        name,
-                        dev: rec.dev,
-                        uuid,
-                        lanes: Lanes::default(),
-                        dev_inflight_max: Vec::new(),
-                    });
-                    devs.len() - 1
-                }
+            let di = if let Some(i) = devs.iter().position(|d| d.dev == rec.dev) {
+                i
+            } else {
+                let name = super::dev_name(&r, rec);
+                let uuid = TRACK_UUID_BASE + 100 * devs.len() as u64;
+                w.track(uuid, None, &name, None, None, None)?;
+                devs.push(Device {
+                    name,
+                    dev: rec.dev,
+                    uuid,
+                    lanes: Lanes::default(),
+                    dev_inflight_max: Vec::new(),
+                });
+                devs.len() - 1
             };
             if rec.issue_ns != 0 && rec.issue_ns >= t0 {
                 let i = ((rec.issue_ns - t0) / interval_ns) as usize;
@@ -829,7 +825,7 @@ pub fn export_perfetto(
     Ok(st)
 }
 
-/// From the logs' wall clock to the trace's (CLOCK_MONOTONIC), and the span events are kept
+/// From the logs' wall clock to the trace's (`CLOCK_MONOTONIC`), and the span events are kept
 /// in: those that start in it (the trace's run, from the header's start to the trailer's end
 /// or, in a file cut short, the last completion; cut by --from/--to).
 struct Clock {
