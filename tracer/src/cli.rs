@@ -123,6 +123,10 @@ pub struct Args {
     /// Attach programs that do nothing (benchmarks: the cost of being attached).
     #[arg(long, hide = true)]
     pub attach_only: bool,
+    /// Read each IO's owner cgroup even where the io controller is on a v1 hierarchy
+    /// (benchmarks: the cost of the loads; the ids are then v1 cgroups').
+    #[arg(long, hide = true)]
+    pub owner_cgroups_always: bool,
 }
 
 fn parse_listen(s: &str) -> Result<std::net::SocketAddr, String> {
@@ -183,6 +187,8 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 pub struct Config {
     /// What the probe does per IO (`--no-records`: aggregates only).
     pub mode: crate::probe::ProbeMode,
+    /// `--owner-cgroups-always` (benchmarks).
+    pub owner_always: bool,
     /// `--device` as given (recorded in the trace header's filters).
     pub devices: Vec<String>,
     /// The whole disks to trace, from `devices` (empty: all): a bio-based device given there is
@@ -363,6 +369,7 @@ impl Args {
             metrics_per_octave: self.metrics_buckets_per_octave,
             flight_recorder,
             mode,
+            owner_always: self.owner_cgroups_always,
         })
     }
 }

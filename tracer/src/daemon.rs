@@ -939,6 +939,7 @@ pub async fn run(cfg: Config) -> Result<i32> {
             4096
         },
         devices: devices.iter().map(DeviceInfo::dev).collect(),
+        owner_always: cfg.owner_always,
     })?;
     let ring = probe.take_ring()?;
     let names = devices.iter().map(|d| (d.dev(), d.name.clone())).collect();

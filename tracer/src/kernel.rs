@@ -162,6 +162,18 @@ pub fn probe_config(btf: &KernelBtf, hooks: Hooks) -> Result<(ProbeConfig, OpDec
     ))
 }
 
+/// The offsets [`ProbeConfig::owner_cgroup`] follows: `bio::bi_blkg`, `blkcg_gq::blkcg`,
+/// the blkcg's css cgroup, `cgroup::kn`, `kernfs_node::id`.
+pub fn owner_offsets(btf: &KernelBtf) -> Result<[u32; 5], BtfError> {
+    Ok([
+        btf.member_offset("bio", "bi_blkg")?,
+        btf.member_offset("blkcg_gq", "blkcg")?,
+        btf.member_offset("blkcg", "css")? + btf.member_offset("cgroup_subsys_state", "cgroup")?,
+        btf.member_offset("cgroup", "kn")?,
+        btf.member_offset("kernfs_node", "id")?,
+    ])
+}
+
 /// Whether records can carry the cgroup that owns each IO ([`ProbeConfig::owner_cgroup`]),
 /// as decided at start-up and stored in the trace's header.
 pub fn owner_tracking(
@@ -179,17 +191,7 @@ pub fn owner_tracking(
             },
         )
     };
-    let offsets = (|| -> Result<[u32; 5], BtfError> {
-        Ok([
-            btf.member_offset("bio", "bi_blkg")?,
-            btf.member_offset("blkcg_gq", "blkcg")?,
-            btf.member_offset("blkcg", "css")?
-                + btf.member_offset("cgroup_subsys_state", "cgroup")?,
-            btf.member_offset("cgroup", "kn")?,
-            btf.member_offset("kernfs_node", "id")?,
-        ])
-    })();
-    let Ok(offsets) = offsets else {
+    let Ok(offsets) = owner_offsets(btf) else {
         return untracked("the kernel has no block cgroups (CONFIG_BLK_CGROUP)".into());
     };
     let Some(root) = cgroup2_root else {

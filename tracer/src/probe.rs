@@ -86,6 +86,8 @@ pub struct ProbeOptions {
     pub ring_bytes: u32,
     /// Kernel dev_t values to trace; empty = all devices.
     pub devices: Vec<u32>,
+    /// Read owners even where they are v1 cgroups' (benchmarks).
+    pub owner_always: bool,
 }
 
 pub struct Probe {
@@ -118,8 +120,11 @@ impl Probe {
         let kbtf = crate::btf::KernelBtf::from_sys()?;
         let hooks = choose_hooks(&kbtf)?;
         let (mut config, decoder) = probe_config(&kbtf, hooks)?;
-        let (owner_offsets, owner_cgroups) =
+        let (mut owner_offsets, owner_cgroups) =
             owner_tracking(&kbtf, tracer_common::cgroup::cgroup2_mount().as_deref());
+        if opts.owner_always {
+            owner_offsets = owner_offsets.or_else(|| crate::kernel::owner_offsets(&kbtf).ok());
+        }
         if let (Some([blkg, blkcg, cgroup, kn, id]), ProbeMode::Records) =
             (owner_offsets, opts.mode)
         {
