@@ -374,6 +374,8 @@ pub struct Trace {
     pub tasks: Vec<Task>,
     /// The paths of the cgroups the records name, by v2 id.
     pub cgroups: BTreeMap<u64, String>,
+    /// The paths of the files the records name, by (file system, inode).
+    pub files: std::collections::HashMap<(u32, u64), String>,
 }
 
 /// What [`Trace::submissions`] counts.
@@ -399,6 +401,7 @@ impl Trace {
             records,
             tasks: r.tasks().to_vec(),
             cgroups: r.cgroups().clone(),
+            files: r.files().clone(),
         }
     }
 

@@ -619,6 +619,26 @@ fn writeback_is_charged_to_the_cgroup_that_dirtied_the_pages() {
         "B's 8 MiB written back, charged to B: {b_wb} by {b_who:?}"
     );
     assert_eq!(b_dd, 0, "B wrote nothing itself");
+    // The report charges them there, and says how.
+    let report = std::process::Command::new(blkprof_e2e::bin("blkprof"))
+        .arg("report")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        text.contains("cgroups (as the block layer charges them (v2): written-back pages to the cgroup that dirtied them):"),
+        "{text}"
+    );
+    let line = text
+        .lines()
+        .find(|l| l.contains(&a.rel) && l.contains("submitted for it by other cgroups"))
+        .unwrap_or_else(|| panic!("A's row says what was written back for it: {text}"));
+    assert!(
+        line.contains("25.2 MB"),
+        "24 MiB written back for A: {line}"
+    );
+    eprintln!("{line}");
     // The flusher is not in A or B: the kworker's own cgroup is the root.
     for r in trace.records.iter().filter(|r| {
         r.op == Op::Write && (r.owner_cgroup == ia || r.owner_cgroup == ib) && trace.comm(r) != "dd"

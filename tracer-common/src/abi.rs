@@ -136,6 +136,9 @@ pub enum Counter {
     /// another bio took its slot (its request, if it lives, shows no submitter), or that could
     /// not be recorded because another CPU was filling the slot.
     SubmitterLost = 9,
+    /// A file met for the first time whose name could not be reserved on the names ring (ring
+    /// full): its IOs name the inode only.
+    FileNameDrops = 10,
 }
 pub const COUNTER_SLOTS: u32 = 16;
 
@@ -192,8 +195,68 @@ pub struct ProbeConfig {
     pub blkcg_cgroup: u32,
     pub cgroup_kn: u32,
     pub kn_id: u32,
+    /// Nonzero: each record names the file its data pages belong to (`IoEvent::file_*`),
+    /// through `request::bio`, `bio::bi_io_vec`, `bio_vec::bv_page`, `page::mapping`,
+    /// `address_space::host`, then the inode's `i_ino`, `i_mode`, `i_generation` and
+    /// `i_sb->s_dev`; a file met for the first time is named on [`MAP_FILE_NAMES`] by walking
+    /// its first dentry (`inode::i_dentry`, `dentry::d_u` (its `d_alias`), `dentry::d_name`'s
+    /// `qstr::name`, `dentry::d_parent`).
+    pub files: u32,
+    pub bio_io_vec: u32,
+    pub bvec_page: u32,
+    pub page_mapping: u32,
+    pub mapping_host: u32,
+    pub inode_ino: u32,
+    pub inode_mode: u32,
+    pub inode_generation: u32,
+    pub inode_sb: u32,
+    pub sb_dev: u32,
+    pub inode_dentry: u32,
+    pub dentry_alias: u32,
+    pub dentry_name: u32,
+    pub dentry_parent: u32,
 }
-const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 4 * (31 + 6));
+const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 4 * (31 + 6 + 14));
+
+/// `IoEvent::file_dev` when the IO's data pages belong to no file: direct IO into process
+/// memory (or swap).
+pub const FILE_DEV_ANON: u32 = u32::MAX;
+/// `IoEvent::file_dev` when they are the block device's own page cache: file system metadata
+/// and journal (through buffer heads), or buffered IO on the device node.
+pub const FILE_DEV_DEVICE: u32 = u32::MAX - 1;
+/// Ring of [`FileName`]s: files named as they are first met.
+pub const MAP_FILE_NAMES: &str = "FILE_NAMES";
+/// The files already named (LRU: one evicted is named again when met again).
+pub const MAP_FILES_SEEN: &str = "FILES_SEEN";
+/// Path components a [`FileName`] holds, innermost first, and bytes per component.
+pub const FILE_NAME_DEPTH: usize = 16;
+pub const FILE_NAME_LEN: usize = 64;
+
+/// A file as the probe tells them apart: the inode number and generation on a file system.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FileKey {
+    pub ino: u64,
+    /// The file system's `s_dev` (major << 20 | minor).
+    pub dev: u32,
+    pub generation: u32,
+}
+const _: () = assert!(core::mem::size_of::<FileKey>() == 16);
+
+/// The name of a file, read from its first dentry when the probe first met it: the components
+/// from the file up to its file system's root, innermost first (the root's own is "/").
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct FileName {
+    pub key: FileKey,
+    /// Components read; [`FILE_NAME_DEPTH`] with `complete` 0 when the path is deeper.
+    pub depth: u32,
+    /// 1 when the walk reached the root.
+    pub complete: u32,
+    /// NUL-terminated, cut at [`FILE_NAME_LEN`] - 1 bytes.
+    pub names: [[u8; FILE_NAME_LEN]; FILE_NAME_DEPTH],
+}
+const _: () = assert!(core::mem::size_of::<FileName>() == 24 + FILE_NAME_LEN * FILE_NAME_DEPTH);
 
 /// Device filters of up to this many devices are compared inline (no map lookup per IO).
 pub const FILTER_LIST_MAX: usize = 8;
@@ -298,7 +361,9 @@ pub struct IoEvent {
     pub flags: u16,
     /// The blk-mq hardware queue's index + 1 (`rq->mq_hctx->queue_num`); 0 if unknown.
     pub hw_queue: u16,
-    pub _pad: [u8; 4],
+    /// The file system (`s_dev`) of `file_ino`; [`FILE_DEV_ANON`], [`FILE_DEV_DEVICE`], or 0
+    /// with no data pages (flush, discard) or not traced.
+    pub file_dev: u32,
     /// Command of the submitting task, NUL-padded.
     pub comm: [u8; 16],
     /// The submitting task's cgroup v2 id at submission (0 if unknown).
@@ -307,8 +372,11 @@ pub struct IoEvent {
     /// for its own IO, the cgroup that dirtied the pages for writeback where the kernel tracks
     /// it. 0 if unknown or not traced ([`ProbeConfig::owner_cgroup`]).
     pub owner_cgroup: u64,
+    /// The inode of the file the IO's first data page belongs to (0 if none, or not traced:
+    /// [`ProbeConfig::files`]); see `file_dev`.
+    pub file_ino: u64,
 }
-const _: () = assert!(core::mem::size_of::<IoEvent>() == 104);
+const _: () = assert!(core::mem::size_of::<IoEvent>() == 112);
 
 /// The in-kernel histograms are log-linear: 4 buckets per power of two, so that a value read
 /// back from its bucket is off by at most a quarter, as with the metrics' default buckets.
@@ -521,6 +589,8 @@ mod pod {
     unsafe impl aya::Pod for super::RequestSlot {}
     unsafe impl aya::Pod for super::Cuts {}
     unsafe impl aya::Pod for super::BioSlot {}
+    unsafe impl aya::Pod for super::FileKey {}
+    unsafe impl aya::Pod for super::FileName {}
 }
 
 #[cfg(test)]

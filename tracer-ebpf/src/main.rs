@@ -31,7 +31,7 @@ use aya_ebpf::{
         generated::{bpf_get_current_cgroup_id, bpf_get_current_task_btf},
     },
     macros::{btf_tracepoint, map},
-    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
     programs::BtfTracePointContext,
 };
 use tracer_common::{
@@ -42,6 +42,9 @@ use tracer_common::{
     SIZE_BUCKETS, dev_join, loglin_le_bucket,
 };
 use tracer_common::{Cuts, EV_OUTSIDE_CUT, RequestSlot, SLOT_COUNT};
+use tracer_common::{
+    FILE_DEV_ANON, FILE_DEV_DEVICE, FILE_NAME_DEPTH, FILE_NAME_LEN, FileKey, FileName,
+};
 
 /// Offsets and flag values, set by user space from the running kernel's BTF.
 #[unsafe(no_mangle)]
@@ -76,6 +79,20 @@ static CONFIG: ProbeConfig = ProbeConfig {
     blkcg_cgroup: 0,
     cgroup_kn: 0,
     kn_id: 0,
+    files: 0,
+    bio_io_vec: 0,
+    bvec_page: 0,
+    page_mapping: 0,
+    mapping_host: 0,
+    inode_ino: 0,
+    inode_mode: 0,
+    inode_generation: 0,
+    inode_sb: 0,
+    sb_dev: 0,
+    inode_dentry: 0,
+    dentry_alias: 0,
+    dentry_name: 0,
+    dentry_parent: 0,
 };
 
 /// Zeroed template for creating aggregate slots (too big for the BPF stack).
@@ -95,6 +112,11 @@ static ZERO_AGGREGATE: Aggregate = Aggregate {
 
 #[map(name = "EVENTS")]
 static EVENTS: RingBuf = RingBuf::with_byte_size(16 << 20, 0);
+/// Files named as they are first met ([`FileName`], about 1 KB each).
+#[map(name = "FILE_NAMES")]
+static FILE_NAMES: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
+#[map(name = "FILES_SEEN")]
+static FILES_SEEN: LruHashMap<FileKey, u8> = LruHashMap::with_max_entries(65536, 0);
 /// Requests in flight, direct-mapped by a hash of their `struct request *`: claiming a slot is
 /// one compare-and-swap, much cheaper than a hash-map insert. A request whose slot is taken
 /// by another goes to REQUESTS instead.
@@ -1148,6 +1170,108 @@ fn owner_cgroup(cfg: &ProbeConfig, rq: *const u8) -> u64 {
     load(kn, cfg_u32(&cfg.kn_id))
 }
 
+const S_IFMT: u16 = 0o170_000;
+const S_IFBLK: u16 = 0o060_000;
+
+/// The file of the request's first data page, as (`s_dev`, inode), or a [`FILE_DEV_ANON`] /
+/// [`FILE_DEV_DEVICE`] marker; (0, 0) when off or without data pages. A file met for the
+/// first time (or again after the LRU forgot it) is named on FILE_NAMES.
+#[inline(always)]
+fn file_of(cfg: &ProbeConfig, rq: *const u8) -> (u32, u64) {
+    if cfg_u32(&cfg.files) == 0 {
+        return (0, 0);
+    }
+    let bio: *const u8 = load(rq, cfg_u32(&cfg.rq_bio));
+    let bvec: *const u8 = load(bio, cfg_u32(&cfg.bio_io_vec));
+    let page: *const u8 = load(bvec, cfg_u32(&cfg.bvec_page));
+    let mapping: *const u8 = load(page, cfg_u32(&cfg.page_mapping));
+    let bits = bits_of(mapping, SCRATCH_COMPLETE);
+    if bits == 0 {
+        return (0, 0);
+    }
+    // PAGE_MAPPING_ANON / MOVABLE / KSM: not a page-cache page.
+    if bits & 3 != 0 {
+        return (FILE_DEV_ANON, 0);
+    }
+    let inode: *const u8 = load(mapping, cfg_u32(&cfg.mapping_host));
+    let ino: u64 = load(inode, cfg_u32(&cfg.inode_ino));
+    let mode: u16 = load(inode, cfg_u32(&cfg.inode_mode));
+    if mode & S_IFMT == S_IFBLK {
+        return (FILE_DEV_DEVICE, 0);
+    }
+    let sb: *const u8 = load(inode, cfg_u32(&cfg.inode_sb));
+    let key = FileKey {
+        ino,
+        dev: load(sb, cfg_u32(&cfg.sb_dev)),
+        generation: load(inode, cfg_u32(&cfg.inode_generation)),
+    };
+    // SAFETY: map lookup of a plain key.
+    if unsafe { FILES_SEEN.get(&key) }.is_none() {
+        let _ = FILES_SEEN.insert(&key, &1, 0);
+        name_file(cfg, key, bits_of(inode, SCRATCH_COMPLETE));
+    }
+    (key.dev, ino)
+}
+
+/// Read a kernel word at a plain address (0 if it faults).
+#[inline(always)]
+fn read_word(addr: u64) -> u64 {
+    // SAFETY: bpf_probe_read_kernel checks the address and fails (0 here) on a fault.
+    unsafe { aya_ebpf::helpers::bpf_probe_read_kernel(addr as *const u64) }.unwrap_or(0)
+}
+
+/// Name a file: its first dentry's name and its parents' up to the root, on FILE_NAMES (a
+/// full ring loses the name, counted; its IOs still name the inode).
+#[inline(never)]
+fn name_file(cfg: &ProbeConfig, key: FileKey, inode: u64) {
+    let Some(mut entry) = FILE_NAMES.reserve::<FileName>(0) else {
+        bump(Counter::FileNameDrops);
+        return;
+    };
+    let ev = entry.as_mut_ptr();
+    // SAFETY: ev points to the reserved FileName; every field is written before submit.
+    unsafe {
+        core::ptr::write_volatile(&raw mut (*ev).key, key);
+        core::ptr::write_volatile(&raw mut (*ev).depth, 0);
+        core::ptr::write_volatile(&raw mut (*ev).complete, 0);
+    }
+    let first = read_word(inode + u64::from(cfg_u32(&cfg.inode_dentry)));
+    let mut d = first.wrapping_sub(u64::from(cfg_u32(&cfg.dentry_alias)));
+    let mut depth = 0u32;
+    let mut complete = 0u32;
+    if first != 0 {
+        for i in 0..FILE_NAME_DEPTH {
+            let name = read_word(d + u64::from(cfg_u32(&cfg.dentry_name)));
+            // SAFETY: the destination is component i of the reserved record, FILE_NAME_LEN
+            // bytes; the helper NUL-terminates and fails on a bad source (an empty name).
+            unsafe {
+                let dst = (&raw mut (*ev).names).cast::<[u8; FILE_NAME_LEN]>().add(i);
+                if aya_ebpf::helpers::generated::bpf_probe_read_kernel_str(
+                    dst.cast(),
+                    FILE_NAME_LEN as u32,
+                    name as *const core::ffi::c_void,
+                ) < 0
+                {
+                    core::ptr::write_volatile(dst.cast::<u8>(), 0);
+                }
+            }
+            depth = i as u32 + 1;
+            let parent = read_word(d + u64::from(cfg_u32(&cfg.dentry_parent)));
+            if parent == d || parent == 0 {
+                complete = 1;
+                break;
+            }
+            d = parent;
+        }
+    }
+    // SAFETY: as above.
+    unsafe {
+        core::ptr::write_volatile(&raw mut (*ev).depth, depth);
+        core::ptr::write_volatile(&raw mut (*ev).complete, complete);
+    }
+    entry.submit(0);
+}
+
 /// Close an IO: exact aggregates first, then the ring record (which may be dropped).
 #[inline(always)]
 fn finish(cfg: &ProbeConfig, rq: *const u8, st: &mut RequestState, kind: u16, cmd_flags: u32) {
@@ -1212,6 +1336,7 @@ fn finish(cfg: &ProbeConfig, rq: *const u8, st: &mut RequestState, kind: u16, cm
         None => {}
     }
 
+    let (file_dev, file_ino) = file_of(cfg, rq);
     let Some(mut entry) = EVENTS.reserve::<IoEvent>(0) else {
         bump(Counter::RingDrops);
         return;
@@ -1236,10 +1361,11 @@ fn finish(cfg: &ProbeConfig, rq: *const u8, st: &mut RequestState, kind: u16, cm
         kind,
         flags,
         hw_queue: hw_queue(cfg, rq),
-        _pad: [0; 4],
+        file_dev,
         comm: st.comm,
         cgroup: st.cgroup,
         owner_cgroup: owner_cgroup(cfg, rq),
+        file_ino,
     });
     // No wakeup: the daemon drains the ring on a timer (every 20 ms; a 16 MB ring holds 0.8 s
     // at 200k IOPS). Asking how full the ring is, per record, read a line the reader writes.

@@ -35,7 +35,8 @@ const KIND_DECL_TAG: u32 = 17;
 const KIND_ENUM64: u32 = 19;
 
 pub struct KernelBtf {
-    /// struct name -> member name -> bit offset
+    /// struct name -> member name -> bit offset; the members of anonymous struct and union
+    /// members are listed as the struct's own (C reaches them that way: `page->mapping`).
     structs: HashMap<String, HashMap<String, u32>>,
     enumerators: HashMap<String, i64>,
     typedefs: std::collections::HashSet<String>,
@@ -84,7 +85,10 @@ impl KernelBtf {
                 .get(o..o + 4)
                 .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
         };
-        let mut structs = HashMap::new();
+        // Per type id (from 1), the members of a struct or union: (name, type id, bit offset).
+        type Members = Vec<(String, u32, u32)>;
+        let mut aggregates: Vec<Option<Members>> = vec![None];
+        let mut named: Vec<(String, u32)> = Vec::new();
         let mut enumerators = HashMap::new();
         let mut typedefs = std::collections::HashSet::new();
         let mut pos = 0usize;
@@ -95,23 +99,27 @@ impl KernelBtf {
             let vlen = (info & 0xffff) as usize;
             let kind_flag = info >> 31;
             pos += 12;
+            let id = aggregates.len() as u32;
+            aggregates.push(None);
             match kind {
                 KIND_INT | KIND_VAR | KIND_DECL_TAG => pos += 4,
                 KIND_ARRAY => pos += 12,
                 KIND_STRUCT | KIND_UNION => {
                     let sname = name(name_off);
-                    let mut members = HashMap::new();
+                    let mut members = Vec::with_capacity(vlen);
                     for i in 0..vlen {
                         let m = pos + i * 12;
                         let mname = t32(m).ok_or(BtfError::Malformed("short member"))?;
+                        let mtype = t32(m + 4).ok_or(BtfError::Malformed("short member"))?;
                         let off = t32(m + 8).ok_or(BtfError::Malformed("short member"))?;
                         let bit_off = if kind_flag != 0 { off & 0xff_ffff } else { off };
-                        members.insert(name(mname).to_string(), bit_off);
+                        members.push((name(mname).to_string(), mtype, bit_off));
                     }
                     pos += vlen * 12;
                     if kind == KIND_STRUCT && !sname.is_empty() {
-                        structs.entry(sname.to_string()).or_insert(members);
+                        named.push((sname.to_string(), id));
                     }
+                    aggregates[id as usize] = Some(members);
                 }
                 KIND_ENUM => {
                     for i in 0..vlen {
@@ -147,6 +155,36 @@ impl KernelBtf {
                 KIND_DATASEC => pos += vlen * 12,
                 _ => {}
             }
+        }
+        // A struct's members, with those of its anonymous members at their offsets (bounded
+        // depth: a malformed file cannot loop).
+        fn flatten(
+            all: &[Option<Members>],
+            id: u32,
+            base: u32,
+            depth: u32,
+            out: &mut HashMap<String, u32>,
+        ) {
+            let Some(Some(members)) = all.get(id as usize) else {
+                return;
+            };
+            for (name, tid, off) in members {
+                if name.is_empty() {
+                    if depth < 8 {
+                        flatten(all, *tid, base + off, depth + 1, out);
+                    }
+                } else {
+                    out.entry(name.clone()).or_insert(base + off);
+                }
+            }
+        }
+        let mut structs = HashMap::new();
+        for (sname, id) in named {
+            structs.entry(sname).or_insert_with(|| {
+                let mut m = HashMap::new();
+                flatten(&aggregates, id, 0, 0, &mut m);
+                m
+            });
         }
         Ok(KernelBtf {
             structs,
@@ -198,6 +236,9 @@ mod tests {
         assert!(btf.has_tracepoint("block_rq_issue"));
         assert!(btf.has_tracepoint("block_getrq"));
         assert!(!btf.has_tracepoint("block_no_such_event"));
+        // Members of anonymous unions and structs, as C names them.
+        assert!(btf.member_offset("page", "mapping").unwrap() > 0);
+        assert!(btf.member_offset("folio", "mapping").unwrap() > 0);
     }
 
     #[test]

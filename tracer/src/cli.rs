@@ -120,6 +120,12 @@ pub struct Args {
     /// --flight-recorder or the --pid, --comm, --cgroup and --op filters, which need records.
     #[arg(long)]
     pub no_records: bool,
+    /// Name the file each IO belongs to: for IO on page-cache pages (buffered reads, read-ahead,
+    /// writeback), the file of its first page, named with its path when first met (so a file
+    /// deleted right after its IO keeps its name); direct IO and the file systems' metadata are
+    /// told apart. The report lists the top files per device and groups them by kind.
+    #[arg(long)]
+    pub files: bool,
     /// Attach programs that do nothing (benchmarks: the cost of being attached).
     #[arg(long, hide = true)]
     pub attach_only: bool,
@@ -189,6 +195,8 @@ pub struct Config {
     pub mode: crate::probe::ProbeMode,
     /// `--owner-cgroups-always` (benchmarks).
     pub owner_always: bool,
+    /// `--files`.
+    pub files: bool,
     /// `--device` as given (recorded in the trace header's filters).
     pub devices: Vec<String>,
     /// The whole disks to trace, from `devices` (empty: all): a bio-based device given there is
@@ -284,6 +292,7 @@ impl Args {
                 (!self.comms.is_empty(), "--comm"),
                 (!self.cgroups.is_empty(), "--cgroup"),
                 (!self.ops.is_empty(), "--op"),
+                (self.files, "--files"),
             ] {
                 if given {
                     return Err(format!(
@@ -370,6 +379,7 @@ impl Args {
             flight_recorder,
             mode,
             owner_always: self.owner_cgroups_always,
+            files: self.files,
         })
     }
 }

@@ -79,6 +79,12 @@ impl Writer {
             Writer::Memory(w) => w.write_cgroup(c),
         }
     }
+    fn write_file(&mut self, f: &tracer_common::format::FileInfo) -> Result<(), FormatError> {
+        match self {
+            Writer::File(w) => w.write_file(f),
+            Writer::Memory(w) => w.write_file(f),
+        }
+    }
     fn records_in_file(&self) -> u64 {
         match self {
             Writer::File(w) => w.records_in_file(),
@@ -158,6 +164,8 @@ struct Run {
     dumps: Vec<tokio::task::JoinHandle<()>>,
     /// cgroup ids to paths, and the ids the open file (or segment) has named.
     cgroups: Cgroups,
+    /// `--files`: the names the probe hands over, and the ones the open file has named.
+    file_names: Option<crate::files::Files>,
     cgroups_named: std::collections::HashSet<u64>,
     last_cgroups_named: Option<(u64, u64)>,
     /// `--cgroup`: whether each id seen is inside one of them.
@@ -217,6 +225,9 @@ impl Run {
         // Each file (and recorder segment) names the cgroups of its own records.
         self.cgroups_named.clear();
         self.last_cgroups_named = None;
+        if let Some(f) = &mut self.file_names {
+            f.new_file();
+        }
         let path = self.file_path(self.seq);
         if path.is_none() && self.recorder.is_none() {
             return Ok(());
@@ -254,7 +265,7 @@ impl Run {
             },
             counters_start: match self.start_counters.take() {
                 Some(c) => c,
-                None => self.probe.counters()?,
+                None => self.counters()?,
             },
             // Set below, once this file's start time is known.
             utc_offset_s: 0,
@@ -263,6 +274,7 @@ impl Run {
             submit_hook: self.probe.hooks.name().into(),
             labels: self.cfg.labels.clone(),
             owner_cgroups: Some(self.probe.owner_cgroups.clone()),
+            files: self.file_names.is_some(),
         };
         if self.seq > 0 {
             // A rotated file starts at its cut's instant, on the same clocks.
@@ -394,7 +406,7 @@ impl Run {
         self.probe.set_cuts(cuts)?;
         self.cuts = cuts;
         if read_counters {
-            self.start_counters = Some(self.probe.counters()?);
+            self.start_counters = Some(self.counters()?);
         }
         loop {
             let now = clock::monotonic_ns();
@@ -477,7 +489,7 @@ impl Run {
         let frozen = self.probe.aggregates_of(Some(before))?;
         let ag = AggregateSnapshot::sum(&frozen, &self.frozen_other);
         self.frozen_other = frozen;
-        let ct = self.probe.counters()?;
+        let ct = self.counters()?;
         self.close_output("rotation", ds.clone(), ag.clone(), ct);
         self.file_start_cut = self.end_cut.take();
         self.start_diskstats = Some(ds);
@@ -559,6 +571,8 @@ impl Run {
             op,
             cgroup: ev.cgroup,
             owner_cgroup: ev.owner_cgroup,
+            file_dev: ev.file_dev,
+            file_ino: ev.file_ino,
             hw_queue: ev.hw_queue.checked_sub(1),
         };
         self.received_total += 1;
@@ -610,6 +624,11 @@ impl Run {
         if self.last_cgroups_named != Some((r.cgroup, r.owner_cgroup)) {
             self.name_cgroups(r.cgroup, r.owner_cgroup);
         }
+        if let Some(f) = &mut self.file_names
+            && f.to_name(r.file_dev, r.file_ino)
+        {
+            self.name_file(r.file_dev, r.file_ino);
+        }
         if let Some(out) = &mut self.output
             && self.write_error.is_none()
             && let Err(e) = out.writer.push(r, comm)
@@ -637,6 +656,35 @@ impl Run {
             if let Err(e) = out.writer.write_cgroup(&CgroupInfo { id, path }) {
                 self.write_error.get_or_insert(e.to_string());
             }
+        }
+    }
+
+    /// The probe's counters, with the file names user space left out.
+    fn counters(&self) -> Result<ProbeCounters, crate::probe::ProbeError> {
+        let mut c = self.probe.counters()?;
+        if let Some(f) = &self.file_names {
+            c.file_name_drops += f.dropped;
+        }
+        Ok(c)
+    }
+
+    /// Write a file's path before the first record of it in the open file (a file the probe
+    /// could not name is left out: its records name the inode only).
+    #[cold]
+    fn name_file(&mut self, dev: u32, ino: u64) {
+        let (Some(files), Some(out)) = (&self.file_names, &mut self.output) else {
+            return;
+        };
+        let Some(path) = files.path(dev, ino) else {
+            return;
+        };
+        let f = tracer_common::format::FileInfo {
+            dev,
+            ino,
+            path: path.to_string(),
+        };
+        if let Err(e) = out.writer.write_file(&f) {
+            self.write_error.get_or_insert(e.to_string());
         }
     }
 
@@ -722,7 +770,7 @@ impl Run {
             return String::new();
         }
         let aggregates = self.probe.aggregates().unwrap_or_default();
-        let counters = self.probe.counters().unwrap_or_default();
+        let counters = self.counters().unwrap_or_default();
         let mut inflight: Vec<(u32, u64, Option<u64>)> = if self.probe.mode == ProbeMode::Records {
             self.probe
                 .device_states()
@@ -883,7 +931,7 @@ impl Run {
             let _ = out.flush();
         }
         // Bound what a SIGKILL can lose to one interval, and record losses so far.
-        if let Ok(counters) = self.probe.counters()
+        if let Ok(counters) = self.counters()
             && let Some(o) = &mut self.output
             && let Writer::File(w) = &mut o.writer
         {
@@ -903,6 +951,10 @@ impl Run {
 /// Hand every record waiting in the ring to the run (short records are counted as malformed
 /// by `Run::handle`).
 fn drain_ring(rb: &mut RingBuf<MapData>, run: &mut Run) {
+    // Names first: the probe hands a file's name over before the record of its IO.
+    if let Some(f) = &mut run.file_names {
+        f.drain();
+    }
     while let Some(item) = rb.next() {
         run.handle(&item);
     }
@@ -940,8 +992,14 @@ pub async fn run(cfg: Config) -> Result<i32> {
         },
         devices: devices.iter().map(DeviceInfo::dev).collect(),
         owner_always: cfg.owner_always,
+        files: cfg.files,
     })?;
     let ring = probe.take_ring()?;
+    let file_names = if probe.config.files != 0 {
+        Some(crate::files::Files::new(probe.take_names_ring()?))
+    } else {
+        None
+    };
     let names = devices.iter().map(|d| (d.dev(), d.name.clone())).collect();
     let filter = Filter {
         pids: cfg.pids.clone(),
@@ -994,6 +1052,7 @@ pub async fn run(cfg: Config) -> Result<i32> {
         recorder: None,
         dumps: Vec::new(),
         cgroups: Cgroups::new(),
+        file_names,
         cgroups_named: Default::default(),
         last_cgroups_named: None,
         cgroup_keep: HashMap::new(),
@@ -1200,7 +1259,7 @@ pub async fn run(cfg: Config) -> Result<i32> {
         started.elapsed().as_secs_f64(),
         len.max(1),
     );
-    let mut counters = run.probe.counters()?;
+    let mut counters = run.counters()?;
     counters.missed_completions += stuck.iter().sum::<u64>();
     for (m, s) in counters.missed_stage.iter_mut().zip(stuck) {
         *m += s;

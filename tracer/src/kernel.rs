@@ -113,6 +113,20 @@ pub fn probe_config(btf: &KernelBtf, hooks: Hooks) -> Result<(ProbeConfig, OpDec
         blkcg_cgroup: 0,
         cgroup_kn: 0,
         kn_id: 0,
+        files: 0,
+        bio_io_vec: 0,
+        bvec_page: 0,
+        page_mapping: 0,
+        mapping_host: 0,
+        inode_ino: 0,
+        inode_mode: 0,
+        inode_generation: 0,
+        inode_sb: 0,
+        sb_dev: 0,
+        inode_dentry: 0,
+        dentry_alias: 0,
+        dentry_name: 0,
+        dentry_parent: 0,
     };
     let mut ops = Vec::new();
     for (name, op) in [
@@ -172,6 +186,27 @@ pub fn owner_offsets(btf: &KernelBtf) -> Result<[u32; 5], BtfError> {
         btf.member_offset("cgroup", "kn")?,
         btf.member_offset("kernfs_node", "id")?,
     ])
+}
+
+/// Turn on [`ProbeConfig::files`]: the offsets from the running kernel's BTF (members of
+/// anonymous unions, such as `page::mapping`, included).
+pub fn enable_files(btf: &KernelBtf, cfg: &mut ProbeConfig) -> Result<(), BtfError> {
+    cfg.bio_io_vec = btf.member_offset("bio", "bi_io_vec")?;
+    cfg.bvec_page = btf.member_offset("bio_vec", "bv_page")?;
+    cfg.page_mapping = btf.member_offset("page", "mapping")?;
+    cfg.mapping_host = btf.member_offset("address_space", "host")?;
+    cfg.inode_ino = btf.member_offset("inode", "i_ino")?;
+    cfg.inode_mode = btf.member_offset("inode", "i_mode")?;
+    cfg.inode_generation = btf.member_offset("inode", "i_generation")?;
+    cfg.inode_sb = btf.member_offset("inode", "i_sb")?;
+    cfg.sb_dev = btf.member_offset("super_block", "s_dev")?;
+    cfg.inode_dentry = btf.member_offset("inode", "i_dentry")?;
+    // `d_alias` is a member of the union `d_u`: at the union's own offset.
+    cfg.dentry_alias = btf.member_offset("dentry", "d_u")?;
+    cfg.dentry_name = btf.member_offset("dentry", "d_name")? + btf.member_offset("qstr", "name")?;
+    cfg.dentry_parent = btf.member_offset("dentry", "d_parent")?;
+    cfg.files = 1;
+    Ok(())
 }
 
 /// Whether records can carry the cgroup that owns each IO ([`ProbeConfig::owner_cgroup`]),

@@ -7,6 +7,7 @@ pub mod cli;
 pub mod clock;
 pub mod daemon;
 pub mod devices;
+pub mod files;
 pub mod kernel;
 pub mod metrics;
 pub mod probe;

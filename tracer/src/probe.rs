@@ -88,6 +88,8 @@ pub struct ProbeOptions {
     pub devices: Vec<u32>,
     /// Read owners even where they are v1 cgroups' (benchmarks).
     pub owner_always: bool,
+    /// `--files`: name the file of each IO's data pages.
+    pub files: bool,
 }
 
 pub struct Probe {
@@ -122,6 +124,11 @@ impl Probe {
         let (mut config, decoder) = probe_config(&kbtf, hooks)?;
         let (mut owner_offsets, owner_cgroups) =
             owner_tracking(&kbtf, tracer_common::cgroup::cgroup2_mount().as_deref());
+        if opts.files && opts.mode == ProbeMode::Records {
+            crate::kernel::enable_files(&kbtf, &mut config).map_err(|e| {
+                ProbeError::Load(format!("--files needs what this kernel lacks: {e}"))
+            })?;
+        }
         if opts.owner_always {
             owner_offsets = owner_offsets.or_else(|| crate::kernel::owner_offsets(&kbtf).ok());
         }
@@ -304,6 +311,21 @@ impl Probe {
         })
     }
 
+    /// The ring the probe names files on (`--files`).
+    pub fn take_names_ring(&mut self) -> Result<RingBuf<MapData>, ProbeError> {
+        let map = self
+            .ebpf
+            .take_map(tracer_common::MAP_FILE_NAMES)
+            .ok_or_else(|| ProbeError::Map {
+                map: tracer_common::MAP_FILE_NAMES.into(),
+                reason: "missing".into(),
+            })?;
+        RingBuf::try_from(map).map_err(|e| ProbeError::Map {
+            map: tracer_common::MAP_FILE_NAMES.into(),
+            reason: e.to_string(),
+        })
+    }
+
     pub fn counters(&self) -> Result<ProbeCounters, ProbeError> {
         let err = |e: aya::maps::MapError| ProbeError::Map {
             map: MAP_COUNTERS.into(),
@@ -349,6 +371,7 @@ impl Probe {
                 sums[Counter::MissedNeverIssued as usize],
             ],
             submitters_lost: sums[Counter::SubmitterLost as usize],
+            file_name_drops: sums[Counter::FileNameDrops as usize],
             programs,
         })
     }

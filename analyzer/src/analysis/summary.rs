@@ -610,10 +610,12 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
         )
     };
     let cgroup = |id: u64| r.cgroup_path(id).map(str::to_string);
+    let file = |dev: u32, ino: u64| r.file_path(dev, ino).map(str::to_string);
     let names = crate::analysis::sections::Names {
         devices: &devices,
         device: &name,
         cgroup: &cgroup,
+        file: &file,
         arrays: &r.header().arrays,
         diskstats: (
             &header.diskstats_start,

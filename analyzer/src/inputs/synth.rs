@@ -93,6 +93,8 @@ pub fn write_trace_with(path: &Path, ios: &mut [Io], meta: &Meta) -> Result<(), 
             op: io.op,
             cgroup: 0,
             owner_cgroup: 0,
+            file_dev: 0,
+            file_ino: 0,
             hw_queue: None,
         };
         w.push(&r, &comm)?;

@@ -1,7 +1,8 @@
 //! The start of a records body: the record count (u32 LE), the chunk's base time (u64 LE), the
 //! device table (count, then each `dev` as a varint) and the task table (count, then each pid
 //! as a varint, the comm's length as a byte and the comm, from version 3 the cgroup id as a
-//! varint, and from version 5 the owner cgroup id as a varint). Records store indexes into
+//! varint, and from version 5 the owner cgroup id as a varint), and from version 5 the file
+//! table (count, then each file's device and inode as varints). Records store indexes into
 //! these tables.
 
 use std::collections::HashMap;
@@ -20,6 +21,9 @@ pub(super) struct TableBuilder {
     dev_index: HashMap<u32, u32>,
     tasks: Vec<TaskKey>,
     task_index: HashMap<TaskKey, u32>,
+    files: Vec<(u32, u64)>,
+    file_index: HashMap<(u32, u64), u32>,
+    last_file: Option<((u32, u64), u32)>,
     /// Consecutive records mostly share device and task: skip the hash lookups then.
     last_dev: Option<(u32, u32)>,
     last_task: Option<(TaskKey, u32)>,
@@ -42,6 +46,32 @@ impl TableBuilder {
                     }
                 };
                 self.last_dev = Some((dev, i));
+                i
+            }
+        }
+    }
+
+    /// The file column's value for a file: 0 for none (`dev` 0), else its index in the file
+    /// table + 1, added if new.
+    #[inline]
+    pub(super) fn file(&mut self, dev: u32, ino: u64) -> u32 {
+        if dev == 0 {
+            return 0;
+        }
+        let key = (dev, ino);
+        match self.last_file {
+            Some((k, i)) if k == key => i,
+            _ => {
+                let i = match self.file_index.get(&key) {
+                    Some(&i) => i,
+                    None => {
+                        self.files.push(key);
+                        let i = self.files.len() as u32;
+                        self.file_index.insert(key, i);
+                        i
+                    }
+                };
+                self.last_file = Some((key, i));
                 i
             }
         }
@@ -92,6 +122,13 @@ impl TableBuilder {
                 put_varint(body, *owner);
             }
         }
+        if version >= 5 {
+            put_varint(body, self.files.len() as u64);
+            for (dev, ino) in &self.files {
+                put_varint(body, u64::from(*dev));
+                put_varint(body, *ino);
+            }
+        }
     }
 
     /// Empty, for the next chunk.
@@ -100,20 +137,26 @@ impl TableBuilder {
         self.dev_index.clear();
         self.tasks.clear();
         self.task_index.clear();
+        self.files.clear();
+        self.file_index.clear();
+        self.last_file = None;
         self.last_dev = None;
         self.last_task = None;
     }
 }
 
-/// A reader's tasks, over all the chunks it has read: each (pid, comm, cgroup, owner) gets
-/// one id.
+/// A task as the reader tells them apart: pid, comm, cgroup, owner.
+type ReaderTaskKey = (u32, Vec<u8>, u64, u64);
+
+/// A reader's tasks, over all the chunks it has read: each (pid, comm, cgroup, owner) gets one
+/// id.
 #[derive(Default)]
 pub(super) struct TaskIds {
     pub(super) tasks: Vec<Task>,
-    pub(super) ids: HashMap<(u32, Vec<u8>, u64, u64), u32>,
+    pub(super) ids: HashMap<ReaderTaskKey, u32>,
     /// The file's task tables hold cgroups (version 3 on).
     pub(super) cgroups: bool,
-    /// The file's task tables hold owner cgroups (version 5 on).
+    /// The file's task tables hold owner cgroups, and its chunks file tables (version 5 on).
     pub(super) owners: bool,
 }
 
@@ -136,13 +179,23 @@ impl TaskIds {
     }
 }
 
+/// What a record takes from its task-table entry.
+#[derive(Clone, Copy)]
+pub(super) struct ChunkTask {
+    pub(super) pid: u32,
+    pub(super) cgroup: u64,
+    pub(super) owner_cgroup: u64,
+}
+
 /// The tables of a chunk as read.
 pub(super) struct ChunkTables {
     pub(super) count: u32,
     pub(super) base: u64,
     pub(super) devs: Vec<u32>,
-    /// (reader's task id, pid, cgroup, owner cgroup) per entry of the chunk's task table.
-    pub(super) tasks: Vec<(u32, u32, u64, u64)>,
+    /// Per entry of the chunk's task table: the reader's task id and the task.
+    pub(super) tasks: Vec<(u32, ChunkTask)>,
+    /// (file system, inode) per entry of the chunk's file table (version 5 on).
+    pub(super) files: Vec<(u32, u64)>,
 }
 
 /// "records frame: `what`", the reason a damaged records frame is reported with.
@@ -195,12 +248,32 @@ pub(super) fn read_tables(c: &mut Cursor, ids: &mut TaskIds) -> Result<ChunkTabl
         } else {
             0
         };
-        tasks.push((ids.id(pid, comm, cgroup, owner), pid, cgroup, owner));
+        let t = ChunkTask {
+            pid,
+            cgroup,
+            owner_cgroup: owner,
+        };
+        tasks.push((ids.id(pid, comm, cgroup, owner), t));
+    }
+    let mut files = Vec::new();
+    if ids.owners {
+        let nfile = c.varint().ok_or_else(|| bad("no file table"))?;
+        if nfile > u64::from(count) || nfile > c.remaining() as u64 / 2 {
+            return Err(bad("file table longer than the frame"));
+        }
+        files.reserve(nfile as usize);
+        for _ in 0..nfile {
+            let short = || bad("short file table");
+            let dev = u32::try_from(c.varint().ok_or_else(short)?)
+                .map_err(|_| bad("file device out of range"))?;
+            files.push((dev, c.varint().ok_or_else(short)?));
+        }
     }
     Ok(ChunkTables {
         count,
         base,
         devs,
         tasks,
+        files,
     })
 }

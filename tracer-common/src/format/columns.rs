@@ -10,8 +10,10 @@ use super::record::IoRecord;
 use crate::op::{Op, flags};
 
 /// Columns of a record, in the order a version 2 block and a version 1 record store them
-/// (version 4 on: versions 1 to 3 store the first [`NCOLS_V3`]).
-pub(super) const NCOLS: usize = 11;
+/// (version 5 on: versions 1 to 3 store the first [`NCOLS_V3`], version 4 [`NCOLS_V4`]).
+pub(super) const NCOLS: usize = 12;
+/// Columns of version 4: all but the file.
+pub(super) const NCOLS_V4: usize = 11;
 /// Columns of versions 1 to 3: all but the hardware queue.
 pub(super) const NCOLS_V3: usize = 10;
 /// Op code (low 4 bits) | stored flags << 4.
@@ -34,10 +36,13 @@ pub(super) const COL_DEV_INFLIGHT: usize = 8;
 pub(super) const COL_OS_INFLIGHT: usize = 9;
 /// The blk-mq hardware queue's index + 1; 0 if unknown (and in files before version 4).
 pub(super) const COL_HW_QUEUE: usize = 10;
+/// The file of the IO's data pages: its index in the chunk's file table + 1; 0 if none or
+/// unknown (and in files before version 5).
+pub(super) const COL_FILE: usize = 11;
 /// Columns holding signed deltas (as u64, wrapping): version 2 takes their block minimum as
 /// i64, version 1 stores them zigzagged.
 pub(super) const SIGNED: [bool; NCOLS] = [
-    false, true, false, false, false, true, false, false, false, false, false,
+    false, true, false, false, false, true, false, false, false, false, false, false,
 ];
 
 /// One record's column values.
@@ -83,13 +88,15 @@ pub(super) fn never_issued(head: u64) -> bool {
     head_flags(head) & flags::NEVER_ISSUED != 0
 }
 
-/// The column values of `r`, whose device and task have indexes `dev` and `task` in the
-/// chunk's tables; its error and requeue count, when not 0, are appended to `extras`.
+/// The column values of `r`, whose device, task and file have indexes `dev`, `task` and
+/// `file` (the file column's value) in the chunk's tables; its error and requeue count, when
+/// not 0, are appended to `extras`.
 #[inline]
 pub(super) fn to_row(
     r: &IoRecord,
     dev: u32,
     task: u32,
+    file: u32,
     d: &mut Deltas,
     extras: &mut Vec<u8>,
 ) -> Row {
@@ -128,6 +135,7 @@ pub(super) fn to_row(
     row[COL_DEV_INFLIGHT] = u64::from(r.dev_inflight);
     row[COL_OS_INFLIGHT] = u64::from(r.os_inflight);
     row[COL_HW_QUEUE] = r.hw_queue.map_or(0, |q| u64::from(q) + 1);
+    row[COL_FILE] = u64::from(file);
     if fl & flags::HAS_ERROR != 0 {
         put_varint(extras, zigzag(i64::from(r.error)));
     }
@@ -159,11 +167,15 @@ pub(super) fn from_row(
         (0, complete.wrapping_sub(col(COL_DEVICE_NS)))
     };
     let bytes = size_of_code(col(COL_SIZE))?;
-    let &(task, pid, cgroup, owner_cgroup) = t.tasks.get(col(COL_TASK) as usize)?;
+    let &(task, tk) = t.tasks.get(col(COL_TASK) as usize)?;
     let (error, requeues) = read_extras(fl, extras)?;
     let hw_queue = match col(COL_HW_QUEUE) {
         0 => None,
         q => Some(u16::try_from(q - 1).ok()?),
+    };
+    let (file_dev, file_ino) = match col(COL_FILE) {
+        0 => (0, 0),
+        f => *t.files.get(usize::try_from(f - 1).ok()?)?,
     };
     let r = IoRecord {
         complete_ns: complete,
@@ -171,7 +183,7 @@ pub(super) fn from_row(
         issue_ns: issue,
         sector: d.prev_end_sector.wrapping_add(col(COL_SECTOR)),
         bytes,
-        pid,
+        pid: tk.pid,
         task,
         dev_inflight: col(COL_DEV_INFLIGHT) as u32,
         os_inflight: col(COL_OS_INFLIGHT) as u32,
@@ -180,8 +192,10 @@ pub(super) fn from_row(
         requeues,
         flags: fl & !EXTRAS_FLAGS,
         op: Op::from_code((head & 0xf) as u8),
-        cgroup,
-        owner_cgroup,
+        cgroup: tk.cgroup,
+        owner_cgroup: tk.owner_cgroup,
+        file_dev,
+        file_ino,
         hw_queue,
     };
     d.advance(&r);

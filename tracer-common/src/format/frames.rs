@@ -19,6 +19,9 @@ pub enum FrameKind {
     Trailer = 5,
     /// A cgroup the records name: its v2 id and path, written before the first record of it.
     Cgroup = 6,
+    /// A file the records name: its file system, inode and path, written before the first
+    /// record of it (format version 5 on).
+    File = 7,
 }
 
 impl FrameKind {
@@ -30,6 +33,7 @@ impl FrameKind {
             4 => FrameKind::Stats,
             5 => FrameKind::Trailer,
             6 => FrameKind::Cgroup,
+            7 => FrameKind::File,
             _ => return None,
         })
     }

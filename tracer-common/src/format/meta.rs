@@ -15,6 +15,17 @@ pub struct CgroupInfo {
     pub path: String,
 }
 
+/// A file of the trace's records: the file system's device (`s_dev`, major << 20 | minor),
+/// the inode number and the path the tracer read from the file's dentry when the probe first
+/// met it (under the file system's mount point; "…/" in front when the path was deeper than
+/// the probe reads).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileInfo {
+    pub dev: u32,
+    pub ino: u64,
+    pub path: String,
+}
+
 /// One traced block device.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeviceInfo {
@@ -199,6 +210,10 @@ pub struct ProbeCounters {
     /// request took up (their IOs, if any, have no submitter). 0 elsewhere.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub submitters_lost: u64,
+    /// With `--files`: files whose name the probe could not hand over (names ring full); their
+    /// IOs name the inode only.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub file_name_drops: u64,
     pub programs: Vec<ProgramStats>,
 }
 
@@ -269,6 +284,10 @@ pub struct TraceHeader {
     /// absent in files of tracers before it (format version 5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner_cgroups: Option<OwnerCgroups>,
+    /// Records name the file of their data pages ([`super::IoRecord::file_dev`]): the run
+    /// asked for it (`--files`); false in files of tracers before it (format version 5).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub files: bool,
 }
 
 /// What the tracer could learn of the cgroups IOs are charged to, on the traced host.

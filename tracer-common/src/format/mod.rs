@@ -37,9 +37,9 @@ pub use crate::diskstats::{DiskStats, parse_diskstats};
 pub use crate::time::rfc3339;
 pub use frames::FrameKind;
 pub use meta::{
-    AggregateSnapshot, ArrayInfo, ArrayMember, CgroupInfo, Cut, CutDevice, DeviceInfo, Filters,
-    HwQueue, OwnerCgroups, ProbeCounters, ProgramStats, QueueSettings, StatsFrame, TraceHeader,
-    TraceTrailer,
+    AggregateSnapshot, ArrayInfo, ArrayMember, CgroupInfo, Cut, CutDevice, DeviceInfo, FileInfo,
+    Filters, HwQueue, OwnerCgroups, ProbeCounters, ProgramStats, QueueSettings, StatsFrame,
+    TraceHeader, TraceTrailer,
 };
 pub use reader::{Ending, Scan, TraceReader};
 pub use record::{IoRecord, Task, comm_bytes, comm_str};

@@ -9,7 +9,7 @@ use serde::Deserialize;
 
 use super::chunk::TaskIds;
 use super::frames::{FrameHead, FrameKind, HEAD_BYTES, START_BYTES, version_of_start};
-use super::meta::{CgroupInfo, DeviceInfo, StatsFrame, TraceHeader, TraceTrailer};
+use super::meta::{CgroupInfo, DeviceInfo, FileInfo, StatsFrame, TraceHeader, TraceTrailer};
 use super::record::{IoRecord, Task};
 use super::{FORMAT_VERSION, FormatError, MAX_FRAME_BYTES, OLDEST_READABLE_VERSION, v1, v2};
 
@@ -54,6 +54,8 @@ pub struct TraceReader {
     header: TraceHeader,
     devices: Vec<DeviceInfo>,
     cgroups: std::collections::BTreeMap<u64, String>,
+    /// Paths of the files named so far, by (file system, inode).
+    files: std::collections::HashMap<(u32, u64), String>,
     trailer: Option<TraceTrailer>,
     last_stats: Option<StatsFrame>,
     task_ids: TaskIds,
@@ -115,6 +117,7 @@ impl TraceReader {
             header: TraceHeader::default(),
             devices: Vec::new(),
             cgroups: Default::default(),
+            files: Default::default(),
             trailer: None,
             last_stats: None,
             task_ids: TaskIds {
@@ -163,6 +166,16 @@ impl TraceReader {
     /// The path of a cgroup the records read so far name, if the trace gave it.
     pub fn cgroup_path(&self, id: u64) -> Option<&str> {
         self.cgroups.get(&id).map(String::as_str)
+    }
+
+    /// The path of a file the records read so far name, if the trace gave it.
+    pub fn file_path(&self, dev: u32, ino: u64) -> Option<&str> {
+        self.files.get(&(dev, ino)).map(String::as_str)
+    }
+
+    /// Every file named so far: (file system, inode) to path.
+    pub fn files(&self) -> &std::collections::HashMap<(u32, u64), String> {
+        &self.files
     }
 
     /// Every cgroup named so far: (id, path).
@@ -406,6 +419,10 @@ impl TraceReader {
                         }),
                         FrameKind::Cgroup => self.parse_json::<CgroupInfo>().map(|c| {
                             self.cgroups.insert(c.id, c.path);
+                            false
+                        }),
+                        FrameKind::File => self.parse_json::<FileInfo>().map(|f| {
+                            self.files.insert((f.dev, f.ino), f.path);
                             false
                         }),
                         FrameKind::Header => Err(self.corrupt("a second header frame")),

@@ -35,6 +35,13 @@ pub struct IoRecord {
     /// it; 0 if unknown (not traced: [`super::TraceHeader::owner_cgroups`]; files before
     /// version 5). Kept in the chunk's task table.
     pub owner_cgroup: u64,
+    /// The file the IO's first data page belongs to: its file system (`s_dev`) and inode
+    /// (named by [`super::TraceReader::file_path`]); `file_dev` is [`crate::FILE_DEV_ANON`]
+    /// for pages of no file (direct IO), [`crate::FILE_DEV_DEVICE`] for the block device's own
+    /// page cache (file system metadata, journal), 0 when unknown (no data pages, files not
+    /// traced, files before version 5). Kept in the chunk's file table.
+    pub file_dev: u32,
+    pub file_ino: u64,
     /// The blk-mq hardware queue (`hctx` index: on NVMe, the submission queue) the request
     /// was dispatched through; `None` if unknown (files before version 4, imported traces).
     pub hw_queue: Option<u16>,

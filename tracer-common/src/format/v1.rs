@@ -60,7 +60,7 @@ fn decode_raw(raw: &[u8], ids: &mut TaskIds, out: &mut Vec<IoRecord>) -> Result<
 fn read_row(c: &mut Cursor) -> Option<Row> {
     let mut row = [0u64; NCOLS];
     row[COL_HEAD] = c.varint()?;
-    // Columns past NCOLS_V3 (the hardware queue) are 0: unknown.
+    // Columns past NCOLS_V3 (the hardware queue, the file) are 0: unknown.
     for col in COL_HEAD + 1..NCOLS_V3 {
         if col == COL_QUEUE_NS && never_issued(row[COL_HEAD]) {
             continue;
@@ -115,7 +115,7 @@ mod tests {
         for r in &records {
             let mut extras = Vec::new();
             let (dev, task) = (tables.dev(r.dev), tables.task(r.pid, &[b'x'; 16], 0, 0));
-            let row = to_row(r, dev, task, &mut deltas, &mut extras);
+            let row = to_row(r, dev, task, 0, &mut deltas, &mut extras);
             rows.push((row, extras));
         }
         let mut body = Vec::new();

@@ -1,5 +1,6 @@
-//! Version 2, 3 and 4 records frames (3 adds each task's cgroup to the task table, 4 the
-//! hardware queue column): the chunk's tables, its extras (each record's error and requeue
+//! Version 2 to 5 records frames (3 adds each task's cgroup to the task table, 4 the hardware
+//! queue column, 5 each task's owner cgroup, the file table and the file column): the chunk's
+//! tables, its extras (each record's error and requeue
 //! count when not 0, as varints in record order: a length then the bytes), then blocks of
 //! [`BLOCK_RECORDS`] records (the last one shorter), each holding the [`NCOLS`] columns
 //! ([`NCOLS_V3`] before version 4) in order, bit-packed ([`pack_block`]). Not compressed: the packing is smaller than zstd over
@@ -8,7 +9,7 @@
 use super::BLOCK_RECORDS;
 use super::chunk::{ChunkTables, TableBuilder, TaskIds, bad, read_tables};
 use super::codec::{Cursor, MAX_PACKED, pack_block, put_varint, unpack_block, unzigzag};
-use super::columns::{Deltas, NCOLS, NCOLS_V3, SIGNED, from_row};
+use super::columns::{Deltas, NCOLS, NCOLS_V3, NCOLS_V4, SIGNED, from_row};
 use super::record::IoRecord;
 
 /// Append the body of a records frame of `count` records: `cols` holds each column's values
@@ -42,7 +43,11 @@ pub(super) fn decode(
     out: &mut Vec<IoRecord>,
 ) -> Result<u32, String> {
     // Columns a version lacks stay 0 (unknown).
-    let ncols = if version >= 4 { NCOLS } else { NCOLS_V3 };
+    let ncols = match version {
+        5.. => NCOLS,
+        4 => NCOLS_V4,
+        _ => NCOLS_V3,
+    };
     let mut c = Cursor::new(raw);
     let t: ChunkTables = read_tables(&mut c, ids)?;
     let extras_len = c

@@ -9,7 +9,7 @@ use serde::Serialize;
 use super::chunk::TableBuilder;
 use super::columns::{Deltas, NCOLS, to_row};
 use super::frames::{FrameHead, FrameKind, file_start};
-use super::meta::{CgroupInfo, DeviceInfo, StatsFrame, TraceHeader, TraceTrailer};
+use super::meta::{CgroupInfo, DeviceInfo, FileInfo, StatsFrame, TraceHeader, TraceTrailer};
 use super::record::IoRecord;
 use super::{DEFAULT_CHUNK_RECORDS, FORMAT_VERSION, FormatError, v2};
 
@@ -219,7 +219,8 @@ impl<S: Sink> TraceWriter<S> {
         }
         let dev = self.tables.dev(r.dev);
         let task = self.tables.task(r.pid, comm, r.cgroup, r.owner_cgroup);
-        let row = to_row(r, dev, task, &mut self.deltas, &mut self.extras);
+        let file = self.tables.file(r.file_dev, r.file_ino);
+        let row = to_row(r, dev, task, file, &mut self.deltas, &mut self.extras);
         for (col, v) in self.cols.iter_mut().zip(row) {
             col.push(v);
         }
@@ -263,6 +264,11 @@ impl<S: Sink> TraceWriter<S> {
     /// Name a cgroup before the records of it that follow (frames are read in order).
     pub fn write_cgroup(&mut self, cg: &CgroupInfo) -> Result<(), FormatError> {
         self.write_json(FrameKind::Cgroup, cg)
+    }
+
+    /// Name a file before the records of it that follow.
+    pub fn write_file(&mut self, f: &FileInfo) -> Result<(), FormatError> {
+        self.write_json(FrameKind::File, f)
     }
 
     pub fn write_stats(&mut self, stats: &StatsFrame) -> Result<(), FormatError> {

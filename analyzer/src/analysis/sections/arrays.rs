@@ -333,6 +333,7 @@ mod tests {
             diskstats: (&[], &[]),
             device: &name,
             cgroup: &|_| None,
+            file: &|_, _| None,
             arrays: &arrays,
         });
         let m = model(&v).unwrap();
@@ -364,6 +365,7 @@ mod tests {
                 diskstats: (&[], &[]),
                 device: &name,
                 cgroup: &|_| None,
+                file: &|_, _| None,
                 arrays: &[]
             })
             .is_null()

@@ -324,6 +324,7 @@ mod tests {
             diskstats: (&[], &[]),
             device: name,
             cgroup: &|_| None,
+            file: &|_, _| None,
             arrays: &[],
         }
     }

@@ -16,6 +16,7 @@ use crate::analysis::series::Options;
 mod access;
 pub(crate) mod arrays;
 mod cgroups;
+mod files;
 pub mod heatmaps;
 mod hwqueues;
 mod phases;
@@ -53,6 +54,8 @@ pub struct Names<'a> {
     pub device: &'a dyn Fn(u32) -> String,
     /// A cgroup's path from its id, if the trace named it.
     pub cgroup: &'a dyn Fn(u64) -> Option<String>,
+    /// A file's path from its file system and inode, if the trace named it.
+    pub file: &'a dyn Fn(u32, u64) -> Option<String>,
     /// The md arrays over the traced disks, from the header.
     pub arrays: &'a [tracer_common::format::ArrayInfo],
     /// /proc/diskstats at the start (header) and the end (trailer) of the run; the end is
@@ -69,6 +72,7 @@ pub const SECTIONS: &[SectionDef] = &[
     phases::DEF,
     shape::DEF,
     cgroups::DEF,
+    files::DEF,
     arrays::DEF,
     hwqueues::DEF,
     heatmaps::DEF,

@@ -582,6 +582,7 @@ mod tests {
             devices: &devices,
             device: &|_| String::new(),
             cgroup: &|_| None,
+            file: &|_, _| None,
             arrays: &[],
             diskstats: (&start, &end),
         };

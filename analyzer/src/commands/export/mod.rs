@@ -333,6 +333,8 @@ mod tests {
                 op: Op::Read,
                 cgroup: 0,
                 owner_cgroup: 0,
+                file_dev: 0,
+                file_ino: 0,
                 hw_queue: None,
             };
             w.push(&rec, &comm_bytes(comm)).unwrap();

@@ -1,0 +1,164 @@
+//! `--files` end to end: buffered reads and writes of known files on a real ext4 file system
+//! (on a loop device) are attributed to their paths, a file deleted right after its read keeps
+//! its name, direct IO and the file system's own metadata are told apart, and the report lists
+//! them.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+use blkprof_e2e::{Scratch, TestDir, Trace, Tracer, bin, sh};
+use tracer_common::op::StatGroup;
+use tracer_common::{FILE_DEV_ANON, FILE_DEV_DEVICE};
+
+/// ext4 mounted on a fresh loop device, unmounted on drop.
+struct Fs {
+    dev: Scratch,
+    mnt: std::path::PathBuf,
+}
+
+impl Fs {
+    fn new(dir: &TestDir) -> Fs {
+        let dev = Scratch::new("files", 256, true, false);
+        let mnt = dir.join("mnt");
+        std::fs::create_dir_all(&mnt).unwrap();
+        sh(&format!(
+            "mkfs.ext4 -q -F {} && mount {} {}",
+            dev.path,
+            dev.path,
+            mnt.display()
+        ));
+        Fs { dev, mnt }
+    }
+}
+
+impl Drop for Fs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.mnt).status();
+    }
+}
+
+#[test]
+fn buffered_io_is_attributed_to_its_files_even_when_deleted_right_after() {
+    let dir = TestDir::new();
+    let fs = Fs::new(&dir);
+    let m = fs.mnt.display().to_string();
+    sh(&format!("mkdir -p {m}/ks/table-1"));
+    let out = dir.join("files.blkp");
+    let t = Tracer::start(&[
+        "--device",
+        &fs.dev.name,
+        "--files",
+        "--output",
+        out.to_str().unwrap(),
+        "--quiet",
+    ]);
+    let mib = |n: u64| n << 20;
+    // Written buffered, then written back by sync.
+    sh(&format!(
+        "dd if=/dev/urandom of={m}/ks/table-1/nb-1-big-Data.db bs=1M count=4 status=none"
+    ));
+    sh(&format!(
+        "dd if=/dev/urandom of={m}/ks/gone.log bs=1M count=2 status=none"
+    ));
+    sh("sync");
+    // Dropped from the page cache, then read back buffered (with read-ahead); the second file
+    // is deleted right after its read.
+    sh("echo 1 > /proc/sys/vm/drop_caches");
+    sh(&format!(
+        "cat {m}/ks/table-1/nb-1-big-Data.db > /dev/null && cat {m}/ks/gone.log > /dev/null && rm {m}/ks/gone.log"
+    ));
+    // Direct IO: pages of no file.
+    sh(&format!(
+        "dd if=/dev/zero of={m}/direct.bin bs=64k count=8 oflag=direct status=none && sync"
+    ));
+    let f = t.stop();
+    assert!(f.status.success(), "{}\n{}", f.stderr, f.stdout);
+    let trace = Trace::read(&out);
+    assert!(trace.header.files, "the header says files are named");
+    let mut by_file: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    for r in &trace.records {
+        let key = match r.file_dev {
+            0 => "(none)".to_string(),
+            FILE_DEV_ANON => "(direct)".to_string(),
+            FILE_DEV_DEVICE => "(device)".to_string(),
+            d => trace
+                .files
+                .get(&(d, r.file_ino))
+                .cloned()
+                .unwrap_or_else(|| format!("(unnamed {d}:{})", r.file_ino)),
+        };
+        let e = by_file.entry(key).or_default();
+        match r.stat_group() {
+            StatGroup::Read => e.0 += u64::from(r.bytes),
+            StatGroup::Write => e.1 += u64::from(r.bytes),
+            _ => {}
+        }
+    }
+    eprintln!("(read bytes, written bytes) by file: {by_file:#?}");
+    let data = format!("{m}/ks/table-1/nb-1-big-Data.db");
+    let gone = format!("{m}/ks/gone.log");
+    assert_eq!(by_file.get(&data), Some(&(mib(4), mib(4))), "{by_file:?}");
+    assert_eq!(by_file.get(&gone), Some(&(mib(2), mib(2))), "{by_file:?}");
+    assert_eq!(
+        by_file.get("(direct)").map(|x| x.1),
+        Some(8 * 65536),
+        "{by_file:?}"
+    );
+    assert!(
+        by_file.get("(device)").is_some_and(|x| x.1 > 0),
+        "the journal and metadata: {by_file:?}"
+    );
+    assert!(
+        !by_file.keys().any(|k| k.starts_with("(unnamed")),
+        "every file named: {by_file:?}"
+    );
+    assert_eq!(
+        trace.trailer.as_ref().unwrap().counters_end.file_name_drops,
+        0
+    );
+
+    // The report: the top files per device, and the kinds.
+    let report = Command::new(bin("blkprof"))
+        .args(["report", "--json"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(report.status.success());
+    let j: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+    let d = j["sections"]["files"]["devices"]
+        .as_array()
+        .expect("a files section")
+        .iter()
+        .find(|d| d["name"] == fs.dev.name.as_str())
+        .expect("the device")
+        .clone();
+    let row = |path: &str| {
+        d["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["path"] == path)
+            .unwrap_or_else(|| panic!("{path} in {d}"))
+            .clone()
+    };
+    assert_eq!(row(&data)["bytes"].as_u64(), Some(mib(8)), "{d}");
+    assert_eq!(row(&gone)["bytes"].as_u64(), Some(mib(4)), "{d}");
+    let kinds = d["kinds"].as_array().expect("kinds");
+    let kind = |k: &str| {
+        kinds
+            .iter()
+            .find(|c| c["kind"] == k)
+            .unwrap_or_else(|| panic!("{k} in {d}"))["bytes"]
+            .as_u64()
+    };
+    assert_eq!(kind("Data.db"), Some(mib(8)));
+    assert_eq!(kind(".log"), Some(mib(4)));
+    assert_eq!(kind("direct IO"), Some(8 * 65536));
+    let text = Command::new(bin("blkprof"))
+        .arg("report")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("nb-1-big-Data.db"), "{text}");
+}
