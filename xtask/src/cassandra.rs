@@ -944,7 +944,8 @@ pub fn run_node(o: &Options, (java, jars): &(PathBuf, Java)) -> Result<RunOutput
     let trace_out = out.join("trace-summary.txt");
     let mut tracer = Command::new(root().join("target/release/blkprof-trace"));
     tracer
-        .args(["--device", &devname, "--quiet", "--output"])
+        // The files of each IO: SSTable components, the commit log, metadata.
+        .args(["--device", &devname, "--files", "--quiet", "--output"])
         .arg(&trace)
         .args(labels.iter().flat_map(|l| ["--label", l.as_str()]))
         .stdout(std::fs::File::create(&trace_out)?)

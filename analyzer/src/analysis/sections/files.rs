@@ -232,14 +232,20 @@ impl Section for Files {
     }
 }
 
-/// A file's kind by its name: a Cassandra SSTable component by its suffix after the last
-/// dash (`nb-1-big-Data.db` is `Data.db`), else its extension (`.log`), else "(no
-/// extension)".
+/// A file's kind by its name: a Cassandra SSTable component by what follows its
+/// `<version>-<generation>-<format>-` prefix (`nb-1-big-Data.db` is `Data.db`, `nb-1-big-TOC.txt`
+/// is `TOC.txt`), else its extension (`.log`), else "(no extension)".
 fn kind_of(path: &str) -> String {
     let name = path.rsplit('/').next().unwrap_or(path);
-    if let Some(ext) = name.strip_suffix(".db").map(|_| ".db")
-        && let Some((_, component)) = name.rsplit_once('-')
-        && component.ends_with(ext)
+    let mut parts = name.splitn(4, '-');
+    if let (Some(_), Some(generation), Some(format), Some(component)) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+        && !generation.is_empty()
+        && generation
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        && (format == "big" || format == "bti")
+        && !component.is_empty()
     {
         return component.to_string();
     }
@@ -324,6 +330,12 @@ mod tests {
         );
         assert_eq!(kind_of("/c/CommitLog-7-1700000000.log"), ".log");
         assert_eq!(kind_of("/x/manifest.db"), ".db");
+        assert_eq!(kind_of("/d/nb-81-big-TOC.txt"), "TOC.txt");
+        assert_eq!(
+            kind_of("/d/da-3gzv_0xl5_1a2b-bti-Partitions.db"),
+            "Partitions.db"
+        );
+        assert_eq!(kind_of("/d/my-file-name.txt"), ".txt");
         assert_eq!(kind_of("/x/README"), "(no extension)");
         assert_eq!(kind_of("/x/.hidden"), "(no extension)");
     }
