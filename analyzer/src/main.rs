@@ -461,7 +461,8 @@ fn main() -> ExitCode {
                     partition,
                     device,
                     codec: compression,
-                    row_group_rows: row_group_rows as usize,
+                    // At most 2^30: the argument's range.
+                    row_group_rows: analyzer::numeric::u64_to_usize_saturating(row_group_rows),
                 };
                 export_parquet(&traces, output.as_deref(), &opts)
             } else if traces.len() > 1 {
@@ -956,15 +957,15 @@ fn run_check(
     allow_incomplete: bool,
     opts: &analyzer::series::Options,
 ) -> Result<bool, Fail> {
-    if baselines.is_empty() && rules.is_none() {
-        return Err(Fail::input(
-            "check needs --baseline BASE.json or --rules RULES.json (or both)",
-        ));
-    }
     fn read_json<T: serde::de::DeserializeOwned>(p: &std::path::Path) -> Result<T, String> {
         std::fs::read(p)
             .map_err(|e| e.to_string())
             .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+    }
+    if baselines.is_empty() && rules.is_none() {
+        return Err(Fail::input(
+            "check needs --baseline BASE.json or --rules RULES.json (or both)",
+        ));
     }
     let mut base: Vec<analyzer::summary::JsonReport> = Vec::new();
     for p in baselines {

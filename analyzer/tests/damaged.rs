@@ -75,7 +75,7 @@ impl Trace {
         for f in &self.frames {
             let mut head = [0u8; 12];
             head[0] = f.kind;
-            head[4..8].copy_from_slice(&(f.payload.len() as u32).to_le_bytes());
+            head[4..8].copy_from_slice(&u32::try_from(f.payload.len()).unwrap().to_le_bytes());
             head[8..12].copy_from_slice(&crc32fast::hash(&f.payload).to_le_bytes());
             out.extend_from_slice(&head);
             out.extend_from_slice(&f.payload);
@@ -100,7 +100,7 @@ impl Trace {
             frames: self.frames.clone(),
         };
         t.frames[i].payload = if self.version() == 1 {
-            let mut p = (body.len() as u32).to_le_bytes().to_vec();
+            let mut p = u32::try_from(body.len()).unwrap().to_le_bytes().to_vec();
             p.extend(zstd::bulk::compress(body, 1).unwrap());
             p
         } else {
@@ -281,17 +281,17 @@ fn random_variants(t: &Trace, rng: &mut Rng, n: usize, out: &mut Vec<Vec<u8>>) {
             // Damage anywhere, checksums left as they are (most is caught by the CRC).
             let mut b = t.bytes();
             for _ in 0..=(rng.next_u64() % 4) {
-                let at = (rng.next_u64() % b.len() as u64) as usize;
+                let at = usize::try_from(rng.next_u64() % b.len() as u64).unwrap();
                 b[at] ^= 1 << (rng.next_u64() % 8);
             }
             out.push(b);
             continue;
         }
-        let i = records[(rng.next_u64() % records.len() as u64) as usize];
+        let i = records[usize::try_from(rng.next_u64() % records.len() as u64).unwrap()];
         let mut body = t.body(i);
         for _ in 0..=(rng.next_u64() % 8) {
-            let at = (rng.next_u64() % body.len() as u64) as usize;
-            body[at] = rng.next_u64() as u8;
+            let at = usize::try_from(rng.next_u64() % body.len() as u64).unwrap();
+            body[at] = rng.next_u64().to_le_bytes()[0];
         }
         out.push(t.with_body(i, &body).bytes());
     }
@@ -402,7 +402,7 @@ fn every_damaged_trace_ends_cleanly_in_bounded_memory_and_time() {
                         *s = (*s).max(took);
                     }
                     match st.status.code() {
-                        Some(c @ 0..=2) => codes.lock().unwrap()[c as usize] += 1,
+                        Some(c @ 0..=2) => codes.lock().unwrap()[usize::try_from(c).unwrap()] += 1,
                         other => {
                             // Keep the file for a regression test.
                             let keep =

@@ -6,6 +6,7 @@
     reason = "a test crate links all the package's dependencies; the lib target checks them"
 )]
 
+use analyzer::numeric::{f64_to_u64_saturating, f64_to_usize_saturating};
 use analyzer::series::Options;
 use analyzer::summary::summarize;
 use analyzer::synth::{BASE_NS, Io, cassandra_like, write_trace};
@@ -151,7 +152,7 @@ fn queue_depth_spikes_are_found_where_planted() {
     let mut ios = cassandra_like(20, 1000, &[]);
     for &(at, n) in &[(5.0f64, 300u64), (12.0, 500)] {
         for i in 0..n {
-            let enter = BASE_NS + (at * 1e9) as u64 + i * 1000;
+            let enter = BASE_NS + f64_to_u64_saturating(at * 1e9) + i * 1000;
             ios.push(Io {
                 enter_ns: enter,
                 issue_ns: enter + 1000,
@@ -159,7 +160,7 @@ fn queue_depth_spikes_are_found_where_planted() {
                 op: Op::Read,
                 bytes: 4096,
                 sector: i * 8,
-                os_inflight: (i + 1) as u32,
+                os_inflight: u32::try_from(i + 1).unwrap(),
                 flags: flags::SYNC,
             });
         }
@@ -713,7 +714,7 @@ fn the_heatmaps_hold_exactly_the_planted_ios() {
         let mut ios = Vec::new();
         for &(at_s, op, n, lat, bytes, sector) in &groups {
             for i in 0..n {
-                let done = BASE_NS + (at_s * 1e9) as u64 + i * 1_000;
+                let done = BASE_NS + f64_to_u64_saturating(at_s * 1e9) + i * 1_000;
                 ios.push(planted(
                     done - lat,
                     lat / 4,
@@ -759,7 +760,7 @@ fn the_heatmaps_hold_exactly_the_planted_ios() {
         assert_eq!(h["column_ns"], column_ns);
         let d = &h["devices"][0];
         assert_eq!(d["name"], "nvme0n1");
-        let col = |s: f64| (s * 1e9) as usize / column_ns as usize;
+        let col = |s: f64| f64_to_usize_saturating(s * 1e9) / usize::try_from(column_ns).unwrap();
         assert_eq!(
             d["columns"],
             col(if far { 100.05 } else { 2.05 }) as u64 + 1

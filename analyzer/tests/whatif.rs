@@ -23,7 +23,7 @@ fn io(op: Op, at: u64, bytes: u64, (enter, issue, complete): (u64, u64, u64)) ->
         issue_ns: if issue == 0 { 0 } else { T0 + issue },
         complete_ns: T0 + complete,
         op,
-        bytes: bytes as u32,
+        bytes: u32::try_from(bytes).unwrap(),
         sector: at / 512,
         os_inflight: 1,
         flags: 0,

@@ -2,6 +2,8 @@
 //! resolution) for per-interval series, where a full HDR histogram per interval would cost
 //! too much memory on long traces.
 
+use crate::numeric::f64_to_u64_saturating;
+
 pub const SUB: u32 = 8;
 const OCTAVES: u32 = 40;
 pub const BUCKETS: usize = (SUB * OCTAVES) as usize;
@@ -23,23 +25,25 @@ impl Default for LogHist {
 
 #[inline]
 fn index(v: u64) -> usize {
-    if v < u64::from(SUB) {
-        return v as usize;
-    }
-    let octave = v.ilog2(); // >= 3
-    let sub = (v >> (octave - 3)) & u64::from(SUB - 1);
-    let i = (octave - 2) * SUB + sub as u32;
-    (i as usize).min(BUCKETS - 1)
+    let i = if v < u64::from(SUB) {
+        v
+    } else {
+        let octave = u64::from(v.ilog2()); // >= 3
+        let sub = (v >> (octave - 3)) & u64::from(SUB - 1);
+        (octave - 2) * u64::from(SUB) + sub
+    };
+    // The top bucket takes the rest (and any index a usize could not hold).
+    usize::try_from(i).map_or(BUCKETS - 1, |i| i.min(BUCKETS - 1))
 }
 
 /// Upper bound of bucket i (the value reported for a quantile that falls in it).
 fn upper(i: usize) -> u64 {
-    let i = i as u32;
-    if i < SUB {
-        return u64::from(i);
+    let i = i as u64;
+    if i < u64::from(SUB) {
+        return i;
     }
-    let octave = i / SUB + 2;
-    let sub = u64::from(i % SUB);
+    let octave = i / u64::from(SUB) + 2;
+    let sub = i % u64::from(SUB);
     ((u64::from(SUB) + sub + 1) << (octave - 3)) - 1
 }
 
@@ -76,7 +80,7 @@ impl LogHist {
         if total == 0 {
             return 0;
         }
-        let rank = ((q * total as f64).ceil() as u64).clamp(1, total);
+        let rank = f64_to_u64_saturating((q * total as f64).ceil()).clamp(1, total);
         let mut seen = 0u64;
         for (i, &c) in self.counts.iter().enumerate() {
             seen += u64::from(c);

@@ -49,13 +49,13 @@ pub fn latency_at(l: &JsonLatency, n: u64, q: f64) -> f64 {
     ladder.sort_by(|a, b| a[0].total_cmp(&b[0]));
     ladder.dedup_by(|a, b| a[0] == b[0]);
     let mut points = vec![(0.0, 0.0)];
+    let mut last = 0.0;
     for [level, v] in ladder {
-        let last = points.last().expect("one point").1;
         if level < top && v > 0.0 && v >= last {
             points.push((nines(level), v));
+            last = v;
         }
     }
-    let last = points.last().expect("one point").1;
     points.push((nines(top), l.max.max(last)));
     let x = nines(q);
     for w in points.windows(2) {

@@ -3,7 +3,7 @@
 //! burst and spike detection.
 
 use crate::analysis::loghist::LogHist;
-use crate::numeric::median;
+use crate::numeric::{median, u64_to_usize_saturating};
 use tracer_common::format::IoRecord;
 use tracer_common::op::StatGroup;
 
@@ -158,7 +158,7 @@ impl BinCache {
         }
         let i = offset / self.width;
         self.lo = i * self.width;
-        self.idx = i as usize;
+        self.idx = u64_to_usize_saturating(i);
         self.idx
     }
 }
@@ -190,13 +190,13 @@ impl Series {
             interval_bin: BinCache::new(o.interval_ns),
             fine_per_interval: (o.interval_ns >= o.fine_ns
                 && o.interval_ns.is_multiple_of(o.fine_ns))
-            .then(|| (o.interval_ns / o.fine_ns) as usize),
+            .then(|| u64_to_usize_saturating(o.interval_ns / o.fine_ns)),
             acc: Acc::none(),
         }
     }
 
     fn at(&self, t: u64, bin: u64) -> usize {
-        (t.saturating_sub(self.t0_ns) / bin) as usize
+        u64_to_usize_saturating(t.saturating_sub(self.t0_ns) / bin)
     }
 
     /// `g`: the record's [`IoRecord::stat_group`]; `burst_writer`: whether this IO's task is
@@ -487,7 +487,7 @@ pub fn detect_bursts(s: &Series, o: &Options) -> Vec<BurstBins> {
     let threshold = (baseline * o.burst_factor)
         .max(mean * o.burst_mean_factor)
         .max(o.burst_min_bytes_per_s);
-    let gap = (o.burst_gap_ns / s.fine_ns) as usize;
+    let gap = u64_to_usize_saturating(o.burst_gap_ns / s.fine_ns);
     runs(rates.len(), gap, |b| rates[b] > threshold)
         .into_iter()
         .map(|(a, b)| BurstBins {
@@ -513,7 +513,7 @@ pub fn detect_spikes(s: &Series, o: &Options) -> Vec<SpikeBins> {
     let q: Vec<f64> = (0..n).map(|b| s.fine_queue(b)).collect();
     let baseline = median(q.iter().copied().filter(|&v| v > 0.0).collect());
     let threshold = (baseline * o.spike_factor).max(o.spike_min_depth);
-    let gap = (o.spike_gap_ns / s.fine_ns) as usize;
+    let gap = u64_to_usize_saturating(o.spike_gap_ns / s.fine_ns);
     runs(n, gap, |b| q[b] > threshold)
         .into_iter()
         .map(|(a, b)| SpikeBins {
@@ -563,8 +563,8 @@ mod tests {
                 } else {
                     complete.saturating_sub(lat / 2)
                 },
-                bytes: 4096 * (1 + (r >> 30) as u32 % 8),
-                os_inflight: (r >> 40) as u32 % 64,
+                bytes: 4096 * (1 + u32::try_from((r >> 30) % 8).expect("below 8")),
+                os_inflight: u32::try_from((r >> 40) % 64).expect("below 64"),
                 op,
                 ..Default::default()
             });

@@ -118,7 +118,10 @@ fn slot_name(slot: usize) -> String {
     match slot {
         SLOT_FLUSH => "flush".into(),
         SLOT_ABSORBED => "flush-absorbed".into(),
-        s => Op::from_code(s as u8).name().into(),
+        // Op codes are below SLOT_FLUSH; anything else names itself "other" as from_code does.
+        s => Op::from_code(u8::try_from(s).unwrap_or(u8::MAX))
+            .name()
+            .into(),
     }
 }
 
@@ -277,6 +280,8 @@ impl Window {
 }
 
 pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
+    // (dev, stats, per-op-slot tallies)
+    type DevEntry = (u32, DeviceStats, Vec<Option<Box<OpStats>>>);
     let mut r = TraceReader::open(path)?;
     let header = r.header().clone();
     let t0 = header.monotonic_base_ns;
@@ -286,8 +291,6 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
     let mut bins_left = window.budget;
     let mut outside_window = 0u64;
     let mut devices_without_series = 0u64;
-    // (dev, stats, per-op-slot tallies)
-    type DevEntry = (u32, DeviceStats, Vec<Option<Box<OpStats>>>);
     let mut devs: Vec<DevEntry> = Vec::new();
     let mut last = usize::MAX;
     let mut buf = Vec::new();
@@ -569,7 +572,10 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
         task_names = r2.tasks().iter().map(|t| t.comm.clone()).collect();
     }
     for (dev, (bins, spike_bins, mut c)) in found {
-        let d = devices.get_mut(&dev).expect("device");
+        // `found` has the keys of `devices`.
+        let Some(d) = devices.get_mut(&dev) else {
+            continue;
+        };
         // Reads outside bursts: all reads of pass one minus those pass two found inside.
         if let Some(reads) = d.ops.get("read") {
             c.set_outside(&reads.total_latency_ns);

@@ -100,10 +100,12 @@ impl Raid0 {
     pub fn map(&self, pos: u64) -> (u32, u64) {
         let (chunk, in_chunk) = (pos / self.chunk_bytes, pos % self.chunk_bytes);
         let n = u64::from(self.members);
-        (
-            (chunk % n) as u32,
-            (chunk / n) * self.chunk_bytes + in_chunk,
-        )
+        #[expect(
+            clippy::cast_possible_truncation,
+            reason = "a remainder of the division by `members`, a u32"
+        )]
+        let member = (chunk % n) as u32;
+        (member, (chunk / n) * self.chunk_bytes + in_chunk)
     }
 
     /// A read or write of `bytes` at the array's byte `pos`, as md submits it: split at every
@@ -139,7 +141,8 @@ impl Raid0 {
         let start_offset = (start - first * stripe) % c + first * c;
         let end_disk = (end - last * stripe) / c;
         let end_offset = (end - last * stripe) % c + last * c;
-        for disk in 0..n {
+        for member in 0..self.members {
+            let disk = u64::from(member);
             let from = match disk.cmp(&start_disk) {
                 std::cmp::Ordering::Less => (first + 1) * c,
                 std::cmp::Ordering::Greater => first * c,
@@ -152,7 +155,7 @@ impl Raid0 {
             };
             if to > from {
                 each(Piece {
-                    member: disk as u32,
+                    member,
                     offset: from,
                     bytes: to - from,
                 });
@@ -484,7 +487,7 @@ pub fn whatif(path: &Path, opts: &Options) -> Result<WhatIf, WhatIfError> {
     };
     let mut rows = Vec::new();
     let mut mixes = Vec::new();
-    for (i, m) in members.iter_mut().enumerate() {
+    for (i, m) in (0u32..).zip(members.iter_mut()) {
         let disk = format!("member{i}");
         let (queue_sum, queue_max) = m.queue();
         let mut classes: BTreeMap<SizeClass, (u64, u64)> = BTreeMap::new();
@@ -505,7 +508,7 @@ pub fn whatif(path: &Path, opts: &Options) -> Result<WhatIf, WhatIfError> {
         block_sizes.sort_by_key(|z| std::cmp::Reverse(z.ios));
         rows.push(MemberModel {
             disk: disk.clone(),
-            slot: Some(i as u32),
+            slot: Some(i),
             ios: m.ios,
             bytes: m.bytes,
             read_ios: m.read_ios,
@@ -748,10 +751,9 @@ mod tests {
                     }
                 });
             }
-            let want: Vec<(u32, u64, u64)> = want
-                .iter()
-                .enumerate()
-                .filter_map(|(m, w)| w.map(|(o, n)| (m as u32, o, n)))
+            let want: Vec<(u32, u64, u64)> = (0u32..)
+                .zip(&want)
+                .filter_map(|(m, w)| w.map(|(o, n)| (m, o, n)))
                 .collect();
             assert_eq!(
                 discards(r, pos, bytes),

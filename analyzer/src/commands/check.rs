@@ -245,8 +245,8 @@ pub fn metric(r: &JsonReport, d: &JsonDevice, name: &str) -> Result<Option<f64>,
         "mean_request_bytes" => with_ios.map(|o| o.bytes as f64 / o.ios as f64),
         // The low percentiles are on the report's ladder only (reports before it lack them).
         "latency_p1_us" | "latency_p5_us" | "latency_p10_us" | "latency_p25_us" => {
-            let q = percentile_level(what).expect("a percentile");
-            l.and_then(|l| l.quantiles.iter().find(|e| e[0] == q).map(|e| e[1]))
+            let q = percentile_level(what);
+            l.and_then(|l| l.quantiles.iter().find(|e| Some(e[0]) == q).map(|e| e[1]))
         }
         "latency_p50_us" => l.map(|l| l.p50),
         "latency_p90_us" => l.map(|l| l.p90),

@@ -539,10 +539,9 @@ fn arm_names(inputs: &[(String, &JsonReport)], devs: &[&JsonDevice]) -> Vec<Stri
 
 /// The column letter of arm `i`: A..Z, then #27, #28...
 pub fn letter(i: usize) -> String {
-    if i < 26 {
-        ((b'A' + i as u8) as char).to_string()
-    } else {
-        format!("#{}", i + 1)
+    match u8::try_from(i) {
+        Ok(k) if k < 26 => char::from(b'A' + k).to_string(),
+        _ => format!("#{}", i + 1),
     }
 }
 
@@ -557,7 +556,7 @@ fn fmt(v: f64, unit: &str) -> String {
         "pp" => format!("{v:.1}%"),
         "count" => format!("{v:.0}"),
         "KB" => format!("{v:.0} KB"),
-        "ops/s" => thousands(v.round() as u64),
+        "ops/s" => thousands(crate::numeric::f64_to_u64_saturating(v.round())),
         _ => format!("{v:.1}"),
     }
 }

@@ -61,15 +61,21 @@ pub fn import_msr(input: &Path, output: &Path, skip_bad: bool) -> Result<ImportS
         if line.trim().is_empty() {
             continue;
         }
-        // Times in 100 ns units since 1601 (FILETIME), to ns since 1970: checked, since a
-        // timestamp after the year 2554 does not fit.
+        // Times in 100 ns units since 1601 (FILETIME), to ns since 1970: checked, since the
+        // trace's wall clock (i64 nanoseconds since 1970) ends in the year 2262.
+        let wall = |ns: u64| i64::try_from(ns).ok().map(|_| ns);
         let parsed = parse_msr_line(&line).and_then(|(ts, host, disk, op, off, size, resp)| {
-            let issue = ts.saturating_sub(FILETIME_UNIX_OFFSET).checked_mul(100);
-            let complete = issue.and_then(|i| resp.checked_mul(100)?.checked_add(i));
+            let issue = ts
+                .saturating_sub(FILETIME_UNIX_OFFSET)
+                .checked_mul(100)
+                .and_then(wall);
+            let complete = issue
+                .and_then(|i| resp.checked_mul(100)?.checked_add(i))
+                .and_then(wall);
             match (issue, complete) {
                 (Some(i), Some(c)) => Ok((i, c, host, disk, op, off, size)),
                 _ => Err(
-                    "Timestamp or ResponseTime too large (nanoseconds since 1970 must fit in 64 bits: before the year 2554)"
+                    "Timestamp or ResponseTime too large (nanoseconds since 1970 must fit in 63 bits: before the year 2262)"
                         .to_string(),
                 ),
             }
@@ -97,7 +103,13 @@ pub fn import_msr(input: &Path, output: &Path, skip_bad: bool) -> Result<ImportS
         let minor = if let Some(p) = devices.iter().position(|d| d.0 == name) {
             devices[p].1
         } else {
-            let m = devices.len() as u32;
+            let Ok(m) = u32::try_from(devices.len()) else {
+                return Err(ImportError::Malformed {
+                    path: input.to_owned(),
+                    line: n,
+                    what: format!("a disk beyond the 2^32 a trace can number: {name}"),
+                });
+            };
             devices.push((name.clone(), m));
             if let Some(w) = writer.as_mut() {
                 w.write_device(&DeviceInfo {
@@ -110,13 +122,16 @@ pub fn import_msr(input: &Path, output: &Path, skip_bad: bool) -> Result<ImportS
             }
             m
         };
-        if writer.is_none() {
+        let w = if let Some(w) = writer.as_mut() {
+            w
+        } else {
             base = issue_ns;
             let header = TraceHeader {
                 tracer_version: format!("blkprof import msr {}", env!("CARGO_PKG_VERSION")),
                 host: host.to_string(),
                 kernel: "unknown (imported from an MSR Cambridge trace)".into(),
-                wall_clock_start_ns: issue_ns as i64,
+                // Below i64::MAX: checked when parsed.
+                wall_clock_start_ns: i64::try_from(issue_ns).unwrap_or(i64::MAX),
                 monotonic_base_ns: issue_ns,
                 devices: vec![DeviceInfo {
                     name: name.clone(),
@@ -127,8 +142,8 @@ pub fn import_msr(input: &Path, output: &Path, skip_bad: bool) -> Result<ImportS
                 }],
                 ..Default::default()
             };
-            writer = Some(TraceWriter::create(output, &header)?);
-        }
+            writer.insert(TraceWriter::create(output, &header)?)
+        };
         last_ns = last_ns.max(complete);
         let r = IoRecord {
             complete_ns: complete,
@@ -142,7 +157,7 @@ pub fn import_msr(input: &Path, output: &Path, skip_bad: bool) -> Result<ImportS
             flags: flags::STARTED_BEFORE,
             ..Default::default()
         };
-        writer.as_mut().expect("created above").push(&r, &[0; 16])?;
+        w.push(&r, &[0; 16])?;
         stats.records += 1;
     }
     let Some(w) = writer else {
@@ -151,7 +166,8 @@ pub fn import_msr(input: &Path, output: &Path, skip_bad: bool) -> Result<ImportS
         });
     };
     w.finish(&TraceTrailer {
-        wall_clock_end_ns: last_ns as i64,
+        // Below i64::MAX: checked when parsed.
+        wall_clock_end_ns: i64::try_from(last_ns).unwrap_or(i64::MAX),
         monotonic_end_ns: last_ns,
         reason: "import".into(),
         records_in_file: stats.records,
@@ -703,6 +719,20 @@ fn parse_blk_line(t: &str) -> Result<Option<BlkEvent>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_msr_time_past_the_wall_clock_is_a_malformed_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let (input, output) = (dir.path().join("in.csv"), dir.path().join("out.blkprof"));
+        // FILETIME 2.2e17 is in the year 2298: past i64 nanoseconds since 1970 (2262), within
+        // u64 (2554); it used to become a negative wall clock in the trace header.
+        std::fs::write(&input, "220000000000000000,web,0,Read,4096,4096,100\n").unwrap();
+        let e = import_msr(&input, &output, false).unwrap_err().to_string();
+        assert!(e.contains("before the year 2262"), "{e}");
+        // A time before 2262 imports.
+        std::fs::write(&input, "128166372000000000,web,0,Read,4096,4096,100\n").unwrap();
+        assert_eq!(import_msr(&input, &output, false).unwrap().records, 1);
+    }
 
     #[test]
     fn both_line_styles_parse() {

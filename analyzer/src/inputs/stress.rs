@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::inputs::zone::Zone;
+use crate::numeric::f64_to_u64_saturating;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ParseError {
@@ -178,7 +179,7 @@ fn parse_latency_block(op: &str, body: &str) -> OpLatency {
         };
         let v: Option<f64> = v.trim().parse().ok();
         match k.trim() {
-            "Count" => l.count = v.map(|x| x as u64),
+            "Count" => l.count = v.map(f64_to_u64_saturating),
             "Avg" | "AverageLatency(us)" => l.avg_us = v,
             "90" => l.p90_us = v,
             "99" => l.p99_us = v,
@@ -364,7 +365,7 @@ pub fn parse_cassandra_stress(path: &Path, text: &str) -> Result<StressRun, Pars
                     let ms = |v: Option<f64>| v.map(|x| x * 1000.0);
                     let lat = OpLatency {
                         op: op.to_uppercase(),
-                        count: Some(total as u64),
+                        count: Some(f64_to_u64_saturating(total)),
                         avg_us: ms(get("mean")),
                         p90_us: None,
                         p99_us: ms(get(".99")),
@@ -384,18 +385,20 @@ pub fn parse_cassandra_stress(path: &Path, text: &str) -> Result<StressRun, Pars
                     if !same {
                         run.status.push(StatusPoint {
                             time_ns: None,
-                            elapsed_s: time as u64,
-                            operations: total as u64,
+                            elapsed_s: f64_to_u64_saturating(time),
+                            operations: f64_to_u64_saturating(total),
                             ops_per_s: get("op/s"),
                             latencies: Vec::new(),
                         });
                     }
-                    let last = run.status.last_mut().expect("just pushed");
-                    if op == "total" {
-                        last.operations = total as u64;
-                        last.ops_per_s = get("op/s");
+                    // The point pushed above, or the one of an earlier line at the same time.
+                    if let Some(last) = run.status.last_mut() {
+                        if op == "total" {
+                            last.operations = f64_to_u64_saturating(total);
+                            last.ops_per_s = get("op/s");
+                        }
+                        last.latencies.push(lat);
                     }
-                    last.latencies.push(lat);
                     continue;
                 }
             }
@@ -510,7 +513,7 @@ fn parse_size(s: &str) -> Option<u64> {
         "TiB" => 1024f64.powi(4),
         _ => return None,
     };
-    Some((v * m).round() as u64)
+    Some(f64_to_u64_saturating((v * m).round()))
 }
 
 /// keyspace.table from a data path ".../data/<ks>/<table>-<uuid>/nb-73-big-Data.db".

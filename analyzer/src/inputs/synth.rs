@@ -10,6 +10,8 @@ use tracer_common::format::{
 };
 use tracer_common::op::{Op, StatGroup, flags};
 
+use crate::numeric::f64_to_u64_saturating;
+
 pub const DEV: u32 = (259 << 20) | 1;
 pub const BASE_NS: u64 = 1_000_000_000_000;
 pub const WALL_NS: i64 = 1_795_000_000_000_000_000;
@@ -142,7 +144,8 @@ pub fn write_trace_with(path: &Path, ios: &mut [Io], meta: &Meta) -> Result<(), 
     end.weighted_ms =
         start.weighted_ms + aggs.iter().map(|a| a.total_ns_sum).sum::<u64>() / 1_000_000;
     w.finish(&TraceTrailer {
-        wall_clock_end_ns: WALL_NS + (end.at_ns - BASE_NS) as i64,
+        wall_clock_end_ns: WALL_NS
+            .saturating_add(i64::try_from(end.at_ns - BASE_NS).unwrap_or(i64::MAX)),
         monotonic_end_ns: end.at_ns,
         reason: "duration".into(),
         diskstats_end: vec![end],
@@ -205,10 +208,12 @@ pub fn cassandra_like(seconds: u64, read_iops: u64, bursts: &[(f64, f64, f64)]) 
         });
     }
     for &(b, d, mbps) in bursts {
-        let per_s = (mbps * 1e6 / (512.0 * 1024.0)) as u64;
-        let count = (per_s as f64 * d) as u64;
+        let per_s = f64_to_u64_saturating(mbps * 1e6 / (512.0 * 1024.0));
+        let count = f64_to_u64_saturating(per_s as f64 * d);
         for i in 0..count {
-            let enter = BASE_NS + (b * 1e9) as u64 + i * (d * 1e9) as u64 / count.max(1);
+            let enter = BASE_NS
+                + f64_to_u64_saturating(b * 1e9)
+                + i * f64_to_u64_saturating(d * 1e9) / count.max(1);
             ios.push(Io {
                 enter_ns: enter,
                 issue_ns: enter + 5_000,
@@ -220,7 +225,7 @@ pub fn cassandra_like(seconds: u64, read_iops: u64, bursts: &[(f64, f64, f64)]) 
                 flags: 0,
             });
         }
-        let t = BASE_NS + ((b + d + 2.0) * 1e9) as u64;
+        let t = BASE_NS + f64_to_u64_saturating((b + d + 2.0) * 1e9);
         ios.push(Io {
             enter_ns: t,
             issue_ns: t + 1_000,

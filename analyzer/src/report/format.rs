@@ -17,6 +17,10 @@ fn entity(c: char) -> Option<&'static str> {
 }
 
 /// Escape text for HTML element content and attribute values.
+///
+/// # Panics
+///
+/// Never: the escaper's only errors are its writer's, and writing into a String does not fail.
 pub fn escape(s: &str) -> String {
     let mut o = String::with_capacity(s.len());
     HtmlEntities

@@ -91,6 +91,13 @@ fn device<'a>(j: &JsonReport, d: &'a JsonDevice) -> Device<'a> {
     }
 }
 
+/// The report as one HTML page.
+///
+/// # Panics
+///
+/// Not in practice: the sections and the template write into a String, which does not fail,
+/// and format only the model's values, with no fallible filter (the tests render every
+/// section and the page).
 pub fn render(j: &JsonReport) -> String {
     let mut sections = String::new();
     for def in crate::analysis::sections::SECTIONS {

@@ -3,6 +3,7 @@
 
 use plotters::prelude::*;
 
+use crate::numeric::{f64_to_u8_saturating, f64_to_usize_saturating};
 use crate::report::model::{JsonDevice, JsonReport};
 
 pub struct Line<'a> {
@@ -410,9 +411,11 @@ fn heat_color(x: u64, max: u64) -> [u8; 3] {
         ((x as f64).ln() / (max as f64).ln()).clamp(0.0, 1.0)
     };
     let p = t * (STOPS.len() - 1) as f64;
-    let i = (p.floor() as usize).min(STOPS.len() - 2);
+    let i = f64_to_usize_saturating(p.floor()).min(STOPS.len() - 2);
     let f = p - i as f64;
-    let mix = |k: usize| (STOPS[i][k] + (STOPS[i + 1][k] - STOPS[i][k]) * f).round() as u8;
+    let mix = |k: usize| {
+        f64_to_u8_saturating((STOPS[i][k] + (STOPS[i + 1][k] - STOPS[i][k]) * f).round())
+    };
     [mix(0), mix(1), mix(2)]
 }
 
@@ -459,8 +462,9 @@ fn draw_heatmap<DB: DrawingBackend>(
             .build_cartesian_2d(0.0..x_max, 0.0..y_top)?;
         let edge_label = |y: &f64| {
             let r = y.round();
-            if (y - r).abs() < 1e-6 && r >= 0.0 && (r as usize) <= rows {
-                h.edges[r as usize].clone()
+            let i = f64_to_usize_saturating(r);
+            if (y - r).abs() < 1e-6 && r >= 0.0 && i <= rows {
+                h.edges[i].clone()
             } else {
                 String::new()
             }
@@ -475,7 +479,11 @@ fn draw_heatmap<DB: DrawingBackend>(
         // The cells, as one bitmap over the plotting area's pixels.
         let (x0, y0) = chart.backend_coord(&(0.0, rows as f64));
         let (x1, y1) = chart.backend_coord(&(x_max, 0.0));
-        let (w, ht) = ((x1 - x0).max(1) as usize, (y1 - y0).max(1) as usize);
+        let (w_px, ht_px) = (
+            (x1 - x0).max(1).unsigned_abs(),
+            (y1 - y0).max(1).unsigned_abs(),
+        );
+        let (w, ht) = (w_px as usize, ht_px as usize);
         let mut buf = vec![0u8; w * ht * 3];
         for py in 0..ht {
             let row = rows - 1 - (py * rows / ht).min(rows - 1);
@@ -487,8 +495,7 @@ fn draw_heatmap<DB: DrawingBackend>(
                 buf[i..i + 3].copy_from_slice(&heat_color(x, max));
             }
         }
-        if let Some(img) =
-            BitMapElement::with_owned_buffer((0.0, rows as f64), (w as u32, ht as u32), buf)
+        if let Some(img) = BitMapElement::with_owned_buffer((0.0, rows as f64), (w_px, ht_px), buf)
         {
             chart.draw_series(std::iter::once(img))?;
         }
@@ -511,7 +518,8 @@ fn draw_heatmap<DB: DrawingBackend>(
 
 impl Heatmap {
     fn size(&self) -> (u32, u32) {
-        (960, HEAT_PANEL_H * self.panels.len().max(1) as u32)
+        let panels = u32::try_from(self.panels.len().max(1)).unwrap_or(u32::MAX);
+        (960, HEAT_PANEL_H.saturating_mul(panels))
     }
 
     pub fn svg(&self) -> String {
@@ -578,6 +586,13 @@ fn offset_label(bytes: u64) -> String {
 
 /// The heatmaps of device `d` of report `j` (none unless the report was made with them).
 pub fn heatmaps(j: &JsonReport, d: &JsonDevice) -> Vec<Heatmap> {
+    // (file name, what y is, the map, how its row edges read)
+    type Kind<'a> = (
+        &'a str,
+        &'a str,
+        &'a crate::analysis::sections::heatmaps::Map,
+        fn(u64) -> String,
+    );
     let Some(m) = j
         .sections
         .get(crate::analysis::sections::heatmaps::DEF.name)
@@ -591,13 +606,6 @@ pub fn heatmaps(j: &JsonReport, d: &JsonDevice) -> Vec<Heatmap> {
     let column_s = m.column_ns as f64 / 1e9;
     let x_max = hd.columns as f64 * column_s;
     let (spans, marks) = overlays(j, d, x_max);
-    // (file name, what y is, the map, how its row edges read)
-    type Kind<'a> = (
-        &'a str,
-        &'a str,
-        &'a crate::analysis::sections::heatmaps::Map,
-        fn(u64) -> String,
-    );
     let maps: [Kind; 3] = [
         (
             "heatmap-latency",

@@ -245,7 +245,9 @@ pub(crate) fn write_text(out: &mut dyn Write, a: &ArrayModel) -> std::io::Result
             mb.pct_ios,
             crate::report::format::bytes(mb.bytes),
             mb.pct_bytes,
-            crate::analysis::sizes::human(mb.mean_request_bytes as u64),
+            crate::analysis::sizes::human(crate::numeric::f64_to_u64_saturating(
+                mb.mean_request_bytes
+            )),
             mb.queue_depth_mean,
             mb.queue_depth_max,
             p99(mb)

@@ -69,7 +69,10 @@ fn latency_row(ns: u64) -> usize {
 fn latency_edge(r: usize) -> u64 {
     match r {
         0 => 0,
-        r => ((2 + (r as u64 % 2)) << (r as u32 / 2 + LAT_MIN_LOG2)) >> 1,
+        r => {
+            let r = r as u64;
+            ((2 + r % 2) << (r / 2 + u64::from(LAT_MIN_LOG2))) >> 1
+        }
     }
 }
 
@@ -83,7 +86,7 @@ fn size_edge(r: usize) -> u64 {
     if r == 0 {
         0
     } else {
-        1u64 << (r as u32 + SIZE_MIN_LOG2)
+        1u64 << (r as u64 + u64::from(SIZE_MIN_LOG2))
     }
 }
 
@@ -235,7 +238,8 @@ impl Heat {
                 d.fold_columns(k);
             }
         }
-        self.col = (dt / self.column_ns) as usize;
+        // Below COLS: the loop above widened the columns until it is.
+        self.col = usize::try_from(dt / self.column_ns).unwrap_or(COLS - 1);
         self.col_lo = self.col as u64 * self.column_ns;
     }
 
@@ -291,7 +295,8 @@ impl Section for Heat {
             c[l] = c[l].wrapping_add(1);
             let s = SIZE_AT + size_row(r.bytes);
             c[s] = c[s].wrapping_add(1);
-            let o = OFF_AT + (r.sector >> d.off_shift) as usize;
+            // Below OFF_ROWS: fold_rows widened the rows until it is.
+            let o = OFF_AT + usize::try_from(r.sector >> d.off_shift).unwrap_or(OFF_ROWS - 1);
             c[o] = c[o].wrapping_add(1);
         }
     }

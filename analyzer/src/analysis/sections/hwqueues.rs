@@ -31,9 +31,9 @@ struct Model {
 struct DeviceModel {
     name: String,
     /// Hardware queues the disk had at the start (the header's `mq` list); 0 if unknown.
-    queues: u32,
+    queues: u64,
     /// Queues that carried at least one IO.
-    queues_used: u32,
+    queues_used: u64,
     /// IOs whose queue is known.
     ios: u64,
     /// The busiest queue's IOs over the mean of all the disk's queues (the used and the idle
@@ -206,8 +206,8 @@ impl Section for HwQueues {
             let mean = ios as f64 / rows.len().max(1) as f64;
             devices.push(DeviceModel {
                 name: (cx.device)(dev),
-                queues: known.len() as u32,
-                queues_used: rows.iter().filter(|r| r.ios > 0).count() as u32,
+                queues: known.len() as u64,
+                queues_used: rows.iter().filter(|r| r.ios > 0).count() as u64,
                 ios,
                 imbalance_ios: if mean > 0.0 { most as f64 / mean } else { 0.0 },
                 rows,
@@ -289,7 +289,9 @@ fn text(v: &Value, out: &mut dyn Write) -> std::io::Result<()> {
                 r.pct_ios,
                 crate::report::format::bytes(r.bytes),
                 r.pct_bytes,
-                crate::analysis::sizes::human(r.mean_request_bytes as u64),
+                crate::analysis::sizes::human(crate::numeric::f64_to_u64_saturating(
+                    r.mean_request_bytes
+                )),
                 r.device_queue_depth_mean,
                 crate::report::format::fmt_us(r.device_latency_mean_us)
             )?;

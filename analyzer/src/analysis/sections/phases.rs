@@ -152,19 +152,22 @@ fn phase(h: &Histogram<u64>) -> PhaseModel {
 }
 
 /// Sub-buckets per power of two of [`SeekHist`].
-const SEEK_SUB: u64 = 32;
+const SEEK_SUB: u64 = SEEK_SUB_USIZE as u64;
+const SEEK_SUB_USIZE: usize = 32;
+/// Buckets of [`SeekHist`]: [`SEEK_SUB`] for each power of two of a u64.
+const SEEK_BUCKETS: usize = 64 * SEEK_SUB_USIZE;
 
 /// Seek distances, log-linear: exact below [`SEEK_SUB`] sectors, then [`SEEK_SUB`] buckets per
 /// power of two (3%). 16 KiB, so that it stays in the cache (an HDR histogram of 3
 /// significant digits over random seeks missed it on every IO).
 struct SeekHist {
-    counts: Box<[u64; 64 * SEEK_SUB as usize]>,
+    counts: Box<[u64; SEEK_BUCKETS]>,
 }
 
 impl Default for SeekHist {
     fn default() -> Self {
         SeekHist {
-            counts: Box::new([0; 64 * SEEK_SUB as usize]),
+            counts: Box::new([0; SEEK_BUCKETS]),
         }
     }
 }
@@ -172,11 +175,14 @@ impl Default for SeekHist {
 impl SeekHist {
     #[inline]
     fn index(v: u64) -> usize {
-        if v < SEEK_SUB {
-            return v as usize;
-        }
-        let octave = u64::from(v.ilog2()); // >= 5
-        ((octave - 4) * SEEK_SUB + ((v >> (octave - 5)) & (SEEK_SUB - 1))) as usize
+        let i = if v < SEEK_SUB {
+            v
+        } else {
+            let octave = u64::from(v.ilog2()); // >= 5
+            (octave - 4) * SEEK_SUB + ((v >> (octave - 5)) & (SEEK_SUB - 1))
+        };
+        // At most 59 * SEEK_SUB + 31 (octave <= 63): always below SEEK_BUCKETS.
+        usize::try_from(i).unwrap_or(SEEK_BUCKETS - 1)
     }
 
     #[inline]
@@ -339,7 +345,9 @@ impl Section for Phases {
                     (false, p - off + SAMPLE_PERIOD)
                 }
             };
-            let j = records.len().min((end - self.ios) as usize);
+            let j = records
+                .len()
+                .min(crate::numeric::u64_to_usize_saturating(end - self.ios));
             if sampled {
                 self.sample(&records[i..j]);
                 self.sampled_ios += (j - i) as u64;

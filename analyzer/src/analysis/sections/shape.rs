@@ -45,7 +45,7 @@ const MAX_REGIONS: usize = 1 << 13;
 /// Regions of one IO counted (64 MiB): a larger read or write is a damaged file's.
 const MAX_IO_REGIONS: u64 = 64;
 /// Bins of the LBA histogram over the touched range.
-const LBA_BINS: u64 = 64;
+const LBA_BINS: usize = 64;
 /// Fine bins kept while reading: the touched range is known only at the end, so IOs are
 /// counted in FINE bins over [0, 2^k sectors), k growing as IOs land higher, and the 64 bins
 /// are made of whole fine bins (1,024 of 32 bytes: they stay in the L1 cache).
@@ -278,12 +278,11 @@ impl Device {
         ) else {
             return LbaModel::default();
         };
-        let (lo_f, hi_f) = (lo_f as u64, hi_f as u64);
         let nf = hi_f - lo_f + 1;
         let per = nf.div_ceil(LBA_BINS);
         // Offsets of a damaged file's sectors may pass 2^64 bytes: saturate.
         let at =
-            |fine: u64| u64::try_from(u128::from(fine) << (self.lba_shift + 9)).unwrap_or(u64::MAX);
+            |fine: usize| u64::try_from((fine as u128) << (self.lba_shift + 9)).unwrap_or(u64::MAX);
         let bins = (0..nf.div_ceil(per))
             .map(|k| {
                 let from = lo_f + k * per;
@@ -292,7 +291,7 @@ impl Device {
                     start_bytes: at(from),
                     ..LbaBin::default()
                 };
-                for f in &self.fine[from as usize..to as usize] {
+                for f in &self.fine[from..to] {
                     b.read_ios += f[0];
                     b.read_bytes += f[1];
                     b.write_ios += f[2];
@@ -348,7 +347,9 @@ impl Section for Shape {
             while (r.sector >> d.lba_shift) >= FINE as u64 {
                 d.fold();
             }
-            let i = ((r.sector >> d.lba_shift) as usize) << 2 | k << 1;
+            // Below FINE: the loop above folded the bins until it is.
+            let bin = usize::try_from(r.sector >> d.lba_shift).unwrap_or(FINE - 1);
+            let i = bin << 2 | k << 1;
             let fine = d.fine.as_flattened_mut();
             fine[i] += 1;
             fine[i + 1] += bytes;
@@ -368,7 +369,7 @@ impl Section for Shape {
                     if exact {
                         bytes
                     } else {
-                        (bytes as f64 / rate).round() as u64
+                        crate::numeric::f64_to_u64_saturating((bytes as f64 / rate).round())
                     }
                 };
                 let sets = [d.sample.distinct(0), d.sample.distinct(1)];
@@ -437,7 +438,8 @@ fn sparkline(bins: &[LbaBin]) -> String {
             BARS[if x == 0 {
                 0
             } else {
-                (x * 8).div_ceil(top) as usize
+                // At most 8: x <= top.
+                usize::try_from((x * 8).div_ceil(top)).map_or(8, |i| i.min(8))
             }]
         })
         .collect()

@@ -65,6 +65,20 @@ pub struct ExportStats {
     pub other_devices: u64,
 }
 
+/// Appends `v` as an unsigned LEB128 varint: Protocol Buffers' (the Perfetto trace) and
+/// Parquet's (RLE run headers, the delta encoding's header fields).
+pub(crate) fn varint(mut v: u64, out: &mut Vec<u8>) {
+    loop {
+        let low7 = (v & 0x7f) as u8;
+        v >>= 7;
+        if v == 0 {
+            out.push(low7);
+            return;
+        }
+        out.push(low7 | 0x80);
+    }
+}
+
 /// Records are in completion order; an iolog wants submission order. Hold them in a heap for
 /// this long (IOs slower than this are emitted late, in completion order).
 const REORDER_NS: u64 = 30_000_000_000;
@@ -76,6 +90,8 @@ pub fn export(
     target: Option<&str>,
     out: &mut dyn Write,
 ) -> Result<ExportStats, ExportError> {
+    // (enter_ns, arrival sequence, op code, offset, length), earliest submission first.
+    type Pending = Reverse<(u64, u64, u8, u64, u32)>;
     let mut r = TraceReader::open(path)?;
     let devs = r.header().devices.clone();
     let dev = match device {
@@ -124,8 +140,6 @@ pub fn export(
             ));
         }
     }
-    // (enter_ns, arrival sequence, op code, offset, length), earliest submission first.
-    type Pending = Reverse<(u64, u64, u8, u64, u32)>;
     let mut heap: BinaryHeap<Pending> = BinaryHeap::new();
     let mut t0: Option<u64> = None;
     // fio's version 3 iologs stamp each line in microseconds since the start.
@@ -315,14 +329,14 @@ mod tests {
             ..Default::default()
         };
         let mut w = TraceWriter::create(&p, &header).unwrap();
-        for (i, comm) in (0u64..).zip(comms) {
+        for ((i, pid), comm) in (0u64..).zip(100u32..).zip(comms) {
             let rec = IoRecord {
                 complete_ns: 2_000 + i,
                 enter_ns: 1_000,
                 issue_ns: 1_500,
                 sector: 8 * i,
                 bytes: 4096,
-                pid: 100 + i as u32,
+                pid,
                 task: 0,
                 dev_inflight: 1,
                 os_inflight: 1,

@@ -203,6 +203,19 @@ fn properties(opts: &ParquetOptions) -> WriterProperties {
         .build()
 }
 
+/// The dictionary key (Parquet's are i32) of the value at index `i` of its table. The tables
+/// stay far below `i32::MAX` values: flags have at most one per u16, comms and cgroups at most
+/// one per row of a batch ([`BATCH_ROWS`]), devices one per distinct device number met, each
+/// new one found after a linear scan of the others (two billion would never finish).
+#[expect(
+    clippy::cast_possible_truncation,
+    clippy::cast_possible_wrap,
+    reason = "the tables' bounds above: every index is below i32::MAX"
+)]
+fn dict_key(i: usize) -> i32 {
+    i as i32
+}
+
 /// A trace's strings as dictionary keys: per-trace tables, built as records come.
 struct Keys {
     host: String,
@@ -249,7 +262,7 @@ impl Keys {
     #[inline]
     fn device(&mut self, dev: u32, r: &TraceReader) -> i32 {
         if self.devices.get(self.last_dev).is_some_and(|d| d.0 == dev) {
-            return self.last_dev as i32;
+            return dict_key(self.last_dev);
         }
         let i = if let Some(i) = self.devices.iter().position(|d| d.0 == dev) {
             i
@@ -268,7 +281,7 @@ impl Keys {
             self.devices.len() - 1
         };
         self.last_dev = i;
-        i as i32
+        dict_key(i)
     }
 
     #[inline]
@@ -278,7 +291,7 @@ impl Keys {
             return k;
         }
         self.flag_values.push(flag_names(f));
-        let k = (self.flag_values.len() - 1) as i32;
+        let k = dict_key(self.flag_values.len() - 1);
         self.flag_index[usize::from(f)] = k;
         k
     }
@@ -407,7 +420,9 @@ impl Columns {
         self.bytes
             .extend(recs.iter().map(|rec| i64::from(rec.bytes)));
         self.sector.extend(recs.iter().map(|rec| clamp(rec.sector)));
-        self.pid.extend(recs.iter().map(|rec| rec.pid as i32));
+        // The kernel's pid_t is an i32: the trace keeps its bits as a u32.
+        self.pid
+            .extend(recs.iter().map(|rec| rec.pid.cast_signed()));
         for rec in recs {
             let (comm, cgroup) = self.task_keys(rec.task as usize, r);
             self.comm.push(comm);
@@ -442,7 +457,7 @@ impl Columns {
             let task = r.tasks().get(t);
             self.comm_values
                 .push(task.map_or_else(String::new, |x| x.comm.clone()));
-            k = (self.comm_values.len() - 1) as i32;
+            k = dict_key(self.comm_values.len() - 1);
             self.comm_of_task[t] = k;
             self.comm_tasks.push(t);
             // A cgroup's path, as the trace named it (one value per task, as the comm).
@@ -452,7 +467,7 @@ impl Columns {
                         r.cgroup_path(id)
                             .map_or_else(|| format!("(id {id})"), str::to_string),
                     );
-                    (self.cgroup_values.len() - 1) as i32
+                    dict_key(self.cgroup_values.len() - 1)
                 }
                 _ => -1,
             };
@@ -1185,7 +1200,11 @@ mod tests {
                 got.push(if d.is_null(r) {
                     None
                 } else {
-                    Some(values.value(d.keys().value(r) as usize).to_string())
+                    Some(
+                        values
+                            .value(usize::try_from(d.keys().value(r)).unwrap())
+                            .to_string(),
+                    )
                 });
             }
         }
@@ -1340,14 +1359,18 @@ mod tests {
                 let io = &ios[i];
                 assert_eq!(
                     complete.value(r),
-                    WALL_NS + (io.complete_ns - crate::inputs::synth::BASE_NS) as i64
+                    WALL_NS
+                        + i64::try_from(io.complete_ns - crate::inputs::synth::BASE_NS).unwrap()
                 );
-                let name = op_names.value(op.keys().value(r) as usize);
+                let name = op_names.value(usize::try_from(op.keys().value(r)).unwrap());
                 if io.issue_ns == 0 {
                     assert!(dlat.is_null(r));
                     assert_eq!(name, "flush-absorbed");
                 } else {
-                    assert_eq!(dlat.value(r), (io.complete_ns - io.issue_ns) as i64);
+                    assert_eq!(
+                        dlat.value(r),
+                        i64::try_from(io.complete_ns - io.issue_ns).unwrap()
+                    );
                     assert_eq!(name, io.op.name());
                 }
                 i += 1;
@@ -1375,9 +1398,11 @@ mod tests {
             )
             .clone();
             let names = op.values().as_any().downcast_ref::<StringArray>().unwrap();
-            ops.extend(
-                (0..b.num_rows()).map(|r| names.value(op.keys().value(r) as usize).to_string()),
-            );
+            ops.extend((0..b.num_rows()).map(|r| {
+                names
+                    .value(usize::try_from(op.keys().value(r)).unwrap())
+                    .to_string()
+            }));
         }
         let reader =
             parquet::file::reader::SerializedFileReader::new(File::open(&out).unwrap()).unwrap();
@@ -1386,7 +1411,7 @@ mod tests {
         let mut seen = std::collections::BTreeSet::new();
         for (g, rg) in meta.row_groups().iter().enumerate() {
             let rows = &ops[g * 1000..(g * 1000 + 1000).min(ops.len())];
-            assert_eq!(rg.num_rows() as usize, rows.len());
+            assert_eq!(usize::try_from(rg.num_rows()).unwrap(), rows.len());
             let stats = rg.column(2).statistics().expect("op statistics");
             let min = rows.iter().min().unwrap();
             let max = rows.iter().max().unwrap();
@@ -1415,7 +1440,11 @@ mod tests {
             let d = arrow_array::cast::AsArray::as_dictionary::<Int32Type>(&**col);
             let values = d.values().as_any().downcast_ref::<StringArray>().unwrap();
             out.extend((0..b.num_rows()).map(|r| {
-                (!d.is_null(r)).then(|| values.value(d.keys().value(r) as usize).to_string())
+                (!d.is_null(r)).then(|| {
+                    values
+                        .value(usize::try_from(d.keys().value(r)).unwrap())
+                        .to_string()
+                })
             }));
         }
         out

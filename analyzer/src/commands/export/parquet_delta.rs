@@ -31,7 +31,8 @@ use parquet::file::statistics::{Statistics, ValueStatistics};
 use parquet::file::writer::{SerializedPageWriter, TrackedWrite};
 use parquet::schema::types::ColumnDescPtr;
 
-use super::parquet_dict::{PAGE_ROWS, rle_hybrid};
+use super::parquet_dict::{PAGE_ROWS, bits_for, fit, rle_hybrid};
+use super::varint;
 
 /// Miniblocks per block (the spec's example, and every writer's).
 const MINIBLOCKS: usize = 4;
@@ -62,7 +63,7 @@ impl DeltaInt for i32 {
     }
     #[inline]
     fn above(self, min: i32) -> u64 {
-        u64::from(self.wrapping_sub(min) as u32)
+        u64::from(self.wrapping_sub(min).cast_unsigned())
     }
     fn to_i64(self) -> i64 {
         i64::from(self)
@@ -87,7 +88,7 @@ impl DeltaInt for i64 {
     }
     #[inline]
     fn above(self, min: i64) -> u64 {
-        self.wrapping_sub(min) as u64
+        self.wrapping_sub(min).cast_unsigned()
     }
     fn to_i64(self) -> i64 {
         self
@@ -103,16 +104,8 @@ impl DeltaInt for i64 {
     }
 }
 
-fn uleb128(mut v: u64, out: &mut Vec<u8>) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
 fn zigzag(v: i64, out: &mut Vec<u8>) {
-    uleb128(((v << 1) ^ (v >> 63)) as u64, out);
+    varint(((v << 1) ^ (v >> 63)).cast_unsigned(), out);
 }
 
 /// `M` values of at most `W` bits each, packed little-endian (value 0 in the lowest bits of the
@@ -193,9 +186,9 @@ fn min_max<T: DeltaInt>(v: &[T]) -> (T, T) {
 pub(crate) fn encode<T: DeltaInt>(values: &[T], out: &mut Vec<u8>) -> Option<(T, T)> {
     let m = T::MINIBLOCK;
     let block = m * MINIBLOCKS;
-    uleb128(block as u64, out);
-    uleb128(MINIBLOCKS as u64, out);
-    uleb128(values.len() as u64, out);
+    varint(block as u64, out);
+    varint(MINIBLOCKS as u64, out);
+    varint(values.len() as u64, out);
     let Some(&first) = values.first() else {
         zigzag(0, out);
         return None;
@@ -231,7 +224,7 @@ pub(crate) fn encode<T: DeltaInt>(values: &[T], out: &mut Vec<u8>) -> Option<(T,
             }
             // The last miniblock's padding: zeros.
             p[mb.len()..].fill(0);
-            let width = (64 - or.leading_zeros()) as u8;
+            let width = bits_for(or);
             out[widths_at + i] = width;
             T::pack(p, width, out);
         }
@@ -403,12 +396,12 @@ impl<T: DeltaInt> DeltaColumn<T> {
             buf.extend_from_slice(&[0; 4]);
             if self.nulls == 0 {
                 // One run of `rows` ones.
-                uleb128((self.rows as u64) << 1, &mut buf);
+                varint((self.rows as u64) << 1, &mut buf);
                 buf.push(1);
             } else {
                 rle_hybrid(&self.levels, 1, &mut buf);
             }
-            let len = (buf.len() - 4) as u32;
+            let len: u32 = fit(buf.len() - 4, "a page's definition levels size")?;
             buf[..4].copy_from_slice(&len.to_le_bytes());
         }
         let values = direct.unwrap_or(&self.values);
@@ -421,7 +414,7 @@ impl<T: DeltaInt> DeltaColumn<T> {
         self.buf = buf;
         let page = Page::DataPage {
             buf: Bytes::from(body),
-            num_values: self.rows as u32,
+            num_values: fit(self.rows, "a page's row count")?,
             encoding: Encoding::DELTA_BINARY_PACKED,
             def_level_encoding: Encoding::RLE,
             rep_level_encoding: Encoding::RLE,
@@ -429,10 +422,14 @@ impl<T: DeltaInt> DeltaColumn<T> {
         };
         let spec = SerializedPageWriter::new(&mut self.data)
             .write_page(CompressedPage::new(page, size))?;
-        self.offsets
-            .push((spec.offset, spec.compressed_size as i32, self.rows as i64));
+        self.offsets.push((
+            spec.offset,
+            fit(spec.compressed_size, "a page's compressed size")?,
+            fit(self.rows, "a page's row count")?,
+        ));
         self.uncompressed += spec.uncompressed_size as u64;
         self.pages += 1;
+        let nulls: i64 = fit(self.nulls, "a page's null count")?;
         match min_max {
             Some((lo, hi)) => {
                 if let Some((plo, phi)) = self.last_page {
@@ -441,7 +438,7 @@ impl<T: DeltaInt> DeltaColumn<T> {
                 }
                 self.last_page = Some((lo, hi));
                 self.column_index
-                    .append(false, lo.plain(), hi.plain(), self.nulls as i64, None);
+                    .append(false, lo.plain(), hi.plain(), nulls, None);
                 self.chunk_min_max = Some(match self.chunk_min_max {
                     Some((clo, chi)) => (clo.min(lo), chi.max(hi)),
                     None => (lo, hi),
@@ -449,7 +446,7 @@ impl<T: DeltaInt> DeltaColumn<T> {
             }
             None => self
                 .column_index
-                .append(true, Vec::new(), Vec::new(), self.nulls as i64, None),
+                .append(true, Vec::new(), Vec::new(), nulls, None),
         }
         self.chunk_rows += self.rows as u64;
         self.chunk_nulls += self.nulls as u64;
@@ -465,10 +462,11 @@ impl<T: DeltaInt> DeltaColumn<T> {
     pub(crate) fn finish(mut self) -> Result<(Bytes, ColumnCloseResult)> {
         self.flush_page(None)?;
         let chunk = self.data.into_inner()?;
-        let total = chunk.len() as i64;
+        let bytes_written = chunk.len() as u64;
+        let total: i64 = fit(chunk.len(), "a column chunk's size")?;
         let mut offsets = OffsetIndexBuilder::new();
         for &(offset, size, rows) in &self.offsets {
-            offsets.append_offset_and_size(offset as i64, size);
+            offsets.append_offset_and_size(fit(offset, "a page's offset")?, size);
             offsets.append_row_count(rows);
         }
         self.column_index.set_boundary_order(if self.ascending {
@@ -490,8 +488,11 @@ impl<T: DeltaInt> DeltaColumn<T> {
             .set_compression(self.compression)
             .set_encodings(vec![Encoding::RLE, Encoding::DELTA_BINARY_PACKED])
             .set_total_compressed_size(total)
-            .set_total_uncompressed_size(self.uncompressed as i64)
-            .set_num_values(self.chunk_rows as i64)
+            .set_total_uncompressed_size(fit(
+                self.uncompressed,
+                "a column chunk's uncompressed size",
+            )?)
+            .set_num_values(fit(self.chunk_rows, "a column chunk's row count")?)
             .set_data_page_offset(0)
             .set_statistics(statistics);
         if self.pages > 0 {
@@ -504,7 +505,7 @@ impl<T: DeltaInt> DeltaColumn<T> {
         Ok((
             Bytes::from(chunk),
             ColumnCloseResult {
-                bytes_written: total as u64,
+                bytes_written,
                 rows_written: self.chunk_rows,
                 metadata: metadata.build()?,
                 bloom_filter: None,
@@ -592,7 +593,7 @@ mod tests {
         .unwrap();
         let mut pages = Vec::new();
         if let Some(ci) = b.metadata().page_index().and_then(|p| p.column_index(0, 0)) {
-            for p in 0..ci.num_pages() as usize {
+            for p in 0..usize::try_from(ci.num_pages()).unwrap() {
                 pages.push(match ci {
                     parquet::file::page_index::column_index::ColumnIndexMetaData::INT32(c) => c
                         .min_value(p)
@@ -664,9 +665,13 @@ mod tests {
         for n in [
             0usize, 1, 2, 31, 32, 33, 64, 65, 127, 128, 129, 255, 256, 257, 1000,
         ] {
-            let v64: Vec<Option<i64>> = (0..n as i64).map(|i| Some(i * i - 500)).collect();
+            let v64: Vec<Option<i64>> = (0..i64::try_from(n).unwrap())
+                .map(|i| Some(i * i - 500))
+                .collect();
             check(&v64, false);
-            let v32: Vec<Option<i32>> = (0..n as i32).map(|i| Some(-3 * i)).collect();
+            let v32: Vec<Option<i32>> = (0..i32::try_from(n).unwrap())
+                .map(|i| Some(-3 * i))
+                .collect();
             check(&v32, true);
         }
         // All equal: deltas of 0, miniblocks of width 0.
@@ -698,13 +703,13 @@ mod tests {
             };
             let rows: Vec<Option<i64>> = noise(300, u64::from(bits) + 1)
                 .iter()
-                .map(|&x| Some((x & mask) as i64))
+                .map(|&x| Some((x & mask).cast_signed()))
                 .collect();
             check(&rows, false);
             if bits <= 32 {
                 let rows: Vec<Option<i32>> = noise(300, u64::from(bits) + 99)
                     .iter()
-                    .map(|&x| Some((x & mask) as u32 as i32))
+                    .map(|&x| Some(u32::try_from(x & mask).unwrap().cast_signed()))
                     .collect();
                 check(&rows, false);
             }
@@ -720,8 +725,11 @@ mod tests {
         let rows: Vec<Option<i64>> = (0..n)
             .map(|i| {
                 let all_null = (PAGE_ROWS..2 * PAGE_ROWS).contains(&i);
-                (!all_null && !r[i].is_multiple_of(17))
-                    .then(|| 1_795_000_000_000_000_000 + i as i64 * 25_000 + (r[i] % 5000) as i64)
+                (!all_null && !r[i].is_multiple_of(17)).then(|| {
+                    1_795_000_000_000_000_000
+                        + i64::try_from(i).unwrap() * 25_000
+                        + i64::try_from(r[i] % 5000).unwrap()
+                })
             })
             .collect();
         check(&rows, true);
@@ -797,7 +805,7 @@ mod tests {
         let ColumnIndexMetaData::INT64(c) = ci else {
             panic!("an INT64 column index")
         };
-        let pages = (0..ci.num_pages() as usize)
+        let pages = (0..usize::try_from(ci.num_pages()).unwrap())
             .map(|p| {
                 (
                     ci.is_null_page(p),
@@ -841,7 +849,8 @@ mod tests {
         let r = noise(n, 11);
         let values: Vec<i64> = (0..n)
             .map(|i| {
-                i as i64 * 20_000 + (r[i] % 5_000) as i64 - if i % 7 == 0 { 1 << 40 } else { 0 }
+                i64::try_from(i).unwrap() * 20_000 + i64::try_from(r[i] % 5_000).unwrap()
+                    - if i % 7 == 0 { 1 << 40 } else { 0 }
             })
             .collect();
         let valid: Vec<bool> = (0..n).map(|i| !r[i].is_multiple_of(13)).collect();

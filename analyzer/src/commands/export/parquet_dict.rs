@@ -18,19 +18,49 @@ use parquet::basic::{Compression, Encoding, Type as PhysicalType};
 use parquet::column::page::{CompressedPage, Page, PageWriter};
 use parquet::column::writer::ColumnCloseResult;
 use parquet::data_type::ByteArray;
-use parquet::errors::Result;
+use parquet::errors::{ParquetError, Result};
 use parquet::file::metadata::{ColumnChunkMetaData, ColumnIndexBuilder, OffsetIndexBuilder};
 use parquet::file::statistics::Statistics;
 use parquet::file::writer::{SerializedPageWriter, TrackedWrite};
 use parquet::schema::types::ColumnDescPtr;
 
+use super::varint;
+
 /// Rows per data page: the parquet crate's default page row limit, so that engines skip pages
 /// of these columns as finely as the others'.
 pub(crate) const PAGE_ROWS: usize = 20_000;
 
-/// Bits to hold `max`.
-fn bits_for(max: u32) -> u8 {
-    (32 - max.leading_zeros()) as u8
+/// Bits to hold `max` (0 to 64).
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "at most u64::BITS, 64, which a u8 holds"
+)]
+pub(crate) fn bits_for(max: u64) -> u8 {
+    (u64::BITS - max.leading_zeros()) as u8
+}
+
+/// `x` in the integer type of a Parquet structure's field (a page's i32 sizes and u32 counts,
+/// a chunk's i64 sizes), or an error naming the field: a page or chunk the format cannot
+/// describe is not written with a wrapped size.
+pub(crate) fn fit<T, U>(x: U, field: &str) -> Result<T>
+where
+    T: TryFrom<U>,
+    U: Copy + std::fmt::Display,
+{
+    T::try_from(x).map_err(|_| {
+        ParquetError::General(format!(
+            "{field} {x} is past what the Parquet format's field holds"
+        ))
+    })
+}
+
+/// A source key as an index, for keys the caller has checked are not negative (nulls).
+#[expect(
+    clippy::cast_sign_loss,
+    reason = "callers pass only keys they checked are >= 0"
+)]
+fn key_index(k: i32) -> usize {
+    k as usize
 }
 
 /// Appends `values` in Parquet's RLE/bit-packed hybrid encoding of `bit_width` bits (no
@@ -52,7 +82,7 @@ pub(crate) fn rle_hybrid(values: &[u32], bit_width: u8, out: &mut Vec<u8>) {
             acc |= u64::from(v) << bits;
             bits += u32::from(bit_width);
             while bits >= 8 {
-                out.push(acc as u8);
+                out.push((acc & 0xff) as u8);
                 acc >>= 8;
                 bits -= 8;
             }
@@ -88,14 +118,6 @@ pub(crate) fn rle_hybrid(values: &[u32], bit_width: u8, out: &mut Vec<u8>) {
         i += run;
     }
     flush_literal(&mut literal, out);
-}
-
-fn varint(mut v: u64, out: &mut Vec<u8>) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
 }
 
 /// One dictionary string column's chunk being written (one per row group).
@@ -166,7 +188,7 @@ impl DictColumn {
             let first = page[0];
             if first >= 0 && page.iter().all(|&k| k == first) {
                 // One value throughout (host, and often device, comm, cgroup): no per-row work.
-                let c = self.chunk_key(first as usize, source);
+                let c = self.chunk_key(key_index(first), source)?;
                 self.keys.resize(self.keys.len() + page.len(), c);
                 if self.nullable {
                     self.levels.resize(self.levels.len() + page.len(), 1);
@@ -175,22 +197,22 @@ impl DictColumn {
                 // All nulls (cgroup in traces without cgroups).
                 self.levels.resize(self.levels.len() + page.len(), 0);
                 self.nulls += page.len();
-            } else if page.iter().all(|&k| k >= 0 && (k as usize) < source.len()) {
+            } else if page.iter().all(|&k| k >= 0 && key_index(k) < source.len()) {
                 // No nulls: the source keys the page uses, looked up once each, then a chunk
                 // key per row from a table (a look-up and a branch per row were 7% of the
                 // export's time).
                 self.seen.clear();
                 self.seen.resize(source.len(), false);
                 for &k in page {
-                    self.seen[k as usize] = true;
+                    self.seen[key_index(k)] = true;
                 }
                 for k in 0..source.len() {
                     if self.seen[k] {
-                        self.chunk_key(k, source);
+                        self.chunk_key(k, source)?;
                     }
                 }
                 let map = &self.source_map;
-                self.keys.extend(page.iter().map(|&k| map[k as usize]));
+                self.keys.extend(page.iter().map(|&k| map[key_index(k)]));
                 if self.nullable {
                     self.levels.resize(self.levels.len() + page.len(), 1);
                 }
@@ -201,7 +223,7 @@ impl DictColumn {
                         self.levels.push(0);
                         self.nulls += 1;
                     } else {
-                        let c = self.chunk_key(k as usize, source);
+                        let c = self.chunk_key(key_index(k), source)?;
                         self.keys.push(c);
                         if self.nullable {
                             self.levels.push(1);
@@ -219,28 +241,28 @@ impl DictColumn {
 
     /// The chunk key of source key `k`, noted as used by the current page.
     #[inline]
-    fn chunk_key(&mut self, k: usize, source: &[&str]) -> u32 {
+    fn chunk_key(&mut self, k: usize, source: &[&str]) -> Result<u32> {
         let mut c = self.source_map[k];
         if c == u32::MAX {
-            c = self.intern(source[k]);
+            c = self.intern(source[k])?;
             self.source_map[k] = c;
         }
         if self.used_in[c as usize] != self.page_no {
             self.used_in[c as usize] = self.page_no;
             self.used.push(c);
         }
-        c
+        Ok(c)
     }
 
-    fn intern(&mut self, s: &str) -> u32 {
+    fn intern(&mut self, s: &str) -> Result<u32> {
         if let Some(&c) = self.index.get(s) {
-            return c;
+            return Ok(c);
         }
-        let c = self.values.len() as u32;
+        let c = fit(self.values.len(), "a column chunk's dictionary size")?;
         self.values.push(s.to_string());
         self.index.insert(s.to_string(), c);
         self.used_in.push(0);
-        c
+        Ok(c)
     }
 
     /// The lowest and highest (byte-wise, as Parquet orders UTF-8) of chunk keys.
@@ -263,16 +285,17 @@ impl DictColumn {
         if self.nullable {
             let mut levels = Vec::new();
             rle_hybrid(&self.levels, 1, &mut levels);
-            buf.extend_from_slice(&(levels.len() as u32).to_le_bytes());
+            let levels_len: u32 = fit(levels.len(), "a page's definition levels size")?;
+            buf.extend_from_slice(&levels_len.to_le_bytes());
             buf.extend_from_slice(&levels);
         }
-        let bit_width = bits_for(self.values.len().saturating_sub(1) as u32);
+        let bit_width = bits_for(self.values.len().saturating_sub(1) as u64);
         buf.push(bit_width);
         rle_hybrid(&self.keys, bit_width, &mut buf);
         let size = buf.len();
         let page = Page::DataPage {
             buf: Bytes::from(buf),
-            num_values: self.rows as u32,
+            num_values: fit(self.rows, "a page's row count")?,
             encoding: Encoding::RLE_DICTIONARY,
             def_level_encoding: Encoding::RLE,
             rep_level_encoding: Encoding::RLE,
@@ -280,14 +303,18 @@ impl DictColumn {
         };
         let spec = SerializedPageWriter::new(&mut self.data)
             .write_page(CompressedPage::new(page, size))?;
-        self.pages
-            .push((spec.offset, spec.compressed_size as i32, self.rows as i64));
+        self.pages.push((
+            spec.offset,
+            fit(spec.compressed_size, "a page's compressed size")?,
+            fit(self.rows, "a page's row count")?,
+        ));
+        let nulls: i64 = fit(self.nulls, "a page's null count")?;
         let page_min_max = self.min_max(self.used.iter().copied());
         let bytes = |k: u32| self.values[k as usize].as_bytes().to_vec();
         match page_min_max {
             Some((lo, hi)) => {
                 self.column_index
-                    .append(false, bytes(lo), bytes(hi), self.nulls as i64, None);
+                    .append(false, bytes(lo), bytes(hi), nulls, None);
                 let (cmin, cmax) = self
                     .min_max(
                         [lo, hi]
@@ -301,7 +328,7 @@ impl DictColumn {
             }
             None => self
                 .column_index
-                .append(true, Vec::new(), Vec::new(), self.nulls as i64, None),
+                .append(true, Vec::new(), Vec::new(), nulls, None),
         }
         self.chunk_rows += self.rows as u64;
         self.chunk_nulls += self.nulls as u64;
@@ -321,24 +348,27 @@ impl DictColumn {
         let mut dict = TrackedWrite::new(Vec::new());
         let mut plain = Vec::new();
         for v in &self.values {
-            plain.extend_from_slice(&(v.len() as u32).to_le_bytes());
+            let len: u32 = fit(v.len(), "a dictionary string's length")?;
+            plain.extend_from_slice(&len.to_le_bytes());
             plain.extend_from_slice(v.as_bytes());
         }
         let size = plain.len();
         let page = Page::DictionaryPage {
             buf: Bytes::from(plain),
-            num_values: self.values.len() as u32,
+            num_values: fit(self.values.len(), "a column chunk's dictionary size")?,
             encoding: Encoding::PLAIN,
             is_sorted: false,
         };
         SerializedPageWriter::new(&mut dict).write_page(CompressedPage::new(page, size))?;
         let mut chunk = dict.into_inner()?;
-        let dict_len = chunk.len() as i64;
+        let dict_len: i64 = fit(chunk.len(), "a dictionary page's size")?;
         chunk.extend_from_slice(&self.data.into_inner()?);
-        let total = chunk.len() as i64;
+        let bytes_written = chunk.len() as u64;
+        let total: i64 = fit(chunk.len(), "a column chunk's size")?;
         let mut offsets = OffsetIndexBuilder::new();
         for &(offset, size, rows) in &self.pages {
-            offsets.append_offset_and_size(offset as i64 + dict_len, size);
+            let offset: i64 = fit(offset, "a page's offset")?;
+            offsets.append_offset_and_size(offset + dict_len, size);
             offsets.append_row_count(rows);
         }
         let value = |k: Option<u32>| {
@@ -360,7 +390,7 @@ impl DictColumn {
             ])
             .set_total_compressed_size(total)
             .set_total_uncompressed_size(total)
-            .set_num_values(self.chunk_rows as i64)
+            .set_num_values(fit(self.chunk_rows, "a column chunk's row count")?)
             .set_dictionary_page_offset(Some(0))
             .set_data_page_offset(dict_len)
             .set_statistics(statistics)
@@ -368,7 +398,7 @@ impl DictColumn {
         Ok((
             Bytes::from(chunk),
             ColumnCloseResult {
-                bytes_written: total as u64,
+                bytes_written,
                 rows_written: self.chunk_rows,
                 metadata,
                 bloom_filter: None,
@@ -417,7 +447,7 @@ mod tests {
                         acc |= u64::from(byte(&mut b)) << bits;
                         bits += 8;
                     }
-                    out.push((acc & ((1u64 << bit_width) - 1)) as u32);
+                    out.push(u32::try_from(acc & ((1u64 << bit_width) - 1)).unwrap());
                     acc >>= bit_width;
                     bits -= u32::from(bit_width);
                 }

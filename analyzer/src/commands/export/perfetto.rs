@@ -21,7 +21,7 @@ use std::path::Path;
 use tracer_common::format::{IoRecord, TraceReader};
 use tracer_common::op::{Op, StatGroup};
 
-use super::{ExportError, flag_names};
+use super::{ExportError, flag_names, varint};
 use crate::analysis::series::Options;
 use crate::analysis::summary::{Window, summarize};
 
@@ -170,27 +170,19 @@ const TRACK_UUID_BASE: u64 = 1 << 40;
 /// The application's and the stress tool's tracks, from here.
 const APP_UUID_BASE: u64 = 1 << 41;
 
-fn varint(b: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        b.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    b.push(v as u8);
-}
-
 fn field_varint(b: &mut Vec<u8>, field: u32, v: u64) {
-    varint(b, u64::from(field) << 3);
-    varint(b, v);
+    varint(u64::from(field) << 3, b);
+    varint(v, b);
 }
 
 fn field_bytes(b: &mut Vec<u8>, field: u32, v: &[u8]) {
-    varint(b, u64::from(field) << 3 | 2);
-    varint(b, v.len() as u64);
+    varint(u64::from(field) << 3 | 2, b);
+    varint(v.len() as u64, b);
     b.extend_from_slice(v);
 }
 
 fn field_double(b: &mut Vec<u8>, field: u32, v: f64) {
-    varint(b, u64::from(field) << 3 | 1);
+    varint(u64::from(field) << 3 | 1, b);
     b.extend_from_slice(&v.to_le_bytes());
 }
 
@@ -256,7 +248,7 @@ struct IoKey {
     os_inflight: u32,
     flags: u16,
     op: u8,
-    dev_index: u32,
+    dev_index: usize,
 }
 
 /// One device's lanes: each lane's last completion, the free ones (lowest first), and the
@@ -297,7 +289,10 @@ impl Lanes {
             (l, false)
         } else {
             self.end_ns.push(0);
-            (self.end_ns.len() as u32 - 1, true)
+            // Past u32::MAX lanes (IOs in flight at once) the last is shared: slices there may
+            // overlap, a display matter, where the lanes' memory would have run out long before.
+            let lane = u32::try_from(self.end_ns.len() - 1).unwrap_or(u32::MAX);
+            (lane, true)
         };
         self.end_ns[lane as usize] = complete;
         self.busy.push(Reverse((complete, lane)));
@@ -320,8 +315,8 @@ struct Writer<'a> {
 impl Writer<'_> {
     fn emit(&mut self) -> std::io::Result<()> {
         let mut head = Vec::with_capacity(11);
-        varint(&mut head, u64::from(TRACE_PACKET) << 3 | 2);
-        varint(&mut head, self.packet.len() as u64);
+        varint(u64::from(TRACE_PACKET) << 3 | 2, &mut head);
+        varint(self.packet.len() as u64, &mut head);
         self.out.write_all(&head)?;
         self.out.write_all(&self.packet)?;
         self.bytes += (head.len() + self.packet.len()) as u64;
@@ -346,7 +341,8 @@ impl Writer<'_> {
                 field_varint(m, TD_PARENT, parent);
             }
             if let Some(rank) = rank {
-                field_varint(m, TD_ORDER_RANK, rank as u64);
+                // Protocol Buffers encode a negative int32 as its 64-bit two's complement.
+                field_varint(m, TD_ORDER_RANK, rank.cast_unsigned());
             }
             if let Some(key) = merge_key {
                 field_varint(m, TD_MERGE_BEHAVIOR, MERGE_BY_KEY);
@@ -657,7 +653,7 @@ pub fn export_perfetto(
     let mut comms: Vec<String> = Vec::new();
     let mut buf = Vec::new();
     let place = |w: &mut Writer, devs: &mut Vec<Device>, comms: &[String], enter: u64, k: IoKey| {
-        let d = &mut devs[k.dev_index as usize];
+        let d = &mut devs[k.dev_index];
         let (lane, new) = d.lanes.take(enter, k.complete_ns);
         if new {
             let uuid = w.next_lane_uuid;
@@ -710,7 +706,7 @@ pub fn export_perfetto(
                 devs.len() - 1
             };
             if rec.issue_ns != 0 && rec.issue_ns >= t0 {
-                let i = ((rec.issue_ns - t0) / interval_ns) as usize;
+                let i = crate::numeric::u64_to_usize_saturating((rec.issue_ns - t0) / interval_ns);
                 let v = &mut devs[di].dev_inflight_max;
                 if v.len() <= i {
                     v.resize(i + 1, 0);
@@ -736,7 +732,7 @@ pub fn export_perfetto(
                 os_inflight: rec.os_inflight,
                 flags: rec.flags,
                 op: rec.op as u8,
-                dev_index: di as u32,
+                dev_index: di,
             };
             heap.push(Reverse((rec.enter_ns, seq, k)));
             seq += 1;
@@ -784,8 +780,9 @@ pub fn export_perfetto(
             ("device in-flight max", "IOs", &dev_max),
             ("", "", &[]),
         ];
-        let interval_ns = (s.interval_s * 1e9).round() as u64;
-        for (i, (name, unit, values)) in (1u64..).zip(counters) {
+        let interval_ns = crate::numeric::f64_to_u64_saturating((s.interval_s * 1e9).round());
+        // Counter i ranks i - 20: above the lanes, in this order.
+        for ((i, rank), (name, unit, values)) in (1u64..).zip(-19i64..).zip(counters) {
             if name.is_empty() || values.iter().all(|&v| v == 0.0) {
                 continue;
             }
@@ -794,7 +791,7 @@ pub fn export_perfetto(
                 uuid,
                 Some(d.uuid),
                 &format!("{} {name}", d.name),
-                Some(-(20 - i as i64)),
+                Some(rank),
                 None,
                 Some(unit),
             )?;
@@ -863,6 +860,10 @@ fn app_tracks(
     clock: &Clock,
     st: &mut PerfettoStats,
 ) -> std::io::Result<()> {
+    // A log's spans: (start, end, name, uint args, string args).
+    type Span<'a> = (u64, u64, String, Vec<(u64, u64)>, Vec<(u64, &'a str)>);
+    // A run's throughput, then each op's latencies in the order first met: (name, unit, samples).
+    type Counter<'a> = (String, &'a str, Vec<(u64, f64)>);
     let mut next_uuid = APP_UUID_BASE;
     let mut uuid = || {
         next_uuid += 1;
@@ -881,8 +882,6 @@ fn app_tracks(
             None,
             None,
         )?;
-        // (start, end, name, uint args, string args)
-        type Span<'a> = (u64, u64, String, Vec<(u64, u64)>, Vec<(u64, &'a str)>);
         let flushes: Vec<Span> = log
             .flushes
             .iter()
@@ -990,8 +989,6 @@ fn app_tracks(
             None,
             None,
         )?;
-        // Throughput, then each op's latencies in the order first met: (name, unit, samples).
-        type Counter<'a> = (String, &'a str, Vec<(u64, f64)>);
         let mut series: Vec<Counter> = vec![(
             "ops/s".into(),
             "ops/s",
