@@ -56,6 +56,12 @@ impl Files {
                 unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) }
             };
             let key = (f.key.dev, f.key.ino);
+            // No dentry to read (an inode the dcache no longer holds): left unnamed, as a
+            // dropped name is.
+            if f.depth == 0 {
+                self.dropped += 1;
+                continue;
+            }
             if self.paths.len() >= MAX_FILES && !self.paths.contains_key(&key) {
                 self.dropped += 1;
                 continue;
