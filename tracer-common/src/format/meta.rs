@@ -210,8 +210,9 @@ pub struct ProbeCounters {
     /// request took up (their IOs, if any, have no submitter). 0 elsewhere.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub submitters_lost: u64,
-    /// With `--files`: files whose name the probe could not hand over (names ring full); their
-    /// IOs name the inode only.
+    /// With `--files`: files left unnamed (the names ring was full, the inode had no dentry
+    /// left to read, or the daemon's table of a million files was full); their IOs name the
+    /// inode only.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub file_name_drops: u64,
     pub programs: Vec<ProgramStats>,
