@@ -56,8 +56,8 @@ pub struct Outcome {
     pub seconds: f64,
 }
 
-/// Install what the VMs need (idempotent): qemu, python3-venv, busybox-static and virtme-ng (in
-/// a venv under target/vm), and the kernel.
+/// Install what the VMs need (idempotent): qemu, python3-venv, busybox-static, mdadm and
+/// virtme-ng (in a venv under target/vm), and the kernel.
 pub fn setup(kernel: &str) -> Result<PathBuf> {
     let mut missing = Vec::new();
     if !have("qemu-system-x86_64") {
@@ -81,6 +81,11 @@ pub fn setup(kernel: &str) -> Result<PathBuf> {
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"));
     if !busybox_static {
         missing.push("busybox-static");
+    }
+    // md RAID arrays over the emulated NVMe disks (tests/tests/vm.rs, the raid-chunk
+    // experiment); the guest runs the host's binaries.
+    if !have("mdadm") {
+        missing.push("mdadm");
     }
     apt_install(&missing)?;
     let venv = venv_dir();
