@@ -27,7 +27,9 @@ pub mod numeric;
 pub mod report;
 
 // The paths from before the layers, used by the other crates of the workspace and the tests.
-pub use analysis::{bursts, busy, loghist, noise, sections, series, sizes, summary, whatif};
+pub use analysis::{
+    bursts, busy, classes, loghist, noise, sections, series, sizes, summary, whatif,
+};
 pub use commands::{check, compare, export};
 pub use inputs::{import, stress, synth, zone};
 pub use report::{html, plots, text};

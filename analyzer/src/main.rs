@@ -63,6 +63,17 @@ struct Detect {
     /// Spikes closer than this are one spike.
     #[arg(long, default_value = "500ms", value_parser = parse_duration, help_heading = "Detection")]
     spike_gap: u64,
+    /// Label each IO with what the application was doing, from its file and thread
+    /// (traces of blkprof-trace --files): `cassandra` (the built-in profile: commit log,
+    /// flush, compaction, query reads, other), a profile file of your own rules
+    /// (docs/classes.md), or `none`. Default `auto`: the Cassandra profile for traces that
+    /// name files, shown when it finds Cassandra's files and threads.
+    #[arg(long, value_name = "PROFILE", default_value = "auto", value_parser = parse_classes, help_heading = "Detection")]
+    classes: analyzer::classes::Choice,
+}
+
+fn parse_classes(s: &str) -> Result<analyzer::classes::Choice, String> {
+    analyzer::classes::Choice::parse(s).map_err(|e| e.to_string())
 }
 
 impl Detect {
@@ -80,6 +91,7 @@ impl Detect {
             spike_min_depth: self.spike_min_depth,
             spike_gap_ns: self.spike_gap,
             heatmaps: false,
+            classes: self.classes.clone(),
         }
     }
 }

@@ -573,6 +573,7 @@ impl Run {
             owner_cgroup: ev.owner_cgroup,
             file_dev: ev.file_dev,
             file_ino: ev.file_ino,
+            file_id: 0,
             hw_queue: ev.hw_queue.checked_sub(1),
         };
         self.received_total += 1;

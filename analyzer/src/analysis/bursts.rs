@@ -35,6 +35,11 @@ pub struct Burst {
     /// The tasks that submitted the burst's writes, most bytes first (at most three).
     #[serde(default)]
     pub writers: Vec<Writer>,
+    /// The application IO classes of its written bytes ([`crate::analysis::classes`]), most
+    /// first; empty when the report has no classes.
+    pub classes: Vec<BurstClass>,
+    /// The class of most of its written bytes ("" without classes).
+    pub class: String,
     #[serde(skip)]
     pub start_ns: u64,
     #[serde(skip)]
@@ -48,6 +53,28 @@ pub struct Writer {
     pub comm: String,
     pub bytes: u64,
     pub pct: f64,
+}
+
+/// An IO class's share of a burst's written bytes.
+#[derive(Clone, Debug, Serialize, serde::Deserialize, Default)]
+#[serde(default)]
+pub struct BurstClass {
+    pub class: String,
+    pub bytes: u64,
+    pub pct: f64,
+}
+
+/// `"flush 97%, commit log 3%"`.
+pub fn classes_text(c: &[BurstClass]) -> String {
+    let v: Vec<String> = c
+        .iter()
+        .map(|c| format!("{} {:.0}%", c.class, c.pct))
+        .collect();
+    if v.is_empty() {
+        "-".into()
+    } else {
+        v.join(", ")
+    }
 }
 
 /// `"MemtableFlushWr 85%, jbd2/loop0-8 15%"`.
@@ -198,6 +225,13 @@ impl Classifier {
     }
 }
 
+/// What splits a device's bursts by IO class: the classes, and the bytes written per class
+/// in a run of fine bins ([`crate::analysis::classes::Engine::written`]).
+pub struct ClassNames<'a> {
+    pub classes: &'a [String],
+    pub written: &'a dyn Fn(u64, u64) -> Option<Vec<u64>>,
+}
+
 fn us(h: &Histogram<u64>, q: f64) -> f64 {
     if h.is_empty() {
         0.0
@@ -214,6 +248,7 @@ pub fn bursts(
     wall: &dyn Fn(u64) -> String,
     base_ns: u64,
     comm: &dyn Fn(u32) -> String,
+    names: Option<&ClassNames>,
 ) -> (Vec<Burst>, ReadImpact) {
     let mut out = Vec::new();
     let fine_s = s.fine_ns as f64 / 1e9;
@@ -249,6 +284,23 @@ pub fn bursts(
             .collect();
         writers.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.comm.cmp(&b.comm)));
         writers.truncate(3);
+        let mut classes: Vec<BurstClass> = names
+            .and_then(|n| {
+                let w = (n.written)(b.start as u64, b.end as u64)?;
+                Some(
+                    w.into_iter()
+                        .zip(n.classes)
+                        .filter(|(b, _)| *b > 0)
+                        .map(|(b, class)| BurstClass {
+                            class: class.clone(),
+                            bytes: b,
+                            pct: b as f64 * 100.0 / bytes.max(1) as f64,
+                        })
+                        .collect(),
+                )
+            })
+            .unwrap_or_default();
+        classes.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.class.cmp(&b.class)));
         let q: f64 = (b.start..b.end).map(|k| s.fine_queue(k)).sum::<f64>();
         inside_q.0 += q;
         inside_q.1 += b.end - b.start;
@@ -273,6 +325,8 @@ pub fn bursts(
                 .max()
                 .unwrap_or(0),
             writers,
+            class: classes.first().map(|c| c.class.clone()).unwrap_or_default(),
+            classes,
             start_ns,
             end_ns,
         });

@@ -4,6 +4,7 @@
 
 pub mod bursts;
 pub mod busy;
+pub mod classes;
 pub mod loghist;
 pub mod noise;
 pub mod sections;

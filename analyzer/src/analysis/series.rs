@@ -35,6 +35,8 @@ pub struct Options {
     /// Whether to make the heatmaps ([`crate::analysis::sections::heatmaps`]): only for the HTML report
     /// and charts, or when asked, since they cost a few ns per IO.
     pub heatmaps: bool,
+    /// The application IO classes' profile (`--classes`).
+    pub classes: crate::analysis::classes::Choice,
 }
 
 impl Default for Options {
@@ -52,6 +54,7 @@ impl Default for Options {
             spike_min_depth: 16.0,
             spike_gap_ns: 500_000_000,
             heatmaps: false,
+            classes: crate::analysis::classes::Choice::Auto,
         }
     }
 }

@@ -174,6 +174,8 @@ pub struct Summary {
     pub integrity: Integrity,
     /// What the registered sections ([`crate::analysis::sections`]) made, by name.
     pub sections: BTreeMap<String, serde_json::Value>,
+    /// The application IO classes, when a profile is in force.
+    pub classes: Option<crate::analysis::classes::Classes>,
 }
 
 /// The report's name for an op group.
@@ -302,6 +304,7 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
     // Whether each task's writes count towards bursts (--burst-comm), by pass one's numbering.
     let mut burst_writer: Vec<bool> = Vec::new();
     let mut sections = crate::analysis::sections::start(opts, r.header());
+    let mut classes = opts.classes.engine(r.header().files, t0, opts.fine_ns);
     let mut kept: Vec<IoRecord> = Vec::new();
     // Pass one: totals, size mix, latency, time series.
     loop {
@@ -411,6 +414,20 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
         for (_, sec) in &mut sections {
             sec.chunk(chunk);
         }
+        if let Some(e) = classes.as_mut() {
+            e.chunk(chunk, r.tasks(), &|id| {
+                r.file(id).and_then(|f| f.2).map(str::to_string)
+            });
+        }
+    }
+    if let Some(e) = classes.as_mut() {
+        e.settle();
+    }
+    // The default profile is kept only where it finds its application.
+    if matches!(opts.classes, crate::analysis::classes::Choice::Auto)
+        && classes.as_ref().is_some_and(|e| !e.claimed())
+    {
+        classes = None;
     }
     let mut devices: BTreeMap<u32, DeviceStats> = BTreeMap::new();
     for (dev, mut d, slots) in devs {
@@ -586,8 +603,22 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
                 .cloned()
                 .unwrap_or_else(|| "?".to_string())
         };
-        let (bursts, impact) =
-            crate::analysis::bursts::bursts(&d.series, &bins, &c, &wall, t0, &comm);
+        let written = |a: u64, b: u64| classes.as_ref().and_then(|e| e.written(dev, a, b));
+        let class_names = classes
+            .as_ref()
+            .map(|e| crate::analysis::bursts::ClassNames {
+                classes: &e.profile().classes,
+                written: &written,
+            });
+        let (bursts, impact) = crate::analysis::bursts::bursts(
+            &d.series,
+            &bins,
+            &c,
+            &wall,
+            t0,
+            &comm,
+            class_names.as_ref(),
+        );
         d.bursts = bursts;
         d.read_impact = impact;
         d.spikes = crate::analysis::bursts::spikes(&d.series, &spike_bins, &wall, t0);
@@ -616,7 +647,10 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
         )
     };
     let cgroup = |id: u64| r.cgroup_path(id).map(str::to_string);
-    let file = |dev: u32, ino: u64| r.file_path(dev, ino).map(str::to_string);
+    let file = |id: u32| {
+        r.file(id)
+            .map(|(dev, ino, path)| (dev, ino, path.map(str::to_string)))
+    };
     let names = crate::analysis::sections::Names {
         devices: &devices,
         device: &name,
@@ -628,6 +662,7 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
             trailer.as_ref().map_or(&[][..], |t| &t.diskstats_end),
         ),
     };
+    let classes = classes.map(|e| e.report(&name));
     // A section with nothing to say (Null) leaves no key.
     let sections = sections
         .into_iter()
@@ -636,6 +671,7 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
         .collect();
     Ok(Summary {
         sections,
+        classes,
         tasks,
         context: Context::default(),
         paths: vec![path.to_owned()],
@@ -783,6 +819,12 @@ impl Summary {
                 queue_depth_spikes: d.spikes.clone(),
                 reads_during_bursts: d.read_impact.clone(),
                 series: self.series_json(d),
+                classes: self
+                    .classes
+                    .as_ref()
+                    .and_then(|c| c.devices.iter().find(|x| x.name == d.name))
+                    .map(|x| x.classes.clone())
+                    .unwrap_or_default(),
                 queue: self
                     .header
                     .devices
@@ -841,6 +883,7 @@ impl Summary {
                 .collect(),
             tasks: self.tasks.len(),
             sections: self.sections.clone(),
+            class_profile: self.classes.as_ref().map(|c| c.profile.clone()),
         }
     }
 
@@ -1060,6 +1103,8 @@ impl Summary {
                     .writers
                     .first()
                     .map_or_else(|| "-".to_string(), |w| w.comm.clone()),
+                class: b.class.clone(),
+                write_bytes: b.write_bytes,
             })
             .collect()
     }
@@ -1094,6 +1139,7 @@ impl Summary {
                         &compactions,
                         &self.burst_spans(d),
                         FLUSH_MATCH_TOLERANCE_NS,
+                        self.classes.as_ref(),
                     ),
                 )
             })
@@ -1169,6 +1215,7 @@ impl Summary {
                         &[],
                         &bursts,
                         FLUSH_MATCH_TOLERANCE_NS,
+                        None,
                     );
                     (o, (m.flushes_matched, inside))
                 })

@@ -2,7 +2,7 @@
 //! the trace's wall-clock axis: YCSB (status lines with or without timestamps, the summary
 //! block, time-series exports) and Cassandra's system.log (flushes, compactions, deletions).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -470,6 +470,8 @@ pub struct Flush {
     #[serde(skip)]
     pub end_ns: i64,
     pub bytes: Option<u64>,
+    /// The SSTable it wrote (`<dir>/nb-12-big`), from "Completed flushing <path>".
+    pub sstable: Option<String>,
 }
 
 /// A compaction from "Compacting (id)" to "Compacted (id)".
@@ -483,6 +485,8 @@ pub struct Compaction {
     pub start_ns: i64,
     #[serde(skip)]
     pub end_ns: i64,
+    /// The SSTables it wrote (`<dir>/nb-12-big`), from "Compacted (id) N sstables to [...]".
+    pub outputs: Vec<String>,
 }
 
 #[derive(Clone, Debug, Serialize, serde::Deserialize, Default)]
@@ -582,6 +586,7 @@ pub fn parse_cassandra_log(path: &Path, text: &str, zone: &Zone) -> Result<AppLo
                     start_ns: start,
                     end_ns: t,
                     bytes,
+                    sstable: crate::analysis::classes::sstable_group(p).map(str::to_string),
                 });
             }
             push("flush-completed", table, bytes);
@@ -591,15 +596,28 @@ pub fn parse_cassandra_log(path: &Path, text: &str, zone: &Zone) -> Result<AppLo
             }
             push("compaction-started", None, None);
         } else if let Some(r) = msg.strip_prefix("Compacted (") {
-            if let Some((id, _)) = r.split_once(')')
+            if let Some((id, rest)) = r.split_once(')')
                 && let Some(start) = compacting.remove(id)
             {
+                // "... 7 sstables to [/d/ks/t-1/nb-8-big,] to level=0. ..."
+                let outputs = rest
+                    .split_once(" to [")
+                    .and_then(|(_, l)| l.split_once(']'))
+                    .map(|(l, _)| {
+                        l.split(',')
+                            .map(str::trim)
+                            .filter(|x| !x.is_empty())
+                            .map(str::to_string)
+                            .collect()
+                    })
+                    .unwrap_or_default();
                 log.compactions.push(Compaction {
                     id: id.to_string(),
                     start: wall(start),
                     end: wall(t),
                     start_ns: start,
                     end_ns: t,
+                    outputs,
                 });
             }
             push("compaction-completed", None, None);
@@ -651,6 +669,46 @@ pub struct FlushMatch {
     /// Per burst: what it matched ("flush", "compaction" or "none") and who wrote it.
     #[serde(default)]
     pub burst_rows: Vec<BurstMatch>,
+    /// The IO classes the trace alone gave (`blkprof report --classes`) against the log; null
+    /// without classes.
+    pub classes: Option<ClassAgreement>,
+}
+
+/// The trace's IO classes against the application's log: each burst's class (of most of its
+/// written bytes) against what the log says was going on (the flushes and compactions it
+/// overlaps), and the class of each SSTable the trace saw made against the log's account of it
+/// (flushed, or written by a compaction).
+#[derive(Clone, Debug, Serialize, serde::Deserialize, Default)]
+#[serde(default)]
+pub struct ClassAgreement {
+    pub profile: String,
+    pub bursts: usize,
+    /// Bursts the log explains as a flush, and how many of them the trace labels flush.
+    pub log_flush: usize,
+    pub log_flush_labelled_flush: usize,
+    /// Bursts the log explains as a compaction, and how many the trace labels compaction.
+    pub log_compaction: usize,
+    pub log_compaction_labelled_compaction: usize,
+    /// Of those, the bursts that overlap both a flush and a compaction, explained by the
+    /// flushes' logged sizes (see [`BurstMatch::log`]).
+    pub log_both: usize,
+    /// Bursts the log does not explain, and their labels.
+    pub log_none: usize,
+    pub log_none_labels: Vec<(String, usize)>,
+    /// SSTables both the trace saw made and the log names, the trace's class and the log's
+    /// agreeing; by the log's account.
+    pub sstables_compared: usize,
+    pub sstables_agree: usize,
+    pub sstables_flushed: usize,
+    pub sstables_compacted: usize,
+    /// (path, the log's account, the trace's class), at most 20.
+    pub sstables_disagree: Vec<(String, String, String)>,
+    /// SSTables the trace saw made that the log does not name (made before its last line
+    /// or not by a flush or compaction), and SSTables the log names that the trace did not see
+    /// made (before or after the trace, or not written during it by a thread that is not
+    /// writeback).
+    pub sstables_trace_only: usize,
+    pub sstables_log_only: usize,
 }
 
 #[derive(Clone, Debug, Serialize, serde::Deserialize, Default)]
@@ -662,6 +720,14 @@ pub struct BurstMatch {
     /// The comm that wrote most of the burst ("-" if unknown).
     #[serde(default)]
     pub main_writer: String,
+    /// Its IO class from the trace alone ("" without classes).
+    pub class: String,
+    /// What the log explains it as: "flush" when it overlaps a flush and no compaction, or
+    /// both but the flushes it overlaps wrote (by the log's own sizes) at least half its bytes;
+    /// "compaction" when it overlaps a compaction otherwise; else "none".
+    pub log: String,
+    /// It overlaps both a flush and a compaction.
+    pub log_both: bool,
 }
 
 /// A detected burst for matching: wall-clock span, its start as text, its writers as text
@@ -672,6 +738,10 @@ pub struct BurstSpan {
     pub start: String,
     pub writers: String,
     pub main_writer: String,
+    /// Its IO class from the trace alone ("" without classes).
+    pub class: String,
+    /// Its written bytes.
+    pub write_bytes: u64,
 }
 
 /// A burst matches a flush when it overlaps [enqueued - tol, completed + tol]. Bursts that
@@ -681,6 +751,7 @@ pub fn match_flushes(
     compactions: &[Compaction],
     bursts: &[BurstSpan],
     tol_ns: i64,
+    classes: Option<&crate::analysis::classes::Classes>,
 ) -> FlushMatch {
     let big: Vec<&Flush> = flushes
         .iter()
@@ -708,13 +779,20 @@ pub fn match_flushes(
     }
     let mut bm = 0;
     let mut in_comp = 0;
-    let burst_rows = bursts
+    let burst_rows: Vec<BurstMatch> = bursts
         .iter()
         .map(|b| {
-            let matched = if big.iter().any(|f| overlaps(f, b)) {
+            let flush = big.iter().any(|f| overlaps(f, b));
+            let compaction = in_compaction(b);
+            let flushed: u64 = big
+                .iter()
+                .filter(|f| overlaps(f, b))
+                .map(|f| f.bytes.unwrap_or(u64::MAX))
+                .fold(0, u64::saturating_add);
+            let matched = if flush {
                 bm += 1;
                 "flush"
-            } else if in_compaction(b) {
+            } else if compaction {
                 in_comp += 1;
                 "compaction"
             } else {
@@ -725,9 +803,19 @@ pub fn match_flushes(
                 matched: matched.into(),
                 writers: b.writers.clone(),
                 main_writer: b.main_writer.clone(),
+                class: b.class.clone(),
+                log: match (flush, compaction) {
+                    (true, false) => "flush",
+                    (true, true) if flushed.saturating_mul(2) >= b.write_bytes => "flush",
+                    (_, true) => "compaction",
+                    (false, false) => "none",
+                }
+                .into(),
+                log_both: flush && compaction,
             }
         })
         .collect();
+    let classes = classes.map(|c| agreement(c, &burst_rows, flushes, compactions));
     FlushMatch {
         flushes: big.len(),
         flushes_matched: fm,
@@ -748,7 +836,77 @@ pub fn match_flushes(
         unmatched_in_compactions: in_comp,
         rows,
         burst_rows,
+        classes,
     }
+}
+
+/// [`ClassAgreement`] from the matched bursts and the log's SSTables.
+fn agreement(
+    c: &crate::analysis::classes::Classes,
+    bursts: &[BurstMatch],
+    flushes: &[Flush],
+    compactions: &[Compaction],
+) -> ClassAgreement {
+    let mut a = ClassAgreement {
+        profile: c.profile.clone(),
+        bursts: bursts.len(),
+        ..ClassAgreement::default()
+    };
+    let mut none: BTreeMap<String, usize> = BTreeMap::new();
+    for b in bursts {
+        a.log_both += usize::from(b.log_both);
+        match b.log.as_str() {
+            "flush" => {
+                a.log_flush += 1;
+                a.log_flush_labelled_flush += usize::from(b.class == "flush");
+            }
+            "compaction" => {
+                a.log_compaction += 1;
+                a.log_compaction_labelled_compaction += usize::from(b.class == "compaction");
+            }
+            _ => {
+                a.log_none += 1;
+                *none.entry(b.class.clone()).or_default() += 1;
+            }
+        }
+    }
+    a.log_none_labels = none.into_iter().collect();
+    // The log's account of each SSTable: flushed, or written by a compaction.
+    let mut log: HashMap<&str, &str> = HashMap::new();
+    for f in flushes {
+        if let Some(s) = &f.sstable {
+            log.insert(s, "flush");
+        }
+    }
+    for k in compactions {
+        for s in &k.outputs {
+            log.insert(s, "compaction");
+        }
+    }
+    let mut seen: HashSet<&str> = HashSet::new();
+    for m in &c.made {
+        let Some(&account) = log.get(m.path.as_str()) else {
+            // Only SSTables: other files a thread made (the commit log) are not the log's.
+            if crate::analysis::classes::is_sstable_group(&m.path) {
+                a.sstables_trace_only += 1;
+            }
+            continue;
+        };
+        seen.insert(m.path.as_str());
+        a.sstables_compared += 1;
+        if account == m.class {
+            a.sstables_agree += 1;
+        } else if a.sstables_disagree.len() < 20 {
+            a.sstables_disagree
+                .push((m.path.clone(), account.to_string(), m.class.clone()));
+        }
+        match account {
+            "flush" => a.sstables_flushed += 1,
+            _ => a.sstables_compacted += 1,
+        }
+    }
+    a.sstables_log_only = log.keys().filter(|k| !seen.contains(*k)).count();
+    a
 }
 
 #[cfg(test)]
@@ -878,6 +1036,7 @@ total, 4000, 4000, 4000, 4000, 1.2, 0.9, 3.0, 8.0, 18.0, 30.0, 1.0, 0.0, 0, 0, 0
             start_ns: s * 1_000_000_000,
             end_ns: e * 1_000_000_000,
             bytes: Some(5 << 20),
+            sstable: None,
         };
         let flushes = [f(10, 11), f(20, 21), f(30, 31)];
         let b = |s: i64, e: i64| BurstSpan {
@@ -886,6 +1045,8 @@ total, 4000, 4000, 4000, 4000, 1.2, 0.9, 3.0, 8.0, 18.0, 30.0, 1.0, 0.0, 0, 0, 0
             start: format!("t{s}"),
             writers: "w".into(),
             main_writer: "w".into(),
+            class: String::new(),
+            write_bytes: 0,
         };
         // Compaction 40..45 s: the burst at 46 s is within the 1 s tolerance, at 60 s is not.
         let compactions = [Compaction {
@@ -894,12 +1055,14 @@ total, 4000, 4000, 4000, 4000, 1.2, 0.9, 3.0, 8.0, 18.0, 30.0, 1.0, 0.0, 0, 0, 0
             end: String::new(),
             start_ns: 40_000_000_000,
             end_ns: 45_000_000_000,
+            outputs: Vec::new(),
         }];
         let m = match_flushes(
             &flushes,
             &compactions,
             &[b(11, 12), b(22, 23), b(46, 47), b(60, 61)],
             1_000_000_000,
+            None,
         );
         assert_eq!(
             (m.flushes, m.flushes_matched, m.bursts, m.bursts_matched),
@@ -912,6 +1075,105 @@ total, 4000, 4000, 4000, 4000, 1.2, 0.9, 3.0, 8.0, 18.0, 30.0, 1.0, 0.0, 0, 0, 0
         // Flush 20..21 s, burst from 22 s: exactly the 1 s tolerance after its end.
         assert_eq!(m.rows[1].3.as_deref(), Some("t22"));
         assert_eq!(m.rows[2].3, None);
+        assert!(m.classes.is_none());
+    }
+
+    /// The trace's classes against the log: a burst over a flush and a compaction is what the
+    /// flushes' logged sizes make of it; SSTables by the log's account of them.
+    #[test]
+    fn classes_are_checked_against_the_log() {
+        let s = 1_000_000_000;
+        let flushes = [
+            Flush {
+                start_ns: 10 * s,
+                end_ns: 11 * s,
+                bytes: Some(2 << 20),
+                sstable: Some("/d/nb-1-big".into()),
+                ..Flush::default()
+            },
+            Flush {
+                start_ns: 40 * s,
+                end_ns: 41 * s,
+                bytes: Some(2 << 20),
+                sstable: Some("/d/nb-3-big".into()),
+                ..Flush::default()
+            },
+        ];
+        let compactions = [Compaction {
+            start_ns: 39 * s,
+            end_ns: 45 * s,
+            outputs: vec!["/d/nb-2-big".into(), "/d/nb-4-big".into()],
+            ..Compaction::default()
+        }];
+        let b = |t: i64, mb: u64, class: &str| BurstSpan {
+            start_ns: t * s,
+            end_ns: t * s + s / 2,
+            start: format!("t{t}"),
+            writers: String::new(),
+            main_writer: String::new(),
+            class: class.into(),
+            write_bytes: mb << 20,
+        };
+        let bursts = [
+            b(10, 2, "flush"),
+            // Over the 40 s flush and the compaction: 3 MiB is flush-sized, 40 MiB is not.
+            b(40, 3, "flush"),
+            b(42, 40, "compaction"),
+            b(44, 30, "flush"),
+            b(80, 1, "commit log"),
+        ];
+        let made = |path: &str, class: &str| crate::analysis::classes::Made {
+            path: path.into(),
+            class: class.into(),
+            creator: String::new(),
+        };
+        let classes = crate::analysis::classes::Classes {
+            profile: "cassandra".into(),
+            devices: Vec::new(),
+            made: vec![
+                made("/d/nb-1-big", "flush"),
+                made("/d/nb-2-big", "compaction"),
+                made("/d/nb-3-big", "compaction"),
+                made("/d/nb-9-big", "flush"),
+                made("/c/CommitLog-7-1.log", "commit log"),
+            ],
+        };
+        let m = match_flushes(&flushes, &compactions, &bursts, s, Some(&classes));
+        let logs: Vec<&str> = m.burst_rows.iter().map(|r| r.log.as_str()).collect();
+        assert_eq!(logs, ["flush", "flush", "compaction", "compaction", "none"]);
+        let a = m.classes.unwrap();
+        assert_eq!(
+            (a.bursts, a.log_flush, a.log_flush_labelled_flush),
+            (5, 2, 2)
+        );
+        assert_eq!(
+            (
+                a.log_compaction,
+                a.log_compaction_labelled_compaction,
+                a.log_both
+            ),
+            (2, 1, 2)
+        );
+        assert_eq!(a.log_none_labels, [("commit log".to_string(), 1)]);
+        assert_eq!(
+            (
+                a.sstables_compared,
+                a.sstables_agree,
+                a.sstables_flushed,
+                a.sstables_compacted
+            ),
+            (3, 2, 2, 1)
+        );
+        assert_eq!(
+            a.sstables_disagree,
+            [(
+                "/d/nb-3-big".to_string(),
+                "flush".to_string(),
+                "compaction".to_string()
+            )]
+        );
+        // nb-9 made in the trace only (not the commit log: not an SSTable); nb-4 in the log only.
+        assert_eq!((a.sstables_trace_only, a.sstables_log_only), (1, 1));
     }
 
     #[test]
@@ -978,11 +1240,16 @@ total, 4000, 4000, 4000, 4000, 1.2, 0.9, 3.0, 8.0, 18.0, 30.0, 1.0, 0.0, 0, 0, 0
     fn compactions_are_spans_by_id() {
         let log = "INFO  [CompactionExecutor:1] 2026-11-22 05:57:47,531 CompactionTask.java:167 - Compacting (a4a8-1) [/d/ks/t-1/nb-7-big-Data.db:level=0, ]\n\
 INFO  [CompactionExecutor:2] 2026-11-22 05:57:48,000 CompactionTask.java:167 - Compacting (b5b9-2) [/d/ks/t-1/nb-9-big-Data.db:level=0, ]\n\
-INFO  [CompactionExecutor:1] 2026-11-22 05:57:47,656 CompactionTask.java:258 - Compacted (a4a8-1) 7 sstables to [/d/ks/t-1/nb-8-big,] to level=0.\n";
+INFO  [CompactionExecutor:1] 2026-11-22 05:57:47,656 CompactionTask.java:258 - Compacted (a4a8-1) 7 sstables to [/d/ks/t-1/nb-8-big,/d/ks/t-1/nb-10-big,] to level=0.\n\
+INFO  [NativePoolCleaner] 2026-11-22 05:57:49,000 ColumnFamilyStore.java:1052 - Enqueuing flush of ks.t, Reason: MEMTABLE_LIMIT, Usage: 5 MiB (3%) on-heap\n\
+INFO  [PerDiskMemtableFlushWriter_0:1] 2026-11-22 05:57:49,100 Flushing.java:179 - Completed flushing /d/ks/t-1/nb-11-big-Data.db (1.855MiB) for commitlog position CommitLogPosition(segmentId=1, position=2)\n";
         let l = parse_cassandra_log(Path::new("s.log"), log, &Zone::utc()).unwrap();
         assert_eq!(l.compactions.len(), 1, "b5b9-2 never completed");
         let c = &l.compactions[0];
         assert_eq!(c.id, "a4a8-1");
         assert_eq!(c.end_ns - c.start_ns, 125_000_000);
+        assert_eq!(c.outputs, ["/d/ks/t-1/nb-8-big", "/d/ks/t-1/nb-10-big"]);
+        assert_eq!(l.flushes.len(), 1);
+        assert_eq!(l.flushes[0].sstable.as_deref(), Some("/d/ks/t-1/nb-11-big"));
     }
 }

@@ -97,6 +97,7 @@ pub fn write_trace_with(path: &Path, ios: &mut [Io], meta: &Meta) -> Result<(), 
             owner_cgroup: 0,
             file_dev: 0,
             file_ino: 0,
+            file_id: 0,
             hw_queue: None,
         };
         w.push(&r, &comm)?;

@@ -70,7 +70,7 @@ pub struct JsonOp {
     pub errors: u64,
 }
 
-#[derive(Serialize, serde::Deserialize, Default)]
+#[derive(Serialize, serde::Deserialize, Default, Clone, Debug)]
 #[serde(default)]
 pub struct JsonSize {
     pub class: String,
@@ -138,6 +138,8 @@ pub struct JsonDevice {
     pub queue_depth_spikes: Vec<Spike>,
     pub reads_during_bursts: ReadImpact,
     pub series: JsonSeries,
+    /// The application IO classes ([`crate::analysis::classes`]): empty without a profile.
+    pub classes: Vec<crate::analysis::classes::ClassRow>,
     /// The disk's queue settings at the start (read-ahead, scheduler, ...), as the tracer
     /// read them from sysfs; null when the trace does not say (older tracers, devices met
     /// mid-run).
@@ -236,6 +238,9 @@ pub struct JsonReport {
     /// What each registered section made ([`crate::analysis::sections`]), by its name.
     #[serde(default)]
     pub sections: BTreeMap<String, serde_json::Value>,
+    /// The IO-class profile in force (`--classes`; docs/classes.md), null for none.
+    #[serde(default)]
+    pub class_profile: Option<String>,
 }
 
 /// A disk's queue settings as the reports say them, one part per setting sysfs gave, each

@@ -174,12 +174,45 @@ pub fn write(out: &mut dyn Write, j: &JsonReport) -> std::io::Result<()> {
                 )?;
             }
         }
+        if !d.classes.is_empty() {
+            writeln!(
+                out,
+                "  IO classes (profile {}: each IO by its file and thread; --classes):",
+                j.class_profile.as_deref().unwrap_or("?")
+            )?;
+            writeln!(
+                out,
+                "    {:<14} {:>10} {:>6} {:>10} {:>6} {:>10} {:>10} {:<18} {:>9} {:>9}",
+                "class", "IOs", "%", "bytes", "%", "read", "written", "top size", "p50", "p99"
+            )?;
+            for c in &d.classes {
+                let top = c.block_sizes.first().map_or_else(
+                    || "-".to_string(),
+                    |z| format!("{:.0}% {}", z.pct_ios, z.class),
+                );
+                writeln!(
+                    out,
+                    "    {:<14} {:>10} {:>6.1} {:>10} {:>6.1} {:>10} {:>10} {:<18} {:>9} {:>9}",
+                    c.class,
+                    thousands(c.ios),
+                    c.pct_ios,
+                    bytes(c.bytes),
+                    c.pct_bytes,
+                    bytes(c.read_bytes),
+                    bytes(c.write_bytes),
+                    top,
+                    fmt_us(c.p50_us),
+                    fmt_us(c.p99_us),
+                )?;
+            }
+        }
         if !d.bursts.is_empty() {
             let b0 = &d.bursts;
+            let classed = b0.iter().any(|b| !b.class.is_empty());
             writeln!(out, "  write bursts ({}):", b0.len())?;
             writeln!(
                 out,
-                "    {:<24} {:>8} {:>7} {:>10} {:>10} {:<16} {:>9} {:>9} {:<22} written by",
+                "    {:<24} {:>8} {:>7} {:>10} {:>10} {:<16} {:>9} {:>9} {:<22} {}written by",
                 "start",
                 "+s",
                 "dur s",
@@ -189,6 +222,11 @@ pub fn write(out: &mut dyn Write, j: &JsonReport) -> std::io::Result<()> {
                 "read p99",
                 "qd mean",
                 "discards after",
+                if classed {
+                    format!("{:<18} ", "class")
+                } else {
+                    String::new()
+                },
             )?;
             for b in b0.iter().take(20) {
                 let disc = if b.discards_after > 0 {
@@ -201,9 +239,20 @@ pub fn write(out: &mut dyn Write, j: &JsonReport) -> std::io::Result<()> {
                 } else {
                     "-".into()
                 };
+                let class = if classed {
+                    format!(
+                        "{:<18} ",
+                        b.classes.first().map_or_else(
+                            || "-".to_string(),
+                            |c| format!("{} {:.0}%", c.class, c.pct)
+                        )
+                    )
+                } else {
+                    String::new()
+                };
                 writeln!(
                     out,
-                    "    {:<24} {:>8.1} {:>7.1} {:>10} {:>10.0} {:<16} {:>9} {:>9.1} {:<22} {}",
+                    "    {:<24} {:>8.1} {:>7.1} {:>10} {:>10.0} {:<16} {:>9} {:>9.1} {:<22} {class}{}",
                     b.start,
                     b.start_s,
                     b.duration_s,
@@ -310,6 +359,9 @@ pub fn write(out: &mut dyn Write, j: &JsonReport) -> std::io::Result<()> {
                 "  bursts matching a flush, by main writer: {} (--burst-comm NAME finds bursts among one writer's IOs)",
                 list.join(", ")
             )?;
+        }
+        if let Some(a) = &m.classes {
+            class_agreement(a, out)?;
         }
         for (table, start, end, hit) in m.rows.iter().take(40) {
             writeln!(
@@ -487,5 +539,53 @@ pub fn write(out: &mut dyn Write, j: &JsonReport) -> std::io::Result<()> {
         }
     )?;
     let _ = human;
+    Ok(())
+}
+
+/// The trace's IO classes against the application's log (under the flush match).
+fn class_agreement(
+    a: &crate::inputs::stress::ClassAgreement,
+    out: &mut dyn Write,
+) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "  IO classes from the trace alone (profile {}) vs the log, {} bursts: the log explains {} as flushes, {} labelled flush; {} as compactions, {} labelled compaction ({} bursts overlap both: the log's flush sizes decide); {} overlap neither{}",
+        a.profile,
+        a.bursts,
+        a.log_flush,
+        a.log_flush_labelled_flush,
+        a.log_compaction,
+        a.log_compaction_labelled_compaction,
+        a.log_both,
+        a.log_none,
+        if a.log_none_labels.is_empty() {
+            String::new()
+        } else {
+            let l: Vec<String> = a
+                .log_none_labels
+                .iter()
+                .map(|(c, n)| format!("{n} {}", if c.is_empty() { "-" } else { c }))
+                .collect();
+            format!(" (labelled {})", l.join(", "))
+        }
+    )?;
+    writeln!(
+        out,
+        "  SSTables made during the trace and named in the log: {} ({} flushed, {} written by compactions); the trace's class agrees for {}{}; {} made in the trace only, {} in the log only",
+        a.sstables_compared,
+        a.sstables_flushed,
+        a.sstables_compacted,
+        a.sstables_agree,
+        if a.sstables_disagree.is_empty() {
+            String::new()
+        } else {
+            format!(", not for {}", a.sstables_compared - a.sstables_agree)
+        },
+        a.sstables_trace_only,
+        a.sstables_log_only,
+    )?;
+    for (path, log, trace) in &a.sstables_disagree {
+        writeln!(out, "    {path}: the log says {log}, the trace {trace}")?;
+    }
     Ok(())
 }

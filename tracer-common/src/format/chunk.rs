@@ -158,9 +158,56 @@ pub(super) struct TaskIds {
     pub(super) cgroups: bool,
     /// The file's task tables hold owner cgroups, and its chunks file tables (version 5 on).
     pub(super) owners: bool,
+    /// The files met so far by id - 1: file system, inode, and path once named.
+    pub(super) files: Vec<(u32, u64, Option<String>)>,
+    /// The id of each (file system, inode) now.
+    pub(super) file_ids: HashMap<(u32, u64), u32>,
 }
 
+/// Files a reader tells apart at most (about 100 bytes each): a damaged or hostile file cannot
+/// make it hold more; the IO of files beyond has file id 0 (unknown).
+const MAX_FILE_IDS: usize = 1 << 22;
+
 impl TaskIds {
+    /// The id of a file of a chunk's file table (0 when the reader holds too many).
+    fn file_id(&mut self, dev: u32, ino: u64) -> u32 {
+        if let Some(&id) = self.file_ids.get(&(dev, ino)) {
+            return id;
+        }
+        self.new_file(dev, ino, None)
+    }
+
+    fn new_file(&mut self, dev: u32, ino: u64, path: Option<String>) -> u32 {
+        if self.files.len() >= MAX_FILE_IDS {
+            return 0;
+        }
+        self.files.push((dev, ino, path));
+        let id = u32::try_from(self.files.len()).unwrap_or(0);
+        self.file_ids.insert((dev, ino), id);
+        id
+    }
+
+    /// A File frame: the path of (file system, inode) from here on. The same path again
+    /// changes nothing; a first name names the file met unnamed; another name is another file
+    /// (an inode number reused after the first file was deleted).
+    pub(super) fn name_file(&mut self, dev: u32, ino: u64, path: &str) {
+        if let Some(&id) = self.file_ids.get(&(dev, ino))
+            && let Some(f) = (id as usize)
+                .checked_sub(1)
+                .and_then(|i| self.files.get_mut(i))
+        {
+            match &f.2 {
+                Some(p) if p == path => return,
+                None => {
+                    f.2 = Some(path.to_string());
+                    return;
+                }
+                Some(_) => {}
+            }
+        }
+        self.new_file(dev, ino, Some(path.to_string()));
+    }
+
     fn id(&mut self, pid: u32, comm: &[u8], cgroup: u64, owner: u64) -> u32 {
         let next = self.tasks.len() as u32;
         let id = *self
@@ -194,8 +241,9 @@ pub(super) struct ChunkTables {
     pub(super) devs: Vec<u32>,
     /// Per entry of the chunk's task table: the reader's task id and the task.
     pub(super) tasks: Vec<(u32, ChunkTask)>,
-    /// (file system, inode) per entry of the chunk's file table (version 5 on).
-    pub(super) files: Vec<(u32, u64)>,
+    /// (file system, inode, reader's file id) per entry of the chunk's file table (version 5
+    /// on).
+    pub(super) files: Vec<(u32, u64, u32)>,
 }
 
 /// "records frame: `what`", the reason a damaged records frame is reported with.
@@ -266,7 +314,8 @@ pub(super) fn read_tables(c: &mut Cursor, ids: &mut TaskIds) -> Result<ChunkTabl
             let short = || bad("short file table");
             let dev = u32::try_from(c.varint().ok_or_else(short)?)
                 .map_err(|_| bad("file device out of range"))?;
-            files.push((dev, c.varint().ok_or_else(short)?));
+            let ino = c.varint().ok_or_else(short)?;
+            files.push((dev, ino, ids.file_id(dev, ino)));
         }
     }
     Ok(ChunkTables {

@@ -173,8 +173,8 @@ pub(super) fn from_row(
         0 => None,
         q => Some(u16::try_from(q - 1).ok()?),
     };
-    let (file_dev, file_ino) = match col(COL_FILE) {
-        0 => (0, 0),
+    let (file_dev, file_ino, file_id) = match col(COL_FILE) {
+        0 => (0, 0, 0),
         f => *t.files.get(usize::try_from(f - 1).ok()?)?,
     };
     let r = IoRecord {
@@ -196,6 +196,7 @@ pub(super) fn from_row(
         owner_cgroup: tk.owner_cgroup,
         file_dev,
         file_ino,
+        file_id,
         hw_queue,
     };
     d.advance(&r);

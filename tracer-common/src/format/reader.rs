@@ -173,6 +173,15 @@ impl TraceReader {
         self.files.get(&(dev, ino)).map(String::as_str)
     }
 
+    /// A file by the id records carry ([`IoRecord::file_id`]): its file system, inode and,
+    /// once named, path. Ids count from 1 in the order files are met, each file its own: an
+    /// inode number named anew is a new id, so the IO of a deleted file and of the file that
+    /// took its inode number are told apart.
+    pub fn file(&self, id: u32) -> Option<(u32, u64, Option<&str>)> {
+        let (dev, ino, path) = self.task_ids.files.get((id as usize).checked_sub(1)?)?;
+        Some((*dev, *ino, path.as_deref()))
+    }
+
     /// Every file named so far: (file system, inode) to path.
     pub fn files(&self) -> &std::collections::HashMap<(u32, u64), String> {
         &self.files
@@ -422,6 +431,7 @@ impl TraceReader {
                             false
                         }),
                         FrameKind::File => self.parse_json::<FileInfo>().map(|f| {
+                            self.task_ids.name_file(f.dev, f.ino, &f.path);
                             self.files.insert((f.dev, f.ino), f.path);
                             false
                         }),

@@ -42,6 +42,10 @@ pub struct IoRecord {
     /// traced, files before version 5). Kept in the chunk's file table.
     pub file_dev: u32,
     pub file_ino: u64,
+    /// The reader's id of that file ([`super::TraceReader::file`]), 0 when unknown (as
+    /// `file_dev`). An inode number the trace names anew (reused by another file after the
+    /// first was deleted) is another file with another id. Not written: writers ignore it.
+    pub file_id: u32,
     /// The blk-mq hardware queue (`hctx` index: on NVMe, the submission queue) the request
     /// was dispatched through; `None` if unknown (files before version 4, imported traces).
     pub hw_queue: Option<u16>,

@@ -56,6 +56,7 @@ fn sample(i: u64) -> IoRecord {
             _ => crate::dev_join(259, 1),
         },
         file_ino: if i % 5 >= 3 { 12 + i % 7 } else { 0 },
+        file_id: 0,
         hw_queue: match i % 7 {
             0 => None,
             6 => Some(u16::MAX),
@@ -107,9 +108,24 @@ fn round_trip_is_exact_across_chunks() {
     for (i, got) in all.iter().enumerate() {
         let mut want = sample(i as u64);
         want.task = got.task;
+        // Each (file system, inode) is one file, nothing being renamed.
+        want.file_id = got.file_id;
         assert_eq!(*got, want, "record {i}");
         assert_eq!(r.tasks()[got.task as usize].comm, format!("task{}", i % 4));
+        match r.file(got.file_id) {
+            Some((dev, ino, None)) => assert_eq!((dev, ino), (got.file_dev, got.file_ino)),
+            other => assert!(
+                got.file_dev == 0 && other.is_none(),
+                "record {i}: {other:?}"
+            ),
+        }
     }
+    let ids: std::collections::HashSet<(u32, u64, u32)> = all
+        .iter()
+        .map(|x| (x.file_dev, x.file_ino, x.file_id))
+        .collect();
+    // None, direct IO, the device's page cache, seven inodes.
+    assert_eq!(ids.len(), 10, "{ids:?}");
     assert_eq!(r.trailer().unwrap().records_in_file, n);
 }
 
@@ -160,9 +176,72 @@ fn frames_written_in_memory_append_into_a_file() {
     for (i, got) in all.iter().enumerate() {
         let mut want = sample(i as u64);
         want.task = got.task;
+        want.file_id = got.file_id;
         assert_eq!(*got, want, "record {i}");
     }
     assert!(r.devices().iter().any(|d| d.name == "loop1"));
+}
+
+/// An inode number named anew (the file deleted, its number reused by another) is another
+/// file: the IO of each keeps its own name.
+#[test]
+fn an_inode_named_anew_is_another_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.blkp");
+    let mut w = TraceWriter::create(&path, &header()).unwrap();
+    let fs = crate::dev_join(259, 1);
+    let file = |path: &str| FileInfo {
+        dev: fs,
+        ino: 12,
+        path: path.into(),
+    };
+    let rec = |i: u64| IoRecord {
+        file_dev: fs,
+        file_ino: 12,
+        ..sample(i * 5 + 3)
+    };
+    // Named, two IOs; named again the same (a new trace file of a rotation would); then the
+    // inode is another file's; then an IO of an inode never named.
+    w.write_file(&file("/d/nb-1-big-Data.db")).unwrap();
+    w.push(&rec(0), &comm_bytes("a")).unwrap();
+    w.flush_chunk().unwrap();
+    w.write_file(&file("/d/nb-1-big-Data.db")).unwrap();
+    w.push(&rec(1), &comm_bytes("a")).unwrap();
+    w.flush_chunk().unwrap();
+    w.write_file(&file("/d/nb-9-big-Data.db")).unwrap();
+    w.push(&rec(2), &comm_bytes("a")).unwrap();
+    w.push(
+        &IoRecord {
+            file_ino: 99,
+            ..rec(3)
+        },
+        &comm_bytes("a"),
+    )
+    .unwrap();
+    w.finish(&TraceTrailer::default()).unwrap();
+    let mut r = TraceReader::open(&path).unwrap();
+    let mut all = Vec::new();
+    let mut buf = Vec::new();
+    while r.next_chunk(&mut buf).unwrap() {
+        all.extend_from_slice(&buf);
+    }
+    let names: Vec<(u32, Option<&str>)> = all
+        .iter()
+        .map(|x| (x.file_id, r.file(x.file_id).and_then(|f| f.2)))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            (1, Some("/d/nb-1-big-Data.db")),
+            (1, Some("/d/nb-1-big-Data.db")),
+            (2, Some("/d/nb-9-big-Data.db")),
+            (3, None)
+        ]
+    );
+    assert_eq!(r.file(3).map(|f| (f.0, f.1)), Some((fs, 99)));
+    assert_eq!(r.file(0), None);
+    assert_eq!(r.file(4), None);
+    assert_eq!(r.file_path(fs, 12), Some("/d/nb-9-big-Data.db"));
 }
 
 /// Values that need every bit width up to 64: times running backwards, sectors at the

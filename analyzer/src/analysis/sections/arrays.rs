@@ -335,7 +335,7 @@ mod tests {
             diskstats: (&[], &[]),
             device: &name,
             cgroup: &|_| None,
-            file: &|_, _| None,
+            file: &|_| None,
             arrays: &arrays,
         });
         let m = model(&v).unwrap();
@@ -367,7 +367,7 @@ mod tests {
                 diskstats: (&[], &[]),
                 device: &name,
                 cgroup: &|_| None,
-                file: &|_, _| None,
+                file: &|_| None,
                 arrays: &[]
             })
             .is_null()

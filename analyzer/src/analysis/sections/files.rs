@@ -94,8 +94,9 @@ impl Tally {
 
 #[derive(Default)]
 struct Files {
-    /// Per (device, file system, inode).
-    tallies: HashMap<(u32, u32, u64), Tally>,
+    /// Per (device, file system, inode, file id): an inode number reused by another file is
+    /// another file id.
+    tallies: HashMap<(u32, u32, u64, u32), Tally>,
     /// The trace names files.
     on: bool,
 }
@@ -112,13 +113,13 @@ impl Section for Files {
         if !self.on {
             return;
         }
-        let mut last: Option<((u32, u32, u64), Tally)> = None;
+        let mut last: Option<((u32, u32, u64, u32), Tally)> = None;
         for r in records {
             // No data pages (flushes, discards): no file.
             if r.file_dev == 0 {
                 continue;
             }
-            let key = (r.dev, r.file_dev, r.file_ino);
+            let key = (r.dev, r.file_dev, r.file_ino, r.file_id);
             // Consecutive records mostly share a file: tally locally until it changes.
             let t = match &mut last {
                 Some((k, t)) if *k == key => t,
@@ -147,11 +148,11 @@ impl Section for Files {
             return Value::Null;
         }
         let mut per_dev: HashMap<u32, Vec<(String, String, Tally)>> = HashMap::new();
-        for ((dev, fdev, ino), t) in self.tallies {
+        for ((dev, fdev, ino, id), t) in self.tallies {
             let (path, kind) = match fdev {
                 FILE_DEV_ANON => (format!("({DIRECT})"), DIRECT.to_string()),
                 FILE_DEV_DEVICE => (format!("({DEVICE})"), DEVICE.to_string()),
-                _ => match (cx.file)(fdev, ino) {
+                _ => match (cx.file)(id).and_then(|f| f.2) {
                     Some(p) => {
                         let k = kind_of(&p);
                         (p, k)
@@ -237,16 +238,7 @@ impl Section for Files {
 /// is `TOC.txt`), else its extension (`.log`), else "(no extension)".
 fn kind_of(path: &str) -> String {
     let name = path.rsplit('/').next().unwrap_or(path);
-    let mut parts = name.splitn(4, '-');
-    if let (Some(_), Some(generation), Some(format), Some(component)) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-        && !generation.is_empty()
-        && generation
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_')
-        && (format == "big" || format == "bti")
-        && !component.is_empty()
-    {
+    if let Some((_, component)) = crate::analysis::classes::sstable_split(name) {
         return component.to_string();
     }
     match name.rsplit_once('.') {

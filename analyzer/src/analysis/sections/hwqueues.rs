@@ -326,7 +326,7 @@ mod tests {
             diskstats: (&[], &[]),
             device: name,
             cgroup: &|_| None,
-            file: &|_, _| None,
+            file: &|_| None,
             arrays: &[],
         }
     }

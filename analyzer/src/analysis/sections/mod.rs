@@ -54,8 +54,9 @@ pub struct Names<'a> {
     pub device: &'a dyn Fn(u32) -> String,
     /// A cgroup's path from its id, if the trace named it.
     pub cgroup: &'a dyn Fn(u64) -> Option<String>,
-    /// A file's path from its file system and inode, if the trace named it.
-    pub file: &'a dyn Fn(u32, u64) -> Option<String>,
+    /// A file by its id ([`IoRecord::file_id`]): file system, inode, and its path if the
+    /// trace named it.
+    pub file: &'a dyn Fn(u32) -> Option<(u32, u64, Option<String>)>,
     /// The md arrays over the traced disks, from the header.
     pub arrays: &'a [tracer_common::format::ArrayInfo],
     /// /proc/diskstats at the start (header) and the end (trailer) of the run; the end is

@@ -590,7 +590,7 @@ mod tests {
             devices: &devices,
             device: &|_| String::new(),
             cgroup: &|_| None,
-            file: &|_, _| None,
+            file: &|_| None,
             arrays: &[],
             diskstats: (&start, &end),
         };

@@ -349,6 +349,7 @@ mod tests {
                 owner_cgroup: 0,
                 file_dev: 0,
                 file_ino: 0,
+                file_id: 0,
                 hw_queue: None,
             };
             w.push(&rec, &comm_bytes(comm)).unwrap();
