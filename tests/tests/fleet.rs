@@ -181,10 +181,13 @@ fn disagreements(results: &Value, expected: &BTreeMap<Key, Expected>) -> Vec<Str
             }
         }
     }
-    // block_sizes and throughput: the same totals per group, however split.
+    // block_sizes, throughput, owners and files: the same totals per group, however split
+    // (by size, second, cgroup, file).
     for (recipe, ios_col, bytes_col) in [
         ("block_sizes", "ios", "volume_bytes"),
         ("throughput", "iops", ""),
+        ("owners", "ios", "bytes"),
+        ("files", "ios", "bytes"),
     ] {
         let mut sums: BTreeMap<Key, (u64, u64)> = BTreeMap::new();
         for r in rows(results, recipe) {

@@ -1,10 +1,12 @@
 //! What is computed from the records: the streaming summary (the engine, `summary.rs`), the
-//! sections it feeds, time series, bursts, busy time, size classes, sampling noise and the
-//! what-if array model.
+//! sections it feeds, time series, bursts, busy time, size classes, sampling noise, the
+//! what-if array model, and the names of what a trace leaves unnamed (`labels.rs`: shared with
+//! the export).
 
 pub mod bursts;
 pub mod busy;
 pub mod classes;
+pub mod labels;
 pub mod loghist;
 pub mod noise;
 pub mod sections;

@@ -15,6 +15,7 @@ use tracer_common::hdrfast::HdrCounts;
 use tracer_common::op::StatGroup;
 
 use super::{Names, Section, SectionDef};
+use crate::analysis::labels::UnnamedCgroup;
 use crate::analysis::series::Options;
 
 pub(super) const DEF: SectionDef = SectionDef {
@@ -203,7 +204,7 @@ impl Section for Cgroups {
                     if i < TOP || n == TOP + 1 {
                         let path = match id {
                             0 => "(unknown: submitted before tracing or by an older tracer)".into(),
-                            _ => (cx.cgroup)(id).unwrap_or_else(|| format!("(id {id})")),
+                            _ => (cx.cgroup)(id).unwrap_or_else(|| UnnamedCgroup(id).to_string()),
                         };
                         let mut h = new_hist();
                         t.total_ns.drain_into(&mut h);

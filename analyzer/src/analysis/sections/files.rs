@@ -14,6 +14,7 @@ use tracer_common::op::StatGroup;
 use tracer_common::{FILE_DEV_ANON, FILE_DEV_DEVICE};
 
 use super::{Names, Section, SectionDef};
+use crate::analysis::labels::{DEVICE, DEVICE_FILE, DIRECT, DIRECT_FILE, UnnamedFile};
 use crate::analysis::series::Options;
 
 pub(super) const DEF: SectionDef = SectionDef {
@@ -26,9 +27,7 @@ pub(super) const DEF: SectionDef = SectionDef {
 /// Files listed per device; the rest are summed in one line.
 const TOP: usize = 10;
 
-/// The kinds of IO that is not a named file's.
-const DIRECT: &str = "direct IO";
-const DEVICE: &str = "metadata and journal";
+/// The kind of the files the trace did not name.
 const UNNAMED: &str = "(unnamed file)";
 
 #[derive(Serialize, Deserialize, Default)]
@@ -150,15 +149,15 @@ impl Section for Files {
         let mut per_dev: HashMap<u32, Vec<(String, String, Tally)>> = HashMap::new();
         for ((dev, fdev, ino, id), t) in self.tallies {
             let (path, kind) = match fdev {
-                FILE_DEV_ANON => (format!("({DIRECT})"), DIRECT.to_string()),
-                FILE_DEV_DEVICE => (format!("({DEVICE})"), DEVICE.to_string()),
+                FILE_DEV_ANON => (DIRECT_FILE.to_string(), DIRECT.to_string()),
+                FILE_DEV_DEVICE => (DEVICE_FILE.to_string(), DEVICE.to_string()),
                 _ => match (cx.file)(id).and_then(|f| f.2) {
                     Some(p) => {
                         let k = kind_of(&p);
                         (p, k)
                     }
                     None => (
-                        format!("(inode {ino} on {}:{})", fdev >> 20, fdev & 0xf_ffff),
+                        UnnamedFile { dev: fdev, ino }.to_string(),
                         UNNAMED.to_string(),
                     ),
                 },

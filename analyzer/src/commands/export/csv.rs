@@ -4,10 +4,11 @@ use std::io::Write;
 
 use tracer_common::format::{DeviceInfo, TraceReader};
 
-use super::{ExportError, ExportStats, dev_name, flag_names};
+use super::{ExportError, ExportStats, cgroup_label, dev_name, file_label, flag_names};
 
 /// One row per record, quoted by the csv crate as RFC 4180 says (a field holding a comma, a
-/// quote, a CR or a LF is quoted; a task name can hold any of them), rows ending in LF.
+/// quote, a CR or a LF is quoted; a task name, a cgroup or a file path can hold any of them),
+/// rows ending in LF. The columns are those of the JSON lines (`mod.rs`), unknown values empty.
 pub(super) fn write(
     r: &mut TraceReader,
     dev: Option<&DeviceInfo>,
@@ -33,6 +34,9 @@ pub(super) fn write(
         "os_inflight",
         "error",
         "hw_queue",
+        "cgroup",
+        "owner_cgroup",
+        "file",
     ])
     .map_err(io_error)?;
     // Numbers are formatted into one reused buffer, not a String per field.
@@ -74,6 +78,11 @@ pub(super) fn write(
                     Some(q) => field(&mut w, format_args!("{q}"))?,
                     None => w.write_field("")?,
                 }
+                // Unknown (null in the other formats): empty.
+                for id in [rec.cgroup, rec.owner_cgroup] {
+                    w.write_field(cgroup_label(r, id).as_deref().unwrap_or(""))?;
+                }
+                w.write_field(file_label(r, rec).as_deref().unwrap_or(""))?;
                 w.write_record(None::<&[u8]>)
             })()
             .map_err(io_error)?;

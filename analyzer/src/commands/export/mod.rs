@@ -9,6 +9,7 @@ mod parquet_delta;
 mod parquet_dict;
 pub mod perfetto;
 
+use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::io::Write;
@@ -16,6 +17,9 @@ use std::path::Path;
 
 use tracer_common::format::{FormatError, IoRecord, TraceReader};
 use tracer_common::op::{Op, StatGroup, flags};
+use tracer_common::{FILE_DEV_ANON, FILE_DEV_DEVICE};
+
+use crate::analysis::labels::{DEVICE_FILE, DIRECT_FILE, UnnamedCgroup, UnnamedFile};
 
 /// Also `blkprof export --format`: the variant names are the values, their docs the help.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -228,7 +232,8 @@ pub fn export(
                         "device": dev_name(&r, rec), "op": rec.op.name(), "flags": flag_names(rec.flags),
                         "sector": rec.sector, "bytes": rec.bytes, "pid": rec.pid, "comm": r.tasks()[rec.task as usize].comm,
                         "dev_inflight": rec.dev_inflight, "os_inflight": rec.os_inflight, "error": rec.error,
-                        "hw_queue": rec.hw_queue,
+                        "hw_queue": rec.hw_queue, "cgroup": cgroup_label(&r, rec.cgroup),
+                        "owner_cgroup": cgroup_label(&r, rec.owner_cgroup), "file": file_label(&r, rec),
                     });
                     serde_json::to_writer(&mut *out, &v).map_err(|e| match e.io_error_kind() {
                         // Keep the kind (a closed pipe is a normal end for `| head`).
@@ -266,6 +271,42 @@ pub(crate) fn dev_name(r: &TraceReader, rec: &IoRecord) -> String {
     )
 }
 
+/// A cgroup column's value (`cgroup`, `owner_cgroup`): the path the trace gave cgroup `id`, or
+/// `(id N)` where it gave none; `None` (null) for id 0: unknown (a submitter from before the
+/// run or format 3, an owner the trace does not track or from before format 5).
+pub(crate) fn cgroup_label(r: &TraceReader, id: u64) -> Option<Cow<'_, str>> {
+    if id == 0 {
+        return None;
+    }
+    Some(
+        r.cgroup_path(id)
+            .map_or_else(|| Cow::Owned(UnnamedCgroup(id).to_string()), Cow::Borrowed),
+    )
+}
+
+/// The `file` column's value: the path of the file of the IO's first data page, as the report's
+/// files section names it (direct IO and the device's own page cache by their kind in
+/// parentheses, a file the trace did not name as `(inode N on MAJ:MIN)`); `None` (null) for an
+/// IO without data pages, or from a trace that does not name files (before format 5, or
+/// traced without `--files`).
+pub(crate) fn file_label<'a>(r: &'a TraceReader, rec: &IoRecord) -> Option<Cow<'a, str>> {
+    let ino = rec.file_ino;
+    Some(match rec.file_dev {
+        0 => return None,
+        FILE_DEV_ANON => Cow::Borrowed(DIRECT_FILE),
+        FILE_DEV_DEVICE => Cow::Borrowed(DEVICE_FILE),
+        // By the file's id: an inode number named anew is another file.
+        dev => match rec.file_id {
+            0 => r.file_path(dev, ino),
+            id => r.file(id).and_then(|f| f.2),
+        }
+        .map_or_else(
+            || Cow::Owned(UnnamedFile { dev, ino }.to_string()),
+            Cow::Borrowed,
+        ),
+    })
+}
+
 pub(crate) fn flag_names(f: u16) -> String {
     flags::NAMES
         .iter()
@@ -273,6 +314,130 @@ pub(crate) fn flag_names(f: u16) -> String {
         .map(|(_, n)| *n)
         .collect::<Vec<_>>()
         .join("|")
+}
+
+/// A version 5 trace of `n` IOs (for the tests of every row format) cycling through what the
+/// `cgroup`, `owner_cgroup` and `file` columns tell apart, with each row's expected (cgroup,
+/// owner cgroup, file): an IO without data pages, direct IO, the device's page cache (written
+/// back by a kworker of no cgroup for a named owner), a named file (whose path and owner's
+/// path hold a comma and a quote, which CSV must quote), and an unnamed file of an unnamed owner.
+#[cfg(test)]
+pub(crate) fn owner_and_file_trace(
+    path: &Path,
+    n: u64,
+) -> Vec<(Option<String>, Option<String>, Option<String>)> {
+    use tracer_common::format::{
+        CgroupInfo, DeviceInfo, FileInfo, OwnerCgroups, TraceHeader, TraceTrailer, TraceWriter,
+        comm_bytes,
+    };
+    let fs = tracer_common::dev_join(259, 1);
+    let header = TraceHeader {
+        devices: vec![DeviceInfo {
+            name: "nvme0n1".into(),
+            major: 259,
+            minor: 0,
+            logical_block_size: 512,
+            queue: None,
+        }],
+        owner_cgroups: Some(OwnerCgroups {
+            tracked: true,
+            ..Default::default()
+        }),
+        files: true,
+        ..Default::default()
+    };
+    let mut w = TraceWriter::create(path, &header).unwrap();
+    w.write_cgroup(&CgroupInfo {
+        id: 77,
+        path: "/system.slice/app.service".into(),
+    })
+    .unwrap();
+    w.write_cgroup(&CgroupInfo {
+        id: 88,
+        path: "/user.slice/a,\"b\"".into(),
+    })
+    .unwrap();
+    w.write_file(&FileInfo {
+        dev: fs,
+        ino: 12,
+        path: "/data/ks/t-1-big-Data,\"x\".db".into(),
+    })
+    .unwrap();
+    let s = |x: &str| Some(x.to_string());
+    let mut want = Vec::new();
+    for i in 0..n {
+        // (cgroup, owner, file system, inode, comm, expected)
+        let (cgroup, owner, file_dev, file_ino, comm, expect) = match i % 5 {
+            0 => (
+                77,
+                0,
+                0,
+                0,
+                "app",
+                (s("/system.slice/app.service"), None, None),
+            ),
+            1 => (
+                77,
+                77,
+                FILE_DEV_ANON,
+                0,
+                "app",
+                (
+                    s("/system.slice/app.service"),
+                    s("/system.slice/app.service"),
+                    s("(direct IO)"),
+                ),
+            ),
+            2 => (
+                0,
+                88,
+                FILE_DEV_DEVICE,
+                0,
+                "kworker/u4:1",
+                (None, s("/user.slice/a,\"b\""), s("(metadata and journal)")),
+            ),
+            3 => (
+                77,
+                88,
+                fs,
+                12,
+                "app",
+                (
+                    s("/system.slice/app.service"),
+                    s("/user.slice/a,\"b\""),
+                    s("/data/ks/t-1-big-Data,\"x\".db"),
+                ),
+            ),
+            _ => (
+                0,
+                99,
+                fs,
+                4242,
+                "kworker/u4:1",
+                (None, s("(id 99)"), s("(inode 4242 on 259:1)")),
+            ),
+        };
+        let rec = IoRecord {
+            complete_ns: 2_000_000 + i * 1000,
+            enter_ns: 1_999_000 + i * 1000,
+            issue_ns: 1_999_500 + i * 1000,
+            sector: 8 * i,
+            bytes: if file_dev == 0 { 0 } else { 4096 },
+            pid: if comm == "app" { 100 } else { 7 },
+            dev: tracer_common::dev_join(259, 0),
+            op: if file_dev == 0 { Op::Flush } else { Op::Write },
+            flags: if file_dev == 0 { flags::FLUSH_RQ } else { 0 },
+            cgroup,
+            owner_cgroup: owner,
+            file_dev,
+            file_ino,
+            ..IoRecord::default()
+        };
+        w.push(&rec, &comm_bytes(comm)).unwrap();
+        want.push(expect);
+    }
+    w.finish(&TraceTrailer::default()).unwrap();
+    want
 }
 
 #[cfg(test)]
@@ -365,6 +530,57 @@ mod tests {
             .map(|row| row.unwrap()[12].to_string())
             .collect();
         assert_eq!(back, comms);
+    }
+
+    #[test]
+    fn csv_and_jsonl_name_each_ios_cgroups_and_file_as_the_report_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.blkp");
+        let want = owner_and_file_trace(&p, 10);
+        let mut out = Vec::new();
+        assert_eq!(
+            export(&p, Format::Csv, None, None, &mut out)
+                .unwrap()
+                .written,
+            10
+        );
+        let mut rd = ::csv::Reader::from_reader(&out[..]);
+        let headers = rd.headers().unwrap().clone();
+        // Added at the end: the earlier columns keep their positions.
+        assert_eq!(&headers[12], "comm");
+        assert_eq!(&headers[16], "hw_queue");
+        assert_eq!(
+            headers.iter().skip(17).collect::<Vec<_>>(),
+            ["cgroup", "owner_cgroup", "file"]
+        );
+        let empty = |v: &Option<String>| v.clone().unwrap_or_default();
+        for (i, (row, (cgroup, owner, file))) in rd.records().zip(&want).enumerate() {
+            let row = row.unwrap();
+            assert_eq!(
+                (&row[17], &row[18], &row[19]),
+                (
+                    empty(cgroup).as_str(),
+                    empty(owner).as_str(),
+                    empty(file).as_str()
+                ),
+                "row {i}"
+            );
+        }
+        let mut out = Vec::new();
+        export(&p, Format::Jsonl, None, None, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let got: Vec<_> = text
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                let s = |k: &str| {
+                    assert!(v.get(k).is_some(), "{k} in {l}");
+                    v[k].as_str().map(str::to_string)
+                };
+                (s("cgroup"), s("owner_cgroup"), s("file"))
+            })
+            .collect();
+        assert_eq!(got, want);
     }
 
     #[test]

@@ -15,6 +15,8 @@
 //! records the report leaves out as damaged (completed outside the run's window) are left out
 //! and counted here too.
 
+use std::borrow::Cow;
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
@@ -183,6 +185,12 @@ pub fn schema() -> SchemaRef {
         // The blk-mq hardware queue (NVMe: submission queue); null when the trace has none
         // (before format 4, imported traces).
         Field::new("hw_queue", DataType::Int32, true),
+        // The cgroup the IO was charged to (its pages' owner for writeback) as the tracer
+        // named it; null when unknown (not tracked, before format 5).
+        Field::new("owner_cgroup", dict(), true),
+        // The file of the IO's first data page (the report's files section's names); null
+        // without data pages or when the trace names no files (before format 5, no --files).
+        Field::new("file", dict(), true),
     ]))
 }
 
@@ -204,8 +212,8 @@ fn properties(opts: &ParquetOptions) -> WriterProperties {
 }
 
 /// The dictionary key (Parquet's are i32) of the value at index `i` of its table. The tables
-/// stay far below `i32::MAX` values: flags have at most one per u16, comms and cgroups at most
-/// one per row of a batch ([`BATCH_ROWS`]), devices one per distinct device number met, each
+/// stay far below `i32::MAX` values: flags have at most one per u16, comms, cgroups and files at
+/// most one per row of a batch ([`BATCH_ROWS`]), devices one per distinct device number met, each
 /// new one found after a linear scan of the others (two billion would never finish).
 #[expect(
     clippy::cast_possible_truncation,
@@ -329,6 +337,18 @@ struct Columns {
     cgroup: Vec<i32>,
     cgroup_values: Vec<String>,
     cgroup_of_task: Vec<i32>,
+    /// The same for the task's owner cgroup.
+    owner_cgroup: Vec<i32>,
+    owner_cgroup_values: Vec<String>,
+    owner_cgroup_of_task: Vec<i32>,
+    /// Index into `file_values` (-1: null), per batch as the comm: a long trace may name many
+    /// files; `file_of` holds the batch's key of each (file system, inode, file id) met, and
+    /// `last_file` the last one looked up (consecutive IOs mostly share a file: no hashing for
+    /// those).
+    file: Vec<i32>,
+    file_values: Vec<String>,
+    file_of: HashMap<(u32, u64, u32), i32>,
+    last_file: Option<((u32, u64, u32), i32)>,
     dev_inflight: Vec<i32>,
     os_inflight: Vec<i32>,
     error: Vec<i32>,
@@ -344,9 +364,10 @@ impl Columns {
     }
 
     /// Append rows, a column at a time (a whole decoded chunk at once when its records all go
-    /// to this file: a column's loop is a tight one, where 19 pushes per row were not), in
-    /// runs of [`L1_ROWS`] records, so that the 19 passes over them read the first-level cache
-    /// (the 650 KB of a decoded chunk did not stay in it: 20% of the export's time).
+    /// to this file: a column's loop is a tight one, where a push per column per row was not),
+    /// in runs of [`L1_ROWS`] records, so that the passes over them (about one per column)
+    /// read the first-level cache (the 650 KB of a decoded chunk did not stay in it: 20% of
+    /// the export's time).
     fn extend(
         &mut self,
         recs: &[IoRecord],
@@ -424,9 +445,10 @@ impl Columns {
         self.pid
             .extend(recs.iter().map(|rec| rec.pid.cast_signed()));
         for rec in recs {
-            let (comm, cgroup) = self.task_keys(rec.task as usize, r);
+            let (comm, cgroup, owner) = self.task_keys(rec.task as usize, r);
             self.comm.push(comm);
             self.cgroup.push(cgroup);
+            self.owner_cgroup.push(owner);
         }
         self.dev_inflight
             .extend(recs.iter().map(|rec| u32_col(rec.dev_inflight)));
@@ -443,14 +465,41 @@ impl Columns {
             self.hw_queue_valid
                 .extend(recs.iter().map(|rec| rec.hw_queue.is_some()));
         }
+        for rec in recs {
+            let k = self.file_key(rec, r);
+            self.file.push(k);
+        }
     }
 
-    /// The batch's comm and cgroup keys of task table index `t` (cgroup -1: null).
+    /// The batch's `file` key of a record (-1: null, no data pages or no files traced).
     #[inline]
-    fn task_keys(&mut self, t: usize, r: &TraceReader) -> (i32, i32) {
+    fn file_key(&mut self, rec: &IoRecord, r: &TraceReader) -> i32 {
+        if rec.file_dev == 0 {
+            return -1;
+        }
+        let f = (rec.file_dev, rec.file_ino, rec.file_id);
+        if let Some((last, k)) = self.last_file
+            && last == f
+        {
+            return k;
+        }
+        let values = &mut self.file_values;
+        let k = *self.file_of.entry(f).or_insert_with(|| {
+            values.push(super::file_label(r, rec).map_or_else(String::new, Cow::into_owned));
+            dict_key(values.len() - 1)
+        });
+        self.last_file = Some((f, k));
+        k
+    }
+
+    /// The batch's comm, cgroup and owner cgroup keys of task table index `t` (cgroups -1:
+    /// null).
+    #[inline]
+    fn task_keys(&mut self, t: usize, r: &TraceReader) -> (i32, i32, i32) {
         if t >= self.comm_of_task.len() {
             self.comm_of_task.resize(t + 1, -1);
             self.cgroup_of_task.resize(t + 1, -1);
+            self.owner_cgroup_of_task.resize(t + 1, -1);
         }
         let mut k = self.comm_of_task[t];
         if k < 0 {
@@ -460,19 +509,21 @@ impl Columns {
             k = dict_key(self.comm_values.len() - 1);
             self.comm_of_task[t] = k;
             self.comm_tasks.push(t);
-            // A cgroup's path, as the trace named it (one value per task, as the comm).
-            self.cgroup_of_task[t] = match task.map(|x| x.cgroup) {
-                Some(id) if id != 0 => {
-                    self.cgroup_values.push(
-                        r.cgroup_path(id)
-                            .map_or_else(|| format!("(id {id})"), str::to_string),
-                    );
-                    dict_key(self.cgroup_values.len() - 1)
+            // The cgroups' paths, as the trace named them (one value per task, as the comm).
+            let key = |id: u64, values: &mut Vec<String>| match super::cgroup_label(r, id) {
+                Some(path) => {
+                    values.push(path.into_owned());
+                    dict_key(values.len() - 1)
                 }
-                _ => -1,
+                None => -1,
             };
+            self.cgroup_of_task[t] = key(task.map_or(0, |x| x.cgroup), &mut self.cgroup_values);
+            self.owner_cgroup_of_task[t] = key(
+                task.map_or(0, |x| x.owner_cgroup),
+                &mut self.owner_cgroup_values,
+            );
         }
-        (k, self.cgroup_of_task[t])
+        (k, self.cgroup_of_task[t], self.owner_cgroup_of_task[t])
     }
 
     /// The numeric columns' buffered rows by schema position, with their validity when the
@@ -530,6 +581,8 @@ impl Columns {
             &mut self.pid,
             &mut self.comm,
             &mut self.cgroup,
+            &mut self.owner_cgroup,
+            &mut self.file,
             &mut self.dev_inflight,
             &mut self.os_inflight,
             &mut self.error,
@@ -547,10 +600,15 @@ impl Columns {
         for &t in &self.comm_tasks {
             self.comm_of_task[t] = -1;
             self.cgroup_of_task[t] = -1;
+            self.owner_cgroup_of_task[t] = -1;
         }
         self.comm_tasks.clear();
         self.comm_values.clear();
         self.cgroup_values.clear();
+        self.owner_cgroup_values.clear();
+        self.file_values.clear();
+        self.file_of.clear();
+        self.last_file = None;
     }
 }
 
@@ -569,7 +627,7 @@ enum NumColumn {
 }
 
 /// Schema positions of the dictionary string columns, written by [`DictColumn`]s.
-const DICT_COLUMNS: [usize; 6] = [0, 1, 2, 3, 13, 18];
+const DICT_COLUMNS: [usize; 8] = [0, 1, 2, 3, 13, 18, 20, 21];
 
 /// The row group being written: a column writer per numeric column, ours per dictionary one.
 struct Group {
@@ -688,20 +746,28 @@ impl Part {
         let flag_values: Vec<&str> = keys.flag_values.iter().map(String::as_str).collect();
         let comms: Vec<String> = std::mem::take(&mut cols.comm_values);
         let cgroups: Vec<String> = std::mem::take(&mut cols.cgroup_values);
+        let owners: Vec<String> = std::mem::take(&mut cols.owner_cgroup_values);
+        let files: Vec<String> = std::mem::take(&mut cols.file_values);
         let comm_refs: Vec<&str> = comms.iter().map(String::as_str).collect();
         let cgroup_refs: Vec<&str> = cgroups.iter().map(String::as_str).collect();
+        let owner_refs: Vec<&str> = owners.iter().map(String::as_str).collect();
+        let file_refs: Vec<&str> = files.iter().map(String::as_str).collect();
         let device = std::mem::take(&mut cols.device);
         let op = std::mem::take(&mut cols.op);
         let flags = std::mem::take(&mut cols.flags);
         let comm = std::mem::take(&mut cols.comm);
         let cgroup = std::mem::take(&mut cols.cgroup);
-        let dict_keys: [(&[i32], &[&str]); 6] = [
+        let owner_cgroup = std::mem::take(&mut cols.owner_cgroup);
+        let file = std::mem::take(&mut cols.file);
+        let dict_keys: [(&[i32], &[&str]); DICT_COLUMNS.len()] = [
             (&host_keys[..n], &host),
             (&device, &devices),
             (&op, &ops),
             (&flags, &flag_values),
             (&comm, &comm_refs),
             (&cgroup, &cgroup_refs),
+            (&owner_cgroup, &owner_refs),
+            (&file, &file_refs),
         ];
         let numeric = cols.numeric();
         let mut done = 0;
@@ -767,8 +833,12 @@ impl Part {
         cols.flags = flags;
         cols.comm = comm;
         cols.cgroup = cgroup;
+        cols.owner_cgroup = owner_cgroup;
+        cols.file = file;
         cols.comm_values = comms;
         cols.cgroup_values = cgroups;
+        cols.owner_cgroup_values = owners;
+        cols.file_values = files;
         cols.clear();
         Ok(())
     }
@@ -1418,9 +1488,11 @@ mod tests {
             assert_eq!(stats.min_bytes_opt(), Some(min.as_bytes()), "row group {g}");
             assert_eq!(stats.max_bytes_opt(), Some(max.as_bytes()), "row group {g}");
             seen.extend(rows.iter().cloned());
-            // No cgroups in this trace: the column is all nulls, and says so.
-            let cgroup = rg.column(18).statistics().expect("cgroup statistics");
-            assert_eq!(cgroup.null_count_opt(), Some(rows.len() as u64));
+            // No cgroups, owners or files in this trace: the columns are all nulls, and say so.
+            for (i, name) in [(18, "cgroup"), (20, "owner_cgroup"), (21, "file")] {
+                let stats = rg.column(i).statistics().expect("statistics");
+                assert_eq!(stats.null_count_opt(), Some(rows.len() as u64), "{name}");
+            }
             for c in rg.columns() {
                 assert!(
                     c.column_index_offset().is_some() && c.offset_index_offset().is_some(),
@@ -1448,6 +1520,37 @@ mod tests {
             }));
         }
         out
+    }
+
+    #[test]
+    fn the_owner_cgroup_and_file_columns_name_them_as_the_report_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.blkp");
+        // Past one batch: the second's dictionaries start anew.
+        let n = BATCH_ROWS as u64 + 1000;
+        let want = super::super::owner_and_file_trace(&p, n);
+        let out = dir.path().join("t.parquet");
+        let opts = ParquetOptions {
+            row_group_rows: 50_000,
+            ..Default::default()
+        };
+        let st = export_parquet(&[p], &out, &opts).unwrap();
+        assert_eq!(st.written, n);
+        let (batches, _) = read_back(&st.files);
+        let names: Vec<String> = schema().fields().iter().map(|f| f.name().clone()).collect();
+        assert_eq!(names[19], "hw_queue", "earlier columns keep their place");
+        assert_eq!(names[20..], ["owner_cgroup", "file"]);
+        let cgroup = strings(&batches, "cgroup");
+        let owner = strings(&batches, "owner_cgroup");
+        let file = strings(&batches, "file");
+        assert_eq!(file.len(), want.len());
+        for (i, w) in want.iter().enumerate() {
+            assert_eq!(
+                (&cgroup[i], &owner[i], &file[i]),
+                (&w.0, &w.1, &w.2),
+                "row {i}"
+            );
+        }
     }
 
     #[test]
