@@ -87,6 +87,42 @@ fn cassandra_ycsb_workload_a_traced_and_reported() {
         "bursts neither flush nor compaction: {m}"
     );
 
+    // IO classes from the trace alone (files and threads), against the log.
+    assert_eq!(
+        j["class_profile"], "cassandra",
+        "the run traces with --files"
+    );
+    let classes: Vec<&str> = d["classes"]
+        .as_array()
+        .expect("classes")
+        .iter()
+        .filter_map(|c| c["class"].as_str())
+        .collect();
+    for c in ["commit log", "flush", "query reads"] {
+        assert!(classes.contains(&c), "no {c} IO: {}", d["classes"]);
+    }
+    let a = &m["classes"];
+    eprintln!(
+        "cassandra: classes vs the log: bursts {} (log: flush {} labelled flush {}, compaction {} labelled compaction {}, neither {}); SSTables compared {} agree {}",
+        a["bursts"],
+        a["log_flush"],
+        a["log_flush_labelled_flush"],
+        a["log_compaction"],
+        a["log_compaction_labelled_compaction"],
+        a["log_none"],
+        a["sstables_compared"],
+        a["sstables_agree"]
+    );
+    // Every SSTable the trace saw made is what the log says it is (flushed or compacted).
+    assert!(f(&a["sstables_compared"]) >= flushes, "{a}");
+    assert_eq!(a["sstables_agree"], a["sstables_compared"], "{a}");
+    // Every burst the log explains as a flush is labelled flush, as a compaction compaction.
+    assert_eq!(a["log_flush_labelled_flush"], a["log_flush"], "{a}");
+    assert_eq!(
+        a["log_compaction_labelled_compaction"], a["log_compaction"],
+        "{a}"
+    );
+
     // Compactions in the log, and the discards that follow them (ext4 mounted with discard).
     if let Some(c) = j["compaction_discards"].as_array().and_then(|v| v.first()) {
         let c = &c[1];

@@ -33,8 +33,9 @@ struct Device<'a> {
     charts: Vec<String>,
     /// (element id, SVG) of each heatmap.
     heatmaps: Vec<(String, String)>,
-    /// Each burst with the tasks that wrote it, as the text report says them.
-    bursts: Vec<(&'a Burst, String)>,
+    /// Each burst with the tasks that wrote it and its IO classes, as the text report says
+    /// them.
+    bursts: Vec<(&'a Burst, String, String)>,
     /// The kernel's counters' groups that counted anything, described; None without coverage.
     coverage: Option<Vec<String>>,
 }
@@ -79,7 +80,13 @@ fn device<'a>(j: &JsonReport, d: &'a JsonDevice) -> Device<'a> {
         bursts: d
             .bursts
             .iter()
-            .map(|b| (b, crate::analysis::bursts::writers_text(&b.writers)))
+            .map(|b| {
+                (
+                    b,
+                    crate::analysis::bursts::writers_text(&b.writers),
+                    crate::analysis::bursts::classes_text(&b.classes),
+                )
+            })
             .collect(),
         coverage: d.coverage.as_ref().map(|c| {
             c.groups
