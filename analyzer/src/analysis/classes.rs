@@ -417,8 +417,56 @@ struct Tally {
     read_bytes: u64,
     write_bytes: u64,
     other_bytes: u64,
-    sizes: BTreeMap<SizeClass, (u64, u64)>,
+    sizes: Sizes,
     latency: LogHist,
+}
+
+/// IOs per exact size, folded into size classes at the end. A class's tally counts multiples
+/// of 512 bytes up to [`DIRECT_MAX`] by index (query reads come in dozens of sizes); others,
+/// and the tallies of IO waiting for a group's maker (many, small), in a list whose last hit is
+/// looked at first.
+#[derive(Default, Clone)]
+struct Sizes {
+    direct: bool,
+    by_sector: Vec<u64>,
+    list: Vec<(u32, u64)>,
+    last: usize,
+}
+
+/// 4 MiB: at most 64 KiB of counts per class and device.
+const DIRECT_MAX: u32 = 4 << 20;
+
+impl Sizes {
+    #[inline]
+    fn add(&mut self, bytes: u32, n: u64) {
+        if self.direct && bytes % 512 == 0 && bytes <= DIRECT_MAX {
+            let i = (bytes / 512) as usize;
+            if i >= self.by_sector.len() {
+                self.by_sector.resize(i + 1, 0);
+            }
+            self.by_sector[i] += n;
+            return;
+        }
+        if let Some(e) = self.list.get_mut(self.last).filter(|e| e.0 == bytes) {
+            e.1 += n;
+            return;
+        }
+        if let Some(i) = self.list.iter().position(|e| e.0 == bytes) {
+            self.list[i].1 += n;
+            self.last = i;
+        } else {
+            self.list.push((bytes, n));
+            self.last = self.list.len() - 1;
+        }
+    }
+
+    fn each(&self) -> impl Iterator<Item = (u32, u64)> + '_ {
+        let sectors = (0u32..)
+            .zip(&self.by_sector)
+            .filter(|(_, n)| **n > 0)
+            .map(|(i, &n)| (i * 512, n));
+        sectors.chain(self.list.iter().copied())
+    }
 }
 
 impl Tally {
@@ -437,12 +485,32 @@ impl Tally {
             }
             _ => self.other_bytes += b,
         }
-        if b > 0 {
-            let s = self.sizes.entry(SizeClass::of(b)).or_default();
-            s.0 += 1;
-            s.1 += b;
+        if r.bytes > 0 {
+            self.sizes.add(r.bytes, 1);
         }
         self.latency.record(r.total_ns().max(1));
+    }
+
+    /// A class's tally (sizes counted by index).
+    fn direct() -> Tally {
+        Tally {
+            sizes: Sizes {
+                direct: true,
+                ..Sizes::default()
+            },
+            ..Tally::default()
+        }
+    }
+
+    /// IOs and bytes per size class.
+    fn size_classes(&self) -> BTreeMap<SizeClass, (u64, u64)> {
+        let mut out: BTreeMap<SizeClass, (u64, u64)> = BTreeMap::new();
+        for (b, n) in self.sizes.each() {
+            let e = out.entry(SizeClass::of(u64::from(b))).or_default();
+            e.0 += n;
+            e.1 += n * u64::from(b);
+        }
+        out
     }
 
     fn add(&mut self, o: &Tally) {
@@ -452,10 +520,8 @@ impl Tally {
         self.read_bytes += o.read_bytes;
         self.write_bytes += o.write_bytes;
         self.other_bytes += o.other_bytes;
-        for (k, v) in &o.sizes {
-            let s = self.sizes.entry(*k).or_default();
-            s.0 += v.0;
-            s.1 += v.1;
+        for (b, n) in o.sizes.each() {
+            self.sizes.add(b, n);
         }
         self.latency.add(&o.latency);
     }
@@ -686,7 +752,7 @@ impl Engine {
             i
         } else {
             self.per_dev
-                .push((dev, vec![Tally::default(); self.p.classes.len()]));
+                .push((dev, vec![Tally::direct(); self.p.classes.len()]));
             self.per_dev.len() - 1
         }
     }
@@ -879,7 +945,7 @@ impl Engine {
                     .filter(|(t, _)| t.ios > 0)
                     .map(|(t, name)| {
                         let mut block_sizes: Vec<crate::report::model::JsonSize> = t
-                            .sizes
+                            .size_classes()
                             .iter()
                             .map(|(k, (n, b))| crate::report::model::JsonSize {
                                 class: k.label(),
