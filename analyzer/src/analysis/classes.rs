@@ -439,7 +439,7 @@ const DIRECT_MAX: u32 = 4 << 20;
 impl Sizes {
     #[inline]
     fn add(&mut self, bytes: u32, n: u64) {
-        if self.direct && bytes % 512 == 0 && bytes <= DIRECT_MAX {
+        if self.direct && bytes.is_multiple_of(512) && bytes <= DIRECT_MAX {
             let i = (bytes / 512) as usize;
             if i >= self.by_sector.len() {
                 self.by_sector.resize(i + 1, 0);
