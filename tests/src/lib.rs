@@ -629,3 +629,12 @@ pub fn quantile(v: &mut [u64], q: f64) -> u64 {
     let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
     v[rank - 1]
 }
+
+/// A report JSON's element of `array` (a JSON array) whose `key` is `value`, e.g. the row of
+/// a cgroup by its path; panics naming the array when there is none.
+pub fn json_row<'a>(array: &'a serde_json::Value, key: &str, value: &str) -> &'a serde_json::Value {
+    array
+        .as_array()
+        .and_then(|a| a.iter().find(|x| x[key] == value))
+        .unwrap_or_else(|| panic!("no {key} = {value:?} in {array}"))
+}

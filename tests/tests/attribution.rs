@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use blkprof_e2e::{Scratch, TestDir, Trace, Tracer, bin};
+use blkprof_e2e::{Scratch, TestDir, Trace, Tracer, bin, json_row};
 
 /// A fresh cgroup, removed on drop (once its processes have exited).
 struct Cgroup {
@@ -93,22 +93,8 @@ fn ios_are_charged_to_the_submitters_cgroup_and_filtered_by_it() {
         .unwrap();
     assert!(report.status.success());
     let j: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
-    let d = j["sections"]["cgroups"]["devices"]
-        .as_array()
-        .expect("a cgroups section")
-        .iter()
-        .find(|d| d["name"] == dev.name.as_str())
-        .expect("the device")
-        .clone();
-    let row = |path: &str| {
-        d["cgroups"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["path"] == path)
-            .unwrap_or_else(|| panic!("{path} in {d}"))
-            .clone()
-    };
+    let d = json_row(&j["sections"]["cgroups"]["devices"], "name", &dev.name);
+    let row = |path: &str| json_row(&d["cgroups"], "path", path).clone();
     // Exact, but for the completions the probe reports it missed (this machine's vendor
     // kernel misses about 1 in 10,000 under fio).
     let misses = |tr: &Trace| {

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::process::Command;
 
-use blkprof_e2e::{Scratch, TestDir, Trace, Tracer, bin, sh};
+use blkprof_e2e::{Scratch, TestDir, Trace, Tracer, bin, json_row, sh};
 use tracer_common::op::StatGroup;
 use tracer_common::{FILE_DEV_ANON, FILE_DEV_DEVICE};
 
@@ -125,32 +125,11 @@ fn buffered_io_is_attributed_to_its_files_even_when_deleted_right_after() {
         .unwrap();
     assert!(report.status.success());
     let j: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
-    let d = j["sections"]["files"]["devices"]
-        .as_array()
-        .expect("a files section")
-        .iter()
-        .find(|d| d["name"] == fs.dev.name.as_str())
-        .expect("the device")
-        .clone();
-    let row = |path: &str| {
-        d["files"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["path"] == path)
-            .unwrap_or_else(|| panic!("{path} in {d}"))
-            .clone()
-    };
+    let d = json_row(&j["sections"]["files"]["devices"], "name", &fs.dev.name);
+    let row = |path: &str| json_row(&d["files"], "path", path).clone();
     assert_eq!(row(&data)["bytes"].as_u64(), Some(mib(8)), "{d}");
     assert_eq!(row(&gone)["bytes"].as_u64(), Some(mib(4)), "{d}");
-    let kinds = d["kinds"].as_array().expect("kinds");
-    let kind = |k: &str| {
-        kinds
-            .iter()
-            .find(|c| c["kind"] == k)
-            .unwrap_or_else(|| panic!("{k} in {d}"))["bytes"]
-            .as_u64()
-    };
+    let kind = |k: &str| json_row(&d["kinds"], "kind", k)["bytes"].as_u64();
     assert_eq!(kind("Data.db"), Some(mib(8)));
     assert_eq!(kind(".log"), Some(mib(4)));
     assert_eq!(kind("direct IO"), Some(8 * 65536));

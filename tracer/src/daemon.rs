@@ -166,8 +166,9 @@ struct Run {
     cgroups: Cgroups,
     /// `--files`: the names the probe hands over, and the ones the open file has named.
     file_names: Option<crate::files::Files>,
-    cgroups_named: std::collections::HashSet<u64>,
-    last_cgroups_named: Option<(u64, u64)>,
+    cgroups_named: crate::named::NamedOnce<u64>,
+    /// The last record's (submitter, owner) cgroups, both named.
+    last_cgroups: Option<(u64, u64)>,
     /// `--cgroup`: whether each id seen is inside one of them.
     cgroup_keep: HashMap<u64, bool>,
     /// A trigger fired: dump at this instant, saying why.
@@ -223,8 +224,8 @@ impl Run {
 
     fn open_output(&mut self) -> Result<()> {
         // Each file (and recorder segment) names the cgroups of its own records.
-        self.cgroups_named.clear();
-        self.last_cgroups_named = None;
+        self.cgroups_named.new_file();
+        self.last_cgroups = None;
         if let Some(f) = &mut self.file_names {
             f.new_file();
         }
@@ -622,7 +623,7 @@ impl Run {
     }
 
     fn write(&mut self, r: &IoRecord, comm: &[u8; 16]) {
-        if self.last_cgroups_named != Some((r.cgroup, r.owner_cgroup)) {
+        if self.last_cgroups != Some((r.cgroup, r.owner_cgroup)) {
             self.name_cgroups(r.cgroup, r.owner_cgroup);
         }
         if let Some(f) = &mut self.file_names
@@ -642,9 +643,9 @@ impl Run {
     /// of each in the open file.
     #[cold]
     fn name_cgroups(&mut self, cgroup: u64, owner: u64) {
-        self.last_cgroups_named = Some((cgroup, owner));
+        self.last_cgroups = Some((cgroup, owner));
         for id in [cgroup, owner] {
-            if id == 0 || !self.cgroups_named.insert(id) {
+            if id == 0 || !self.cgroups_named.first(id) {
                 continue;
             }
             let Some(out) = &mut self.output else {
@@ -1055,7 +1056,7 @@ pub async fn run(cfg: Config) -> Result<i32> {
         cgroups: Cgroups::new(),
         file_names,
         cgroups_named: Default::default(),
-        last_cgroups_named: None,
+        last_cgroups: None,
         cgroup_keep: HashMap::new(),
         pending_dump: None,
     };

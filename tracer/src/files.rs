@@ -3,7 +3,7 @@
 //! the IO is live, so that a file deleted right after is still named); this puts them under
 //! the file system's mount point and keeps them for the trace's File frames.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use aya::maps::{MapData, RingBuf};
 use tracer_common::{FILE_NAME_DEPTH, FILE_NAME_LEN, FileName};
@@ -21,8 +21,7 @@ pub struct Files {
     /// Names left out: the table was full, or a record was short.
     pub dropped: u64,
     /// The files the open trace file has named.
-    named: HashSet<(u32, u64)>,
-    last_named: Option<(u32, u64)>,
+    named: crate::named::NamedOnce<(u32, u64)>,
 }
 
 /// Where a file system's tree shows: mounted at `at`, showing its subtree `root`.
@@ -38,8 +37,7 @@ impl Files {
             paths: HashMap::new(),
             mounts: HashMap::new(),
             dropped: 0,
-            named: HashSet::new(),
-            last_named: None,
+            named: crate::named::NamedOnce::default(),
         }
     }
 
@@ -74,8 +72,7 @@ impl Files {
                 .insert(key, path.clone())
                 .is_some_and(|old| old != path)
             {
-                self.named.remove(&key);
-                self.last_named = None;
+                self.named.forget(&key);
             }
         }
     }
@@ -89,17 +86,12 @@ impl Files {
     /// file); marks it named.
     #[inline]
     pub fn to_name(&mut self, dev: u32, ino: u64) -> bool {
-        if ino == 0 || self.last_named == Some((dev, ino)) {
-            return false;
-        }
-        self.last_named = Some((dev, ino));
-        self.named.insert((dev, ino))
+        ino != 0 && self.named.first((dev, ino))
     }
 
     /// A new trace file names its own files.
     pub fn new_file(&mut self) {
-        self.named.clear();
-        self.last_named = None;
+        self.named.new_file();
     }
 
     fn under_mount(&mut self, dev: u32, rel: &str) -> String {

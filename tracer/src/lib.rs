@@ -10,6 +10,7 @@ pub mod devices;
 pub mod files;
 pub mod kernel;
 pub mod metrics;
+pub mod named;
 pub mod probe;
 pub mod recorder;
 pub mod stats;
