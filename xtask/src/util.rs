@@ -75,6 +75,9 @@ pub fn test(filter: Option<String>) -> Result<()> {
         "--exclude",
         "blkprof-e2e",
     ]))?;
+    // The trace format as the tracer builds it, without the v1 feature (the workspace build
+    // above unifies it on).
+    run(cargo().args(["test", "-p", "tracer-common", "--features", "format"]))?;
     // A smoke pass of the fuzz targets (fuzz/; nightly). In CI: 6 minutes with the build (a
     // cold one takes about 4 on 2 CPUs), 10 to 25 s per target.
     let budget = if std::env::var("CI").is_ok_and(|v| v == "true") {

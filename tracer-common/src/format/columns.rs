@@ -84,6 +84,7 @@ pub(super) fn head_flags(head: u64) -> u16 {
 /// Whether a row's head says the IO was never issued (then its queue time column is 0, and
 /// version 1 leaves it out).
 #[inline(always)]
+#[cfg(feature = "v1")]
 pub(super) fn never_issued(head: u64) -> bool {
     head_flags(head) & flags::NEVER_ISSUED != 0
 }

@@ -29,6 +29,7 @@ mod reader;
 mod record;
 #[cfg(test)]
 mod tests;
+#[cfg(feature = "v1")]
 mod v1;
 mod v2;
 mod writer;
@@ -47,8 +48,9 @@ pub use writer::{Blocks, TraceWriter};
 
 pub const MAGIC: &[u8; 8] = b"BLKPTRC\0";
 pub const FORMAT_VERSION: u16 = 5;
-/// The oldest version this build still reads (records as zstd-compressed varints).
-pub const OLDEST_READABLE_VERSION: u16 = 1;
+/// The oldest version this build still reads: 1 (records as zstd-compressed varints) with the
+/// `v1` feature, else 2.
+pub const OLDEST_READABLE_VERSION: u16 = if cfg!(feature = "v1") { 1 } else { 2 };
 /// Largest frame payload a reader accepts (guards against a corrupt length).
 pub const MAX_FRAME_BYTES: u32 = 256 << 20;
 
@@ -69,6 +71,10 @@ pub enum FormatError {
         "{path}: trace format version {found} is not supported (this build reads versions {OLDEST_READABLE_VERSION} to {FORMAT_VERSION}); use a newer blkprof"
     )]
     UnknownVersion { path: PathBuf, found: u16 },
+    #[error(
+        "{path}: a version 1 trace (records compressed with zstd): this build reads versions {OLDEST_READABLE_VERSION} to {FORMAT_VERSION}; blkprof (the analyzer) reads it"
+    )]
+    NeedsV1 { path: PathBuf },
     #[error("{path}: corrupt frame {frame} at byte {offset}: {reason}")]
     Corrupt {
         path: PathBuf,

@@ -11,7 +11,9 @@ use super::chunk::TaskIds;
 use super::frames::{FrameHead, FrameKind, HEAD_BYTES, START_BYTES, version_of_start};
 use super::meta::{CgroupInfo, DeviceInfo, FileInfo, StatsFrame, TraceHeader, TraceTrailer};
 use super::record::{IoRecord, Task};
-use super::{FORMAT_VERSION, FormatError, MAX_FRAME_BYTES, OLDEST_READABLE_VERSION, v1, v2};
+#[cfg(feature = "v1")]
+use super::v1;
+use super::{FORMAT_VERSION, FormatError, MAX_FRAME_BYTES, OLDEST_READABLE_VERSION, v2};
 
 /// How the file ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -61,7 +63,9 @@ pub struct TraceReader {
     task_ids: TaskIds,
     ending: Ending,
     payload: Vec<u8>,
+    #[cfg(feature = "v1")]
     raw: Vec<u8>,
+    #[cfg(feature = "v1")]
     decompressor: zstd::bulk::Decompressor<'static>,
     pub(super) version: u16,
     records_read: u64,
@@ -103,6 +107,11 @@ impl TraceReader {
                 path: path.to_owned(),
             });
         };
+        if version == 1 && !cfg!(feature = "v1") {
+            return Err(FormatError::NeedsV1 {
+                path: path.to_owned(),
+            });
+        }
         if !(OLDEST_READABLE_VERSION..=FORMAT_VERSION).contains(&version) {
             return Err(FormatError::UnknownVersion {
                 path: path.to_owned(),
@@ -127,7 +136,9 @@ impl TraceReader {
             },
             ending: Ending::Unread,
             payload: Vec::new(),
+            #[cfg(feature = "v1")]
             raw: Vec::new(),
+            #[cfg(feature = "v1")]
             decompressor: zstd::bulk::Decompressor::new().map_err(io_err)?,
             version,
             records_read: 0,
@@ -462,6 +473,7 @@ impl TraceReader {
     }
 
     fn decode_records(&mut self, out: &mut Vec<IoRecord>) -> Result<(), FormatError> {
+        #[cfg(feature = "v1")]
         let res = if self.version >= 2 {
             v2::decode(&self.payload, self.version, &mut self.task_ids, out)
         } else {
@@ -473,6 +485,9 @@ impl TraceReader {
                 out,
             )
         };
+        // Opening refused version 1.
+        #[cfg(not(feature = "v1"))]
+        let res = v2::decode(&self.payload, self.version, &mut self.task_ids, out);
         match res {
             Ok(count) => {
                 self.records_read += u64::from(count);

@@ -285,8 +285,22 @@ fn extreme_values_round_trip() {
     assert_eq!(r.tasks()[0].comm, "0123456789abcde");
 }
 
+/// Without the `v1` feature (the tracer on its own), a version 1 trace is refused by name.
+#[cfg(not(feature = "v1"))]
+#[test]
+fn version_1_needs_the_v1_feature() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/cassandra-ycsb-a.blkp");
+    let e = TraceReader::open(&path).err().expect("refused");
+    assert!(matches!(e, FormatError::NeedsV1 { .. }), "{e}");
+    assert!(
+        e.to_string().contains("blkprof (the analyzer) reads it"),
+        "{e}"
+    );
+}
+
 /// Traces written by version 1 (zstd-compressed varints) still read: the golden traces
 /// under tests/data are version 1 files.
+#[cfg(feature = "v1")]
 #[test]
 fn version_1_files_still_read() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/cassandra-ycsb-a.blkp");
