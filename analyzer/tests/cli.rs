@@ -282,3 +282,93 @@ fn a_failed_import_leaves_no_partial_trace_and_keeps_the_old_file() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(String::from_utf8_lossy(&o.stdout).contains("read"));
 }
+
+/// A profile of one's own (comm rules work on a trace without files): each IO in the first
+/// class whose rule holds, counted as `blkprof export --format csv` counts the same IOs; a
+/// damaged profile is refused with its line, exit 2.
+#[test]
+fn a_profile_of_ones_own_classes_each_io_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("mine.classes");
+    std::fs::write(
+        &profile,
+        "profile mine\n# the flush writer's writes, then the rest of the writes\nflusher writes: op=write comm=MemtableFlushWr*\nother writes: op=write\nreads: op=read\n",
+    )
+    .unwrap();
+    let trace = golden("cassandra-ycsb-a.blkp");
+    let o = blkprof()
+        .arg("report")
+        .arg(&trace)
+        .arg("--classes")
+        .arg(&profile)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["class_profile"], "mine");
+    let d = &j["devices"][0];
+    let class = |name: &str| {
+        d["classes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["class"] == name)
+            .map_or((0, 0), |c| {
+                (c["ios"].as_u64().unwrap(), c["bytes"].as_u64().unwrap())
+            })
+    };
+    // The same IOs counted from the CSV export, row by row.
+    let csv = blkprof()
+        .args(["export", "--format", "csv"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert!(csv.status.success());
+    let mut rd = csv::Reader::from_reader(&csv.stdout[..]);
+    let h = rd.headers().unwrap().clone();
+    let col = |n: &str| h.iter().position(|x| x == n).unwrap();
+    let (op, comm, bytes, dev) = (col("op"), col("comm"), col("bytes"), col("device"));
+    let mut want = std::collections::BTreeMap::<&str, (u64, u64)>::new();
+    let first = d["name"].as_str().unwrap();
+    for r in rd.records() {
+        let r = r.unwrap();
+        if &r[dev] != first {
+            continue;
+        }
+        let c = match &r[op] {
+            "write" if r[comm].starts_with("MemtableFlushWr") => "flusher writes",
+            "write" => "other writes",
+            "read" => "reads",
+            _ => "other",
+        };
+        let e = want.entry(c).or_default();
+        e.0 += 1;
+        e.1 += r[bytes].parse::<u64>().unwrap();
+    }
+    assert!(want["flusher writes"].0 > 0, "{want:?}");
+    for (c, w) in &want {
+        assert_eq!(class(c), *w, "{c}");
+    }
+    // The bursts are split by the same classes.
+    let b = &d["bursts"][0];
+    let split: u64 = b["classes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["bytes"].as_u64().unwrap())
+        .sum();
+    assert_eq!(split, b["write_bytes"].as_u64().unwrap(), "{b}");
+
+    std::fs::write(&profile, "reads: op=read\nwrites: op=wirte\n").unwrap();
+    let o = blkprof()
+        .arg("report")
+        .arg(&trace)
+        .arg("--classes")
+        .arg(&profile)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("line 2: op=wirte"), "{e}");
+}
