@@ -593,6 +593,34 @@ pub struct Classes {
     /// Groups the trace saw made (SSTables), with the class of their maker's first write.
     #[serde(skip)]
     pub made: Vec<Made>,
+    /// The class names, and the bytes written per class per (device, fine bin) (empty when
+    /// left out for memory), for the time series.
+    #[serde(skip)]
+    pub names: Vec<String>,
+    #[serde(skip)]
+    pub written: HashMap<(u32, u64), Vec<u64>>,
+}
+
+impl Classes {
+    /// A device's written bytes per class and fine bin, for bins `0..bins`: (class, bytes per
+    /// bin) for each class that wrote anything.
+    pub fn fine_written(&self, dev: u32, bins: usize) -> Vec<(&str, Vec<u64>)> {
+        let mut out: Vec<(&str, Vec<u64>)> = self
+            .names
+            .iter()
+            .map(|n| (n.as_str(), vec![0; bins]))
+            .collect();
+        for ((d, b), v) in &self.written {
+            let Some(b) = usize::try_from(*b).ok().filter(|b| *d == dev && *b < bins) else {
+                continue;
+            };
+            for (o, x) in out.iter_mut().zip(v) {
+                o.1[b] += x;
+            }
+        }
+        out.retain(|(_, v)| v.iter().any(|&x| x > 0));
+        out
+    }
 }
 
 /// The running classification.
@@ -925,7 +953,7 @@ impl Engine {
     }
 
     /// The per-class tables (classes with no IO left out); `device` names a device.
-    pub fn report(&self, device: &dyn Fn(u32) -> String) -> Classes {
+    pub fn report(mut self, device: &dyn Fn(u32) -> String) -> Classes {
         let mut devices: Vec<DeviceClasses> = self
             .per_dev
             .iter()
@@ -996,6 +1024,8 @@ impl Engine {
             profile: self.p.name.clone(),
             devices,
             made,
+            names: self.p.classes.clone(),
+            written: std::mem::take(&mut self.bins),
         }
     }
 }
@@ -1145,6 +1175,29 @@ mod tests {
         e.chunk(&recs[..2], &tasks, &name);
         e.chunk(&recs[2..], &tasks, &name);
         e.settle();
+        assert!(e.claimed());
+        // Written bytes per class and fine bin: the waiting writeback lands in its bin.
+        let at = |a: u64, b: u64| {
+            let w = e.written(tracer_common::dev_join(7, 0), a, b).unwrap();
+            e.profile()
+                .classes
+                .iter()
+                .zip(w)
+                .filter(|(_, b)| *b > 0)
+                .map(|(c, b)| (c.as_str(), b))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(at(1, 2), [("compaction", 1 << 20)]);
+        assert_eq!(at(5, 7), [("flush", 4096 + (2 << 20))]);
+        assert_eq!(
+            at(0, 11),
+            [
+                ("commit log", 16384),
+                ("flush", 4096 + (2 << 20)),
+                ("compaction", (1 << 20) + 4096),
+                ("other", 65536 + 512 + 8192)
+            ]
+        );
         let c = e.report(&|_| "loop0".to_string());
         let rows: HashMap<&str, &ClassRow> = c.devices[0]
             .classes
@@ -1173,28 +1226,11 @@ mod tests {
                 ("/c/CommitLog-7-1.log", "commit log")
             ]
         );
-        assert!(e.claimed());
-        // Written bytes per class and fine bin: the waiting writeback lands in its bin.
-        let at = |a: u64, b: u64| {
-            let w = e.written(tracer_common::dev_join(7, 0), a, b).unwrap();
-            e.profile()
-                .classes
-                .iter()
-                .zip(w)
-                .filter(|(_, b)| *b > 0)
-                .map(|(c, b)| (c.as_str(), b))
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(at(1, 2), [("compaction", 1 << 20)]);
-        assert_eq!(at(5, 7), [("flush", 4096 + (2 << 20))]);
-        assert_eq!(
-            at(0, 11),
-            [
-                ("commit log", 16384),
-                ("flush", 4096 + (2 << 20)),
-                ("compaction", (1 << 20) + 4096),
-                ("other", 65536 + 512 + 8192)
-            ]
-        );
+        // The series' view: bytes per class per fine bin.
+        let fine = c.fine_written(tracer_common::dev_join(7, 0), 12);
+        let flush = fine.iter().find(|(n, _)| *n == "flush").unwrap();
+        assert_eq!(flush.1[5..7], [4096, 2 << 20]);
+        assert_eq!(fine.len(), 4, "classes that wrote");
+        assert!(c.fine_written(tracer_common::dev_join(7, 1), 12).is_empty());
     }
 }

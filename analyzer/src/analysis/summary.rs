@@ -1012,6 +1012,19 @@ impl Summary {
                     .map(|&b| b as f64 / 1e6 / fine_s)
                     .collect()
             },
+            fine_class_write_mb_per_s: self.classes.as_ref().map_or_else(Vec::new, |c| {
+                let fine_s = s.fine_ns as f64 / 1e9;
+                c.fine_written(
+                    tracer_common::dev_join(d.major, d.minor),
+                    s.fine_write_bytes.len(),
+                )
+                .into_iter()
+                .map(|(class, v)| crate::report::model::ClassSeries {
+                    class: class.to_string(),
+                    mb_per_s: v.into_iter().map(|b| b as f64 / 1e6 / fine_s).collect(),
+                })
+                .collect()
+            }),
         }
     }
 }

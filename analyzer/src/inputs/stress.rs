@@ -1137,6 +1137,7 @@ total, 4000, 4000, 4000, 4000, 1.2, 0.9, 3.0, 8.0, 18.0, 30.0, 1.0, 0.0, 0, 0, 0
                 made("/d/nb-9-big", "flush"),
                 made("/c/CommitLog-7-1.log", "commit log"),
             ],
+            ..crate::analysis::classes::Classes::default()
         };
         let m = match_flushes(&flushes, &compactions, &bursts, s, Some(&classes));
         let logs: Vec<&str> = m.burst_rows.iter().map(|r| r.log.as_str()).collect();

@@ -36,6 +36,8 @@ struct Device<'a> {
     /// Each burst with the tasks that wrote it and its IO classes, as the text report says
     /// them.
     bursts: Vec<(&'a Burst, String, String)>,
+    /// Whether the bursts are split by IO class (a column then).
+    classed: bool,
     /// The kernel's counters' groups that counted anything, described; None without coverage.
     coverage: Option<Vec<String>>,
 }
@@ -88,6 +90,7 @@ fn device<'a>(j: &JsonReport, d: &'a JsonDevice) -> Device<'a> {
                 )
             })
             .collect(),
+        classed: d.bursts.iter().any(|b| !b.classes.is_empty()),
         coverage: d.coverage.as_ref().map(|c| {
             c.groups
                 .iter()

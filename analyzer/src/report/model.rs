@@ -188,6 +188,17 @@ pub struct JsonSeries {
     /// default), which the per-interval figures average away.
     pub fine_interval_s: f64,
     pub fine_write_mb_per_s: Vec<f64>,
+    /// The same split by IO class ([`crate::analysis::classes`]): one series per class that
+    /// wrote anything; empty without classes.
+    pub fine_class_write_mb_per_s: Vec<ClassSeries>,
+}
+
+/// One IO class's write throughput per fine bin.
+#[derive(Serialize, serde::Deserialize, Default)]
+#[serde(default)]
+pub struct ClassSeries {
+    pub class: String,
+    pub mb_per_s: Vec<f64>,
 }
 
 #[derive(Serialize, serde::Deserialize, Default)]

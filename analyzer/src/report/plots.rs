@@ -168,6 +168,17 @@ const READ: RGBColor = RGBColor(31, 119, 180);
 const WRITE: RGBColor = RGBColor(214, 39, 40);
 const DISCARD: RGBColor = RGBColor(44, 160, 44);
 const OTHER: RGBColor = RGBColor(148, 103, 189);
+/// The IO classes' lines, in the profile's order (Cassandra: commit log, flush, compaction,
+/// query reads, fs metadata, discard, other).
+const CLASS_COLORS: [RGBColor; 7] = [
+    RGBColor(44, 160, 44),
+    RGBColor(31, 119, 180),
+    RGBColor(214, 39, 40),
+    RGBColor(255, 127, 14),
+    RGBColor(127, 127, 127),
+    RGBColor(140, 86, 75),
+    RGBColor(148, 103, 189),
+];
 
 /// What every chart of device `d` shows over its data, in seconds since the trace start: the
 /// write bursts (spans) and the application log's completed flushes and compactions (marks)
@@ -189,7 +200,7 @@ fn overlays(j: &JsonReport, d: &JsonDevice, x_max: f64) -> (Vec<(f64, f64)>, Vec
 }
 
 /// The charts of device `d` of report `j`.
-pub fn charts(j: &JsonReport, d: &JsonDevice) -> Vec<Chart<'static>> {
+pub fn charts<'a>(j: &JsonReport, d: &'a JsonDevice) -> Vec<Chart<'a>> {
     let ser = &d.series;
     // Each value is plotted at the middle of its interval.
     let t = |i: usize| (i as f64 + 0.5) * ser.interval_s;
@@ -201,15 +212,14 @@ pub fn charts(j: &JsonReport, d: &JsonDevice) -> Vec<Chart<'static>> {
     };
     let wall0 = j.start_unix_ns;
     let (spans, marks) = overlays(j, d, t(ser.read_iops.len()));
-    let chart =
-        |name: &str, title: String, y_label: &'static str, lines: Vec<Line<'static>>| Chart {
-            name: name.to_string(),
-            title,
-            y_label,
-            lines,
-            spans: spans.clone(),
-            marks: marks.clone(),
-        };
+    let chart = |name: &str, title: String, y_label: &'static str, lines: Vec<Line<'a>>| Chart {
+        name: name.to_string(),
+        title,
+        y_label,
+        lines,
+        spans: spans.clone(),
+        marks: marks.clone(),
+    };
     let ms = |v: &[f64]| pts(&v.iter().map(|x| x / 1e3).collect::<Vec<_>>());
     // Writes at the resolution of burst detection (100 ms by default): per interval, a flush
     // of 2.5 MB in 0.1 s reads as 2.5 MB/s and hides exactly what this chart is for.
@@ -323,6 +333,37 @@ pub fn charts(j: &JsonReport, d: &JsonDevice) -> Vec<Chart<'static>> {
             ],
         ),
     ];
+    // Writes by IO class at the same resolution: which activity each burst is.
+    if !ser.fine_class_write_mb_per_s.is_empty() {
+        let lines = ser
+            .fine_class_write_mb_per_s
+            .iter()
+            .zip(CLASS_COLORS.iter().cycle())
+            .map(|(c, &color)| Line {
+                label: &c.class,
+                color,
+                points: c
+                    .mb_per_s
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &v)| ((i as f64 + 0.5) * fine_s, v))
+                    .collect(),
+            })
+            .collect();
+        out.insert(
+            1,
+            chart(
+                "classes",
+                format!(
+                    "{}: writes by IO class ({}; bursts shaded)",
+                    d.name,
+                    fine_label.trim_start_matches("write ")
+                ),
+                "MB/s",
+                lines,
+            ),
+        );
+    }
     for run in &j.stress {
         let timed: Vec<_> = run
             .status
