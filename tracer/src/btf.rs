@@ -34,6 +34,32 @@ const KIND_DATASEC: u32 = 15;
 const KIND_DECL_TAG: u32 = 17;
 const KIND_ENUM64: u32 = 19;
 
+/// Per type id (from 1), the members of a struct or union: (name, type id, bit offset).
+type Members = Vec<(String, u32, u32)>;
+
+/// A struct's members, with those of its anonymous members at their offsets (bounded
+/// depth: a malformed file cannot loop).
+fn flatten(
+    all: &[Option<Members>],
+    id: u32,
+    base: u32,
+    depth: u32,
+    out: &mut HashMap<String, u32>,
+) {
+    let Some(Some(members)) = all.get(id as usize) else {
+        return;
+    };
+    for (name, tid, off) in members {
+        if name.is_empty() {
+            if depth < 8 {
+                flatten(all, *tid, base + off, depth + 1, out);
+            }
+        } else {
+            out.entry(name.clone()).or_insert(base + off);
+        }
+    }
+}
+
 pub struct KernelBtf {
     /// struct name -> member name -> bit offset; the members of anonymous struct and union
     /// members are listed as the struct's own (C reaches them that way: `page->mapping`).
@@ -85,8 +111,6 @@ impl KernelBtf {
                 .get(o..o + 4)
                 .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
         };
-        // Per type id (from 1), the members of a struct or union: (name, type id, bit offset).
-        type Members = Vec<(String, u32, u32)>;
         let mut aggregates: Vec<Option<Members>> = vec![None];
         let mut named: Vec<(String, u32)> = Vec::new();
         let mut enumerators = HashMap::new();
@@ -99,7 +123,8 @@ impl KernelBtf {
             let vlen = (info & 0xffff) as usize;
             let kind_flag = info >> 31;
             pos += 12;
-            let id = aggregates.len() as u32;
+            let id = u32::try_from(aggregates.len())
+                .map_err(|_| BtfError::Malformed("more types than 32-bit ids"))?;
             aggregates.push(None);
             match kind {
                 KIND_INT | KIND_VAR | KIND_DECL_TAG => pos += 4,
@@ -127,7 +152,7 @@ impl KernelBtf {
                         let ename = t32(e).ok_or(BtfError::Malformed("short enum"))?;
                         let val = t32(e + 4).ok_or(BtfError::Malformed("short enum"))?;
                         let val = if kind_flag != 0 {
-                            i64::from(val as i32)
+                            i64::from(val.cast_signed())
                         } else {
                             i64::from(val)
                         };
@@ -143,7 +168,7 @@ impl KernelBtf {
                         let hi = t32(e + 8).ok_or(BtfError::Malformed("short enum64"))?;
                         enumerators.insert(
                             name(ename).to_string(),
-                            ((u64::from(hi) << 32) | u64::from(lo)) as i64,
+                            ((u64::from(hi) << 32) | u64::from(lo)).cast_signed(),
                         );
                     }
                     pos += vlen * 12;
@@ -154,28 +179,6 @@ impl KernelBtf {
                 KIND_FUNC_PROTO => pos += vlen * 8,
                 KIND_DATASEC => pos += vlen * 12,
                 _ => {}
-            }
-        }
-        // A struct's members, with those of its anonymous members at their offsets (bounded
-        // depth: a malformed file cannot loop).
-        fn flatten(
-            all: &[Option<Members>],
-            id: u32,
-            base: u32,
-            depth: u32,
-            out: &mut HashMap<String, u32>,
-        ) {
-            let Some(Some(members)) = all.get(id as usize) else {
-                return;
-            };
-            for (name, tid, off) in members {
-                if name.is_empty() {
-                    if depth < 8 {
-                        flatten(all, *tid, base + off, depth + 1, out);
-                    }
-                } else {
-                    out.entry(name.clone()).or_insert(base + off);
-                }
             }
         }
         let mut structs = HashMap::new();
@@ -206,7 +209,7 @@ impl KernelBtf {
     }
 
     /// Whether the kernel has the tracepoint (BTF names each one's prototype
-    /// `btf_trace_NAME`, which is what tp_btf programs attach by).
+    /// `btf_trace_NAME`, which is what `tp_btf` programs attach by).
     pub fn has_tracepoint(&self, name: &str) -> bool {
         self.typedefs.contains(&format!("btf_trace_{name}"))
     }
@@ -216,6 +219,12 @@ impl KernelBtf {
             .get(name)
             .copied()
             .ok_or_else(|| BtfError::NoEnumerator(name.into()))
+    }
+
+    /// An enumerator the kernel keeps in 32 bits (a request's op, in `cmd_flags`).
+    pub fn enumerator_u32(&self, name: &str) -> Result<u32, BtfError> {
+        u32::try_from(self.enumerator(name)?)
+            .map_err(|_| BtfError::Malformed("an op enumerator beyond 32 bits"))
     }
 }
 

@@ -25,6 +25,15 @@ blkprof-trace --device nvme0n1 --quiet --metrics-addr 127.0.0.1:9755   (an agent
 blkprof-trace --device nvme0n1 --no-records --metrics-addr 127.0.0.1:9755   (always on: in-kernel aggregates, no records)\n\n\
 Then: blkprof report run.blkp"
 )]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "independent command-line switches (--json, --quiet, --no-records, ...), not the \
+              states of one thing"
+)]
+#[expect(
+    clippy::doc_markdown,
+    reason = "clap prints these docs as the --help text, where backticks would show"
+)]
 pub struct Args {
     /// Device to trace: a name (loop0, /dev/nvme0n1), a node (/dev/mapper/vg-data) or MAJ:MIN
     /// (7:0). Repeatable. Default: all.
@@ -190,6 +199,10 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 }
 
 #[derive(Debug, Clone)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "the options' independent switches, as `Args` has them"
+)]
 pub struct Config {
     /// What the probe does per IO (`--no-records`: aggregates only).
     pub mode: crate::probe::ProbeMode,
@@ -254,12 +267,15 @@ impl Args {
                 ));
             }
         }
-        if !self.ring_size.is_power_of_two() || self.ring_size < 4096 || self.ring_size > 1 << 30 {
-            return Err(format!(
-                "--ring-size {}: must be a power of two between 4K and 1G",
-                self.ring_size
-            ));
-        }
+        let ring_bytes = u32::try_from(self.ring_size)
+            .ok()
+            .filter(|s| s.is_power_of_two() && (4096..=1 << 30).contains(s))
+            .ok_or_else(|| {
+                format!(
+                    "--ring-size {}: must be a power of two between 4K and 1G",
+                    self.ring_size
+                )
+            })?;
         let rotating = self.rotate_size.is_some() || self.rotate_time.is_some();
         if (rotating || self.keep.is_some()) && self.output.is_none() {
             return Err("--rotate-size, --rotate-time and --keep need --output FILE".into());
@@ -373,7 +389,7 @@ impl Args {
             rotate_size: self.rotate_size,
             rotate_time: self.rotate_time,
             keep: self.keep,
-            ring_bytes: self.ring_size as u32,
+            ring_bytes,
             metrics_addr: self.metrics_addr,
             metrics_per_octave: self.metrics_buckets_per_octave,
             flight_recorder,

@@ -1,12 +1,18 @@
-//! Clocks: the probe stamps IOs with CLOCK_MONOTONIC (bpf_ktime_get_ns).
+//! Clocks: the probe stamps IOs with `CLOCK_MONOTONIC` (`bpf_ktime_get_ns`).
 
+use std::time::Duration;
+
+#[expect(
+    clippy::cast_sign_loss,
+    reason = "CLOCK_MONOTONIC counts from boot: tv_sec is never negative, tv_nsec is in 0..1e9"
+)]
 pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: valid pointer to a timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
@@ -16,8 +22,18 @@ pub fn realtime_ns() -> i64 {
         tv_nsec: 0,
     };
     // SAFETY: valid pointer to a timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &raw mut ts) };
     ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+}
+
+/// `d` in nanoseconds, saturating at `u64::MAX` (584 years).
+pub fn duration_ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// `d` in milliseconds, saturating at `u64::MAX`.
+pub fn duration_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Wall clock and monotonic clock read as close together as possible.

@@ -29,7 +29,7 @@ use crate::devices;
 use crate::metrics::{self, Ask, Metrics, Scrape};
 use crate::probe::{Probe, ProbeMode, ProbeOptions};
 use crate::recorder::{Recorder, Segment};
-use crate::stats::{HlogWriter, Stats, print_header, print_line};
+use crate::stats::{HlogWriter, IntervalLine, Stats, print_header, print_line};
 
 /// Decode one ring record; None if it is too short (never happens with a matching probe).
 fn decode_event(bytes: &[u8]) -> Option<IoEvent> {
@@ -150,7 +150,7 @@ struct Run {
     start_aggregates: Option<Vec<AggregateSnapshot>>,
     start_counters: Option<ProbeCounters>,
     /// /proc/diskstats at the run's start, for the end's summary of the whole run.
-    run_diskstats_start: Vec<DiskStats>,
+    diskstats_at_run_start: Vec<DiskStats>,
     /// Records of IOs that completed before the start's instant (not part of the run).
     before_start: u64,
     /// `--no-records`: the aggregates at the last tick (live lines are their change).
@@ -213,12 +213,10 @@ impl Run {
         }
         let stem = base
             .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "trace".into());
+            .map_or_else(|| "trace".into(), |s| s.to_string_lossy().into_owned());
         let ext = base
             .extension()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "blkp".into());
+            .map_or_else(|| "blkp".into(), |s| s.to_string_lossy().into_owned());
         Some(base.with_file_name(format!("{stem}.{seq:06}.{ext}")))
     }
 
@@ -248,7 +246,7 @@ impl Run {
                 ops: self.cfg.ops.iter().map(|o| o.name().to_string()).collect(),
                 cgroups: self.cfg.cgroups.clone(),
             },
-            interval_ms: self.cfg.interval.as_millis() as u64,
+            interval_ms: clock::duration_ms(self.cfg.interval),
             ring_bytes: u64::from(self.cfg.ring_bytes),
             sequence: self.seq,
             // The run's first file starts at the start's cut, where nothing is aggregated yet
@@ -281,7 +279,7 @@ impl Run {
             // A rotated file starts at its cut's instant, on the same clocks.
             let (w, m) = clock::clock_pair();
             let at = self.file_start_cut.as_ref().map_or(m, |c| c.at_ns.min(m));
-            self.header.wall_clock_start_ns = w - (m - at) as i64;
+            self.header.wall_clock_start_ns = w.saturating_sub_unsigned(m - at);
             self.header.monotonic_base_ns = at;
         }
         // Each file its own: a rotated file may start after a daylight-saving change.
@@ -505,7 +503,14 @@ impl Run {
         if let Some(keep) = self.cfg.keep {
             while self.files.len() > keep {
                 if let Some(old) = self.files.pop_front() {
+                    #[expect(
+                        clippy::let_underscore_must_use,
+                        reason = "--keep deletes what it can: a file already gone (removed by \
+                                  hand) is what it wants, and a file it cannot delete is no \
+                                  reason to stop tracing"
+                    )]
                     let _ = std::fs::remove_file(&old);
+                    #[expect(clippy::let_underscore_must_use, reason = "as above")]
                     let _ = std::fs::remove_file(old.with_extension("hlog"));
                 }
             }
@@ -585,13 +590,12 @@ impl Run {
             .get(self.last_dev)
             .is_none_or(|(d, _)| *d != r.dev)
         {
-            self.last_dev = match self.received.iter().position(|(d, _)| *d == r.dev) {
-                Some(i) => i,
-                None => {
-                    self.new_device(r.dev);
-                    self.received.push((r.dev, [(0, 0); 4]));
-                    self.received.len() - 1
-                }
+            self.last_dev = if let Some(i) = self.received.iter().position(|(d, _)| *d == r.dev) {
+                i
+            } else {
+                self.new_device(r.dev);
+                self.received.push((r.dev, [(0, 0); 4]));
+                self.received.len() - 1
             };
         }
         let e = &mut self.received[self.last_dev].1[r.stat_group() as usize];
@@ -627,7 +631,7 @@ impl Run {
             self.name_cgroups(r.cgroup, r.owner_cgroup);
         }
         if let Some(f) = &mut self.file_names
-            && f.to_name(r.file_dev, r.file_ino)
+            && f.must_name(r.file_dev, r.file_ino)
         {
             self.name_file(r.file_dev, r.file_ino);
         }
@@ -715,6 +719,10 @@ impl Run {
     ) {
         let answer = |r: Result<PathBuf, String>| {
             if let Some(tx) = reply {
+                #[expect(
+                    clippy::let_underscore_must_use,
+                    reason = "the asker hung up (its connection closed): nobody is left to tell"
+                )]
                 let _ = tx.send(r);
             }
         };
@@ -891,7 +899,7 @@ impl Run {
                 names
                     .get(&dev)
                     .and_then(|n| devices::inflight(n))
-                    .unwrap_or(0) as u32
+                    .map_or(0, |q| u32::try_from(q).unwrap_or(u32::MAX))
             };
             let lines = crate::stats::aggregate_lines(
                 &self.prev_aggregates,
@@ -916,21 +924,17 @@ impl Run {
             let why = format!("trigger {}", fired.join("; "));
             eprintln!(
                 "blkprof-trace: flight recorder: {why}; dumping in {}",
-                tracer_common::units::format_duration_ns(rec.after.as_nanos() as u64)
+                tracer_common::units::format_duration_ns(clock::duration_ns(rec.after))
             );
             self.pending_dump = Some((tokio::time::Instant::now() + rec.after, why));
         }
         if !self.cfg.quiet {
-            let mut out = self.stdout.lock();
-            for l in &lines {
-                if self.cfg.json {
-                    let _ = serde_json::to_writer(&mut out, l);
-                    let _ = writeln!(out);
-                } else {
-                    print_line(&mut out, l);
-                }
-            }
-            let _ = out.flush();
+            #[expect(
+                clippy::let_underscore_must_use,
+                reason = "the live view is for whoever watches: a closed stdout (the view piped \
+                          into `head`) must not stop the trace"
+            )]
+            let _ = live_lines(&mut self.stdout.lock(), &lines, self.cfg.json);
         }
         // Bound what a SIGKILL can lose to one interval, and record losses so far.
         if let Ok(counters) = self.counters()
@@ -962,11 +966,26 @@ fn drain_ring(rb: &mut RingBuf<MapData>, run: &mut Run) {
     }
 }
 
+/// An interval's live lines, as JSON lines or as the table's rows.
+fn live_lines(out: &mut impl Write, lines: &[IntervalLine], json: bool) -> std::io::Result<()> {
+    for l in lines {
+        if json {
+            serde_json::to_writer(&mut *out, l)?;
+            writeln!(out)?;
+        } else {
+            print_line(out, l)?;
+        }
+    }
+    out.flush()
+}
+
 fn is_disk_full(msg: &str) -> bool {
     msg.contains("No space left") || msg.contains("os error 28") || msg.contains("quota")
 }
 
-pub async fn run(cfg: Config) -> Result<i32> {
+/// Trace until the duration, a signal or a write error; the exit code: 0, or 1 when the trace
+/// could not be written to its end (disk full, write error).
+pub async fn run(cfg: Config) -> Result<u8> {
     let devices = cfg.targets.clone();
     let devices_for_arrays = devices.clone();
     if let Some(out) = &cfg.output
@@ -1045,7 +1064,7 @@ pub async fn run(cfg: Config) -> Result<i32> {
         frozen_other: Vec::new(),
         start_diskstats: None,
         start_aggregates: None,
-        run_diskstats_start: Vec::new(),
+        diskstats_at_run_start: Vec::new(),
         start_counters: None,
         before_start: 0,
         metrics: None,
@@ -1055,7 +1074,7 @@ pub async fn run(cfg: Config) -> Result<i32> {
         dumps: Vec::new(),
         cgroups: Cgroups::new(),
         file_names,
-        cgroups_named: Default::default(),
+        cgroups_named: crate::named::NamedOnce::default(),
         last_cgroups: None,
         cgroup_keep: HashMap::new(),
         pending_dump: None,
@@ -1066,7 +1085,7 @@ pub async fn run(cfg: Config) -> Result<i32> {
     let (cut, ds) = run.cut(true)?;
     run.start_cut = Some(cut.clone());
     run.file_start_cut = Some(cut);
-    run.run_diskstats_start = ds.clone();
+    run.diskstats_at_run_start = ds.clone();
     run.start_diskstats = Some(ds);
     let (w, m) = clock::clock_pair();
     run.wall_start_ns = w;
@@ -1126,7 +1145,11 @@ pub async fn run(cfg: Config) -> Result<i32> {
     }
     eprintln!("blkprof-trace: tracing {what}; Ctrl-C to stop");
     if !run.cfg.quiet && !run.cfg.json {
-        print_header(&mut run.stdout.lock());
+        #[expect(
+            clippy::let_underscore_must_use,
+            reason = "as the live lines (`live_lines`): a closed stdout must not stop the trace"
+        )]
+        let _ = print_header(&mut run.stdout.lock());
     }
 
     // SAFETY: the RingBuf owns its map fd, which stays open and unchanged while the AsyncFd lives.
@@ -1168,7 +1191,7 @@ pub async fn run(cfg: Config) -> Result<i32> {
             _ = ticker.tick() => {
                 // The interval holds every record completed before its end.
                 drain_ring(ring.get_mut(), &mut run);
-                let len = interval_start.elapsed().as_nanos() as u64;
+                let len = clock::duration_ns(interval_start.elapsed());
                 run.tick(interval_start_wall, started.elapsed().as_secs_f64(), len);
                 interval_start = Instant::now();
                 interval_start_wall = clock::realtime_ns();
@@ -1191,6 +1214,11 @@ pub async fn run(cfg: Config) -> Result<i32> {
                 drain_ring(ring.get_mut(), &mut run);
                 match ask {
                     Ask::Metrics(open, reply) => {
+                        #[expect(
+                            clippy::let_underscore_must_use,
+                            reason = "the scraper hung up (its connection closed): nobody is left \
+                                      to answer"
+                        )]
                         let _ = reply.send(run.scrape(open));
                     }
                     Ask::Dump(reply) => run.dump(ring.get_mut(), "POST /dump", Some(reply)),
@@ -1203,7 +1231,7 @@ pub async fn run(cfg: Config) -> Result<i32> {
                     eprintln!("blkprof-trace: SIGUSR1: no flight recorder to dump (start with --flight-recorder DURATION)");
                 }
             }
-            _ = async {
+            () = async {
                 match run.pending_dump.as_ref().map(|p| p.0) {
                     Some(at) => tokio::time::sleep_until(at).await,
                     None => std::future::pending().await,
@@ -1213,7 +1241,7 @@ pub async fn run(cfg: Config) -> Result<i32> {
                     run.dump(ring.get_mut(), &why, None);
                 }
             }
-            _ = sleep => break "duration",
+            () = sleep => break "duration",
             _ = sigint.recv() => break "signal",
             _ = sigterm.recv() => break "signal",
         }
@@ -1239,6 +1267,11 @@ pub async fn run(cfg: Config) -> Result<i32> {
     }
     // Dumps being written finish before the tracer says it is done.
     for d in std::mem::take(&mut run.dumps) {
+        #[expect(
+            clippy::let_underscore_must_use,
+            reason = "a dump reports its own outcome (stderr, the POST /dump reply); a task that \
+                      panicked has had its panic printed"
+        )]
         let _ = d.await;
     }
     // The end: IOs completing by this instant belong to the run. The programs stay attached
@@ -1255,7 +1288,7 @@ pub async fn run(cfg: Config) -> Result<i32> {
     }
     run.probe.detach();
     drain_ring(ring.get_mut(), &mut run);
-    let len = interval_start.elapsed().as_nanos() as u64;
+    let len = clock::duration_ns(interval_start.elapsed());
     run.tick(
         interval_start_wall,
         started.elapsed().as_secs_f64(),
@@ -1273,7 +1306,12 @@ pub async fn run(cfg: Config) -> Result<i32> {
         aggregates.clone(),
         counters.clone(),
     );
-    summary(
+    #[expect(
+        clippy::let_underscore_must_use,
+        reason = "the trace is written by now; a closed stdout (piped into `head`) loses only \
+                  the summary, and the exit code says how the trace ended"
+    )]
+    let _ = summary(
         &run,
         &diskstats_end,
         &aggregates,
@@ -1281,13 +1319,11 @@ pub async fn run(cfg: Config) -> Result<i32> {
         closed.as_ref(),
         reason,
     );
-    Ok(if reason == "disk-full" || reason == "error" {
-        1
-    } else {
-        0
-    })
+    Ok(u8::from(reason == "disk-full" || reason == "error"))
 }
 
+/// The end's summary on stdout: the whole run's coverage per device and op, what was lost and
+/// why, and the trace written.
 fn summary(
     run: &Run,
     diskstats_end: &[DiskStats],
@@ -1295,11 +1331,11 @@ fn summary(
     counters: &ProbeCounters,
     closed: Option<&(PathBuf, u64, u64)>,
     reason: &str,
-) {
+) -> std::io::Result<()> {
     let mut out = run.stdout.lock();
     // The whole run, from its start's cut to its end's, whatever files it was written to.
     let header = TraceHeader {
-        diskstats_start: run.run_diskstats_start.clone(),
+        diskstats_start: run.diskstats_at_run_start.clone(),
         aggregates_start: Vec::new(),
         ..TraceHeader::default()
     };
@@ -1312,18 +1348,18 @@ fn summary(
     };
     let cov = coverage(&header, &trailer);
     let misses = counters.reported_misses();
-    let _ = writeln!(out, "\nblkprof-trace: stopped ({reason})");
+    writeln!(out, "\nblkprof-trace: stopped ({reason})")?;
     for d in &cov {
         let any = d.groups.iter().any(GroupCoverage::any);
         if !any && run.cfg.devices.is_empty() {
             continue;
         }
-        let _ = writeln!(out, "{} ({}:{}):", d.name, d.major, d.minor);
-        let _ = writeln!(
+        writeln!(out, "{} ({}:{}):", d.name, d.major, d.minor)?;
+        writeln!(
             out,
             "  {:<8} {:>12} {:>14} {:>12} {:>14} {:>12}",
             "op", "IOs", "bytes", "kernel IOs", "kernel bytes", "records"
-        );
+        )?;
         let dev = tracer_common::dev_join(d.major, d.minor);
         for g in &d.groups {
             let grp = g.group.unwrap_or(StatGroup::Read);
@@ -1333,7 +1369,7 @@ fn summary(
                 .find(|(d, _)| *d == dev)
                 .map(|(_, g)| g[grp as usize])
                 .unwrap_or_default();
-            let _ = writeln!(
+            writeln!(
                 out,
                 "  {:<8} {:>12} {:>14} {:>12} {:>14} {:>12}",
                 grp.name(),
@@ -1342,38 +1378,49 @@ fn summary(
                 thousands(g.kernel_at_cut_ios()),
                 thousands(g.kernel_at_cut_bytes()),
                 thousands(rec.0)
-            );
+            )?;
         }
         for g in &d.groups {
             if g.any() {
                 let gap = g.unaccounted(misses);
                 let extra = g.excess();
-                let missed = g
+                let not_seen = g
                     .kernel_at_cut_ios()
                     .saturating_sub(g.cut_during_read_end_ios)
                     .saturating_sub(g.aggregate_ios);
                 let note = if gap > 0 {
                     format!("  <- {gap} IOs unaccounted")
-                } else if missed > 0 {
-                    format!("  <- {missed} missed, reported below")
+                } else if not_seen > 0 {
+                    format!("  <- {not_seen} missed, reported below")
                 } else if extra > 0 {
                     format!("  <- {extra} more than the kernel counted")
                 } else {
                     String::new()
                 };
-                let _ = writeln!(out, "  coverage: {}{note}", describe(g));
+                writeln!(out, "  coverage: {}{note}", describe(g))?;
             }
         }
         if !d.accounting_off() {
-            let _ = writeln!(
+            writeln!(
                 out,
                 "  mean queue size (requests in OS): {:.3} traced, {:.3} by /proc/diskstats",
                 d.aggregate_mean_queue, d.kernel_mean_queue
-            );
+            )?;
         }
     }
-    if run.probe.mode != ProbeMode::Records {
-        let _ = writeln!(
+    if run.probe.mode == ProbeMode::Records {
+        writeln!(
+            out,
+            "records: {} received, {} dropped (ring full), {} filtered out; missed IOs: {} completions not seen by the probe, {} program runs skipped by the kernel (BPF recursion), {} untracked (request map full)",
+            thousands(run.received_total),
+            thousands(counters.ring_drops),
+            thousands(run.filtered_out),
+            thousands(counters.missed_completions),
+            thousands(counters.recursion_misses()),
+            thousands(counters.request_map_full)
+        )?;
+    } else {
+        writeln!(
             out,
             "records: none (--no-records: the exact in-kernel aggregates only){}",
             if counters.recursion_misses() > 0 {
@@ -1384,61 +1431,50 @@ fn summary(
             } else {
                 String::new()
             }
-        );
+        )?;
         if let Some(a) = aggregates.iter().find(|a| a.ios > 0 && a.timed < a.ios) {
-            let _ = writeln!(
+            writeln!(
                 out,
                 "note: {} of {} IOs have no latency: the kernel stamps the start only of requests it accounts (iostats on)",
                 thousands(a.ios - a.timed),
                 thousands(a.ios)
-            );
+            )?;
         }
         if aggregates
             .iter()
             .any(|a| a.timed > 0 && a.device_latency.iter().all(|&c| c == 0))
         {
-            let _ = writeln!(
+            writeln!(
                 out,
                 "note: no device latency: the kernel stamps the issue only where the queue collects statistics (e.g. with write-back throttling on: /sys/block/NAME/queue/wbt_lat_usec)"
-            );
+            )?;
         }
-    } else {
-        let _ = writeln!(
-            out,
-            "records: {} received, {} dropped (ring full), {} filtered out; missed IOs: {} completions not seen by the probe, {} program runs skipped by the kernel (BPF recursion), {} untracked (request map full)",
-            thousands(run.received_total),
-            thousands(counters.ring_drops),
-            thousands(run.filtered_out),
-            thousands(counters.missed_completions),
-            thousands(counters.recursion_misses()),
-            thousands(counters.request_map_full)
-        );
     }
     if counters.aggregate_map_full > 0 {
-        let _ = writeln!(
+        writeln!(
             out,
             "warning: {} IOs were recorded but left out of the exact aggregates (aggregate map full): the coverage check counts them as missed",
             thousands(counters.aggregate_map_full)
-        );
+        )?;
     }
     if counters.submitters_lost > 0 {
-        let _ = writeln!(
+        writeln!(
             out,
             "note: {} submitters seen at block_getrq were not taken up by their requests (this kernel has no block_io_start): those IOs, if they completed, show no submitter",
             thousands(counters.submitters_lost)
-        );
+        )?;
     }
     if counters.missed_completions > 0 {
         let [partial, issued, queued] = counters.missed_stage;
-        let _ = writeln!(
+        writeln!(
             out,
             "missed completions by what the probe had seen of the request: {partial} completing (partially or inside a flush sequence), {issued} issued, {queued} never issued"
-        );
+        )?;
     }
     if let Some(c) = &run.end_cut
         && c.in_flight > 0
     {
-        let _ = writeln!(
+        writeln!(
             out,
             "stop: the run was cut at one instant; {} IOs in flight then completed after it and are not part of it{}",
             thousands(c.in_flight),
@@ -1451,17 +1487,17 @@ fn summary(
             } else {
                 String::new()
             }
-        );
+        )?;
     }
     if counters.started_before_attach > 0 {
-        let _ = writeln!(
+        writeln!(
             out,
             "note: {} IOs were submitted before tracing started (no submitter or queue time)",
             counters.started_before_attach
-        );
+        )?;
     }
     if run.malformed > 0 {
-        let _ = writeln!(out, "warning: {} malformed ring records", run.malformed);
+        writeln!(out, "warning: {} malformed ring records", run.malformed)?;
     }
     if let Some((path, records, bytes)) = closed {
         let per_io = if *records > 0 {
@@ -1469,18 +1505,17 @@ fn summary(
         } else {
             0.0
         };
-        let _ = writeln!(
+        writeln!(
             out,
             "trace: {} ({} records, {} bytes, {per_io:.1} bytes/IO); histograms: {}",
             path.display(),
             thousands(*records),
             thousands(*bytes),
             path.with_extension("hlog").display()
-        );
+        )?;
         if run.files.len() > 1 {
-            let _ = writeln!(out, "rotated files kept: {}", run.files.len());
+            writeln!(out, "rotated files kept: {}", run.files.len())?;
         }
     }
-    let _ = out.flush();
-    let _ = Duration::ZERO;
+    out.flush()
 }

@@ -62,11 +62,7 @@ fn read_trim(path: &Path) -> Result<String, DeviceError> {
         })
 }
 
-/// Resolve `loop0`, `/dev/loop0` or `7:0` to a whole disk.
-pub fn resolve(spec: &str) -> Result<DeviceInfo, DeviceError> {
-    resolve_in(Path::new(SYSFS), spec)
-}
-
+/// Resolve `loop0`, `/dev/loop0` or `7:0` to a whole disk, under the sysfs at `sys`.
 fn resolve_in(sys: &Path, spec: &str) -> Result<DeviceInfo, DeviceError> {
     let name = if let Some((maj, min)) = spec.split_once(':') {
         let (Ok(maj), Ok(min)) = (maj.parse::<u32>(), min.parse::<u32>()) else {
@@ -206,12 +202,11 @@ fn hw_queues(mq: &Path) -> Vec<HwQueue> {
 fn cpu_list(s: &str) -> Option<Vec<u32>> {
     let mut cpus = Vec::new();
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (a, b) = match part.split_once('-') {
-            Some((a, b)) => (a.trim().parse::<u32>().ok()?, b.trim().parse::<u32>().ok()?),
-            None => {
-                let c = part.parse::<u32>().ok()?;
-                (c, c)
-            }
+        let (a, b) = if let Some((a, b)) = part.split_once('-') {
+            (a.trim().parse::<u32>().ok()?, b.trim().parse::<u32>().ok()?)
+        } else {
+            let c = part.parse::<u32>().ok()?;
+            (c, c)
         };
         if a > b || b - a >= 1 << 16 || cpus.len() >= 1 << 16 {
             return None;
@@ -448,12 +443,12 @@ fn bio_note(name: &str, kind: &str, found: &[DiskUnder], dead_ends: &[String]) -
         note.push_str(" (whole disks: IOs to their other partitions are traced too)");
     }
     if !dead_ends.is_empty() {
-        note.push_str(&format!(
-            "; {} under it {} bio-based with no disk under {}, not traced",
+        note = format!(
+            "{note}; {} under it {} bio-based with no disk under {}, not traced",
             dead_ends.join(", "),
             if dead_ends.len() == 1 { "is" } else { "are" },
             if dead_ends.len() == 1 { "it" } else { "them" },
-        ));
+        );
     }
     note
 }
@@ -470,6 +465,11 @@ pub fn read_diskstats() -> Result<HashMap<(u32, u32), DiskStats>, DeviceError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Resolve `loop0`, `/dev/loop0` or `7:0` to a whole disk of this machine.
+    fn resolve(spec: &str) -> Result<DeviceInfo, DeviceError> {
+        resolve_in(Path::new(SYSFS), spec)
+    }
 
     #[test]
     fn bad_specs_are_named() {
@@ -555,7 +555,7 @@ mod tests {
         }
 
         fn targets(&self, specs: &[&str]) -> Result<Targets, DeviceError> {
-            let specs: Vec<String> = specs.iter().map(|s| s.to_string()).collect();
+            let specs: Vec<String> = specs.iter().map(ToString::to_string).collect();
             targets_in(self.root(), &specs)
         }
     }

@@ -85,7 +85,7 @@ impl Files {
     /// Whether the open trace file still has to name this file (once per file per trace
     /// file); marks it named.
     #[inline]
-    pub fn to_name(&mut self, dev: u32, ino: u64) -> bool {
+    pub fn must_name(&mut self, dev: u32, ino: u64) -> bool {
         ino != 0 && self.named.first((dev, ino))
     }
 
@@ -216,7 +216,7 @@ mod tests {
     fn name(parts: &[&str], complete: bool) -> FileName {
         let mut f = FileName {
             key: FileKey::default(),
-            depth: parts.len() as u32,
+            depth: u32::try_from(parts.len()).unwrap(),
             complete: u32::from(complete),
             names: [[0; FILE_NAME_LEN]; FILE_NAME_DEPTH],
         };

@@ -98,7 +98,7 @@ pub fn probe_config(btf: &KernelBtf, hooks: Hooks) -> Result<(ProbeConfig, OpDec
         disk_first_minor: btf.member_offset("gendisk", "first_minor")?,
         rqf_io_stat,
         rqf_flush_seq,
-        req_op_flush: btf.enumerator("REQ_OP_FLUSH")? as u32,
+        req_op_flush: btf.enumerator_u32("REQ_OP_FLUSH")?,
         req_op_mask: op_mask,
         bio_next: bio("bio", "bi_next")?,
         bio_bdev: bio("bio", "bi_bdev")?,
@@ -125,8 +125,8 @@ pub fn probe_config(btf: &KernelBtf, hooks: Hooks) -> Result<(ProbeConfig, OpDec
         ("REQ_OP_DRV_OUT", Op::DrvOut),
     ] {
         // Ops a kernel lacks are simply not decoded (they become "other").
-        if let Ok(v) = btf.enumerator(name) {
-            ops.push((v as u32, op));
+        if let Ok(v) = btf.enumerator_u32(name) {
+            ops.push((v, op));
         }
     }
     let mut flag_bits = Vec::new();

@@ -1,3 +1,11 @@
+//! `blkprof-trace`: the daemon's command line; parses the options, runs the daemon, maps its
+//! outcome to the exit code.
+
+#![expect(
+    unused_crate_dependencies,
+    reason = "the bin links the lib's dependencies; the lib target checks them"
+)]
+
 use clap::Parser as _;
 
 fn main() -> std::process::ExitCode {
@@ -23,7 +31,7 @@ fn main() -> std::process::ExitCode {
         }
     };
     match rt.block_on(tracer::daemon::run(cfg)) {
-        Ok(code) => std::process::ExitCode::from(code as u8),
+        Ok(code) => std::process::ExitCode::from(code),
         Err(e) => {
             eprintln!("blkprof-trace: {e:#}");
             std::process::ExitCode::from(1)

@@ -10,7 +10,6 @@
 //! - The daemon owns all of it: a scrape is a message to its loop, answered with the text, so
 //!   the per-record path takes no lock.
 
-use std::fmt::Write as _;
 use std::net::SocketAddr;
 
 use bytes::Bytes;
@@ -227,12 +226,12 @@ impl Metrics {
         let d = &mut self.devs[self.last];
         let g = g as usize;
         d.seen[g] = true;
-        let [q, dv, t] = &mut d.latency[g];
+        let [queue, device, total] = &mut d.latency[g];
         if r.issue_ns != 0 {
-            q.record(&self.lat_bounds, r.issue_ns.saturating_sub(r.enter_ns));
-            dv.record(&self.lat_bounds, r.device_ns());
+            queue.record(&self.lat_bounds, r.issue_ns.saturating_sub(r.enter_ns));
+            device.record(&self.lat_bounds, r.device_ns());
         }
-        t.record(&self.lat_bounds, r.total_ns());
+        total.record(&self.lat_bounds, r.total_ns());
         d.size[g].record(&self.size_bounds, u64::from(r.bytes));
     }
 }
@@ -288,8 +287,13 @@ impl Out {
         } else {
             name
         };
-        let _ = writeln!(self.s, "# HELP {fam} {help}");
-        let _ = writeln!(self.s, "# TYPE {fam} {kind}");
+        for (line, text) in [("# HELP ", help), ("# TYPE ", kind)] {
+            self.s.push_str(line);
+            self.s.push_str(fam);
+            self.s.push(' ');
+            self.s.push_str(text);
+            self.s.push('\n');
+        }
     }
     fn sample(&mut self, name: &str, labels: &[(&str, &str)], v: f64) {
         self.s.push_str(name);
@@ -299,11 +303,16 @@ impl Out {
                 if i > 0 {
                     self.s.push(',');
                 }
-                let _ = write!(self.s, "{k}=\"{}\"", esc(val));
+                self.s.push_str(k);
+                self.s.push_str("=\"");
+                self.s.push_str(&esc(val));
+                self.s.push('"');
             }
             self.s.push('}');
         }
-        let _ = writeln!(self.s, " {}", num(v));
+        self.s.push(' ');
+        self.s.push_str(&num(v));
+        self.s.push('\n');
     }
     fn histogram(
         &mut self,
@@ -345,7 +354,7 @@ pub fn render(m: &mut Metrics, sc: &Scrape, openmetrics: bool) -> String {
 
     // Exact counters, summed per (device, diskstats group, accounted).
     let mut sums: std::collections::BTreeMap<(u32, u32, usize, bool), (u64, u64)> =
-        Default::default();
+        std::collections::BTreeMap::default();
     for a in sc.aggregates {
         let e = sums
             .entry((a.major, a.minor, a.group() as usize, a.not_accounted))
@@ -557,7 +566,10 @@ pub async fn serve(
         let asks = asks.clone();
         tokio::spawn(async move {
             let svc = hyper::service::service_fn(move |req| handle(req, asks.clone()));
-            // A client that hangs up mid-request is its own business.
+            #[expect(
+                clippy::let_underscore_must_use,
+                reason = "a client that hangs up mid-request is its own business"
+            )]
             let _ = hyper::server::conn::http1::Builder::new()
                 .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
                 .await;

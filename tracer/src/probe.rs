@@ -43,8 +43,12 @@ impl From<crate::btf::BtfError> for ProbeError {
     }
 }
 
-/// Effective capabilities of this process include CAP_BPF+CAP_PERFMON (or CAP_SYS_ADMIN).
+/// Effective capabilities of this process include `CAP_BPF` + `CAP_PERFMON` (or
+/// `CAP_SYS_ADMIN`).
 pub fn privileged() -> bool {
+    const CAP_SYS_ADMIN: u64 = 21;
+    const CAP_PERFMON: u64 = 38;
+    const CAP_BPF: u64 = 39;
     let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
         return false;
     };
@@ -53,9 +57,6 @@ pub fn privileged() -> bool {
         .find_map(|l| l.strip_prefix("CapEff:"))
         .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
         .unwrap_or(0);
-    const CAP_SYS_ADMIN: u64 = 21;
-    const CAP_PERFMON: u64 = 38;
-    const CAP_BPF: u64 = 39;
     cap_eff & (1 << CAP_SYS_ADMIN) != 0
         || (cap_eff & (1 << CAP_BPF) != 0 && cap_eff & (1 << CAP_PERFMON) != 0)
 }
@@ -84,7 +85,7 @@ pub enum ProbeMode {
 pub struct ProbeOptions {
     pub mode: ProbeMode,
     pub ring_bytes: u32,
-    /// Kernel dev_t values to trace; empty = all devices.
+    /// Kernel `dev_t` values to trace; empty = all devices.
     pub devices: Vec<u32>,
     /// Read owners even where they are v1 cgroups' (benchmarks).
     pub owner_always: bool,
@@ -117,7 +118,7 @@ impl Probe {
             rlim_max: libc::RLIM_INFINITY,
         };
         // SAFETY: valid rlimit pointer.
-        unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &rlim) };
+        unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &raw const rlim) };
 
         let kbtf = crate::btf::KernelBtf::from_sys()?;
         let hooks = choose_hooks(&kbtf)?;
@@ -144,9 +145,11 @@ impl Probe {
         }
         if opts.devices.len() > tracer_common::FILTER_LIST_MAX {
             config.filter_devices = tracer_common::FILTER_MAP;
-        } else if !opts.devices.is_empty() {
+        } else if !opts.devices.is_empty()
+            && let Ok(len) = u32::try_from(opts.devices.len())
+        {
             config.filter_devices = tracer_common::FILTER_LIST;
-            config.filter_list_len = opts.devices.len() as u32;
+            config.filter_list_len = len;
             config.filter_list[..opts.devices.len()].copy_from_slice(&opts.devices);
         }
         let btf = Btf::from_sys_fs().map_err(|e| ProbeError::Load(format!("kernel BTF: {e}")))?;
@@ -222,6 +225,11 @@ impl Probe {
             if let Some(p) = self.ebpf.program_mut(&prog) {
                 let p: Result<&mut BtfTracePoint, _> = p.try_into();
                 if let Ok(p) = p {
+                    #[expect(
+                        clippy::let_underscore_must_use,
+                        reason = "a link that will not detach goes when the process exits and \
+                                  its fds close; the daemon is stopping, nothing else to do"
+                    )]
                     let _ = p.detach(link);
                 }
             }
@@ -270,7 +278,7 @@ impl Probe {
         if let Some(m) = self.ebpf.map(MAP_REQUESTS) {
             let map: BpfHashMap<_, u64, RequestState> =
                 BpfHashMap::try_from(m).map_err(err(MAP_REQUESTS))?;
-            for item in map.iter() {
+            for item in &map {
                 let (k, st) = item.map_err(err(MAP_REQUESTS))?;
                 out.push((Tracked::Overflow(k), st));
             }
@@ -338,8 +346,8 @@ impl Probe {
             })?)
             .map_err(err)?;
         let mut sums = [0u64; COUNTER_SLOTS as usize];
-        for (i, s) in sums.iter_mut().enumerate() {
-            let vals = arr.get(&(i as u32), 0).map_err(err)?;
+        for (i, s) in (0..COUNTER_SLOTS).zip(sums.iter_mut()) {
+            let vals = arr.get(&i, 0).map_err(err)?;
             *s = vals.iter().sum();
         }
         let mut programs = Vec::new();
@@ -396,7 +404,8 @@ impl Probe {
             })?)
             .map_err(err)?;
         // Sum every CPU's copy of each key, from the direct-mapped slots and the hash map.
-        let mut sums: std::collections::BTreeMap<(u32, u32), Aggregate> = Default::default();
+        let mut sums: std::collections::BTreeMap<(u32, u32), Aggregate> =
+            std::collections::BTreeMap::default();
         let mut add = |k: AggKey, c: &Aggregate| {
             if epoch.is_some_and(|e| k.op & AGG_EPOCH != e) {
                 return;
@@ -436,7 +445,7 @@ impl Probe {
                 }
             }
         }
-        for item in map.iter() {
+        for item in &map {
             let (k, per_cpu) = item.map_err(err)?;
             for c in per_cpu.iter() {
                 add(k, c);
@@ -471,11 +480,6 @@ impl Probe {
         Ok(out)
     }
 
-    /// The programs loaded, (program, tracepoint).
-    pub fn programs(&self) -> &'static [(&'static str, &'static str)] {
-        self.programs
-    }
-
     /// Current in-flight counts per device (for diagnostics).
     pub fn device_states(&self) -> Vec<(u32, DeviceState)> {
         let mut out = Vec::new();
@@ -488,8 +492,7 @@ impl Probe {
                 slots
                     .iter()
                     .filter_map(Result::ok)
-                    .filter(|s| s.tag != 0)
-                    .map(|s| ((s.tag - 1) as u32, s.st)),
+                    .filter_map(|s| Some((u32::try_from(s.tag.checked_sub(1)?).ok()?, s.st))),
             );
         }
         if let Some(Ok(map)) = self
@@ -503,33 +506,41 @@ impl Probe {
     }
 }
 
-/// (run_cnt, run_time_ns, recursion_misses) of a loaded program, from `bpf_prog_info` (aya's
-/// own UAPI binding; aya 0.14's `ProgramInfo` does not expose these three). run_cnt and
-/// run_time_ns are only counted while `kernel.bpf_stats_enabled` is 1; a kernel whose
+/// (`run_cnt`, `run_time_ns`, `recursion_misses`) of a loaded program, from `bpf_prog_info`
+/// (aya's own UAPI binding; aya 0.14's `ProgramInfo` does not expose these three). `run_cnt` and
+/// `run_time_ns` are only counted while `kernel.bpf_stats_enabled` is 1; a kernel whose
 /// `bpf_prog_info` ends before a field reports it as 0.
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "the sizes of bpf_prog_info and InfoAttr, a few hundred bytes, as the syscall's u32s"
+)]
 fn prog_stats(fd: i32) -> (u64, u64, u64) {
     use aya_obj::generated::bpf_prog_info;
     use std::mem::offset_of;
-    // SAFETY: bpf_prog_info is plain old data (integers and pointers as u64).
-    let mut info: bpf_prog_info = unsafe { std::mem::zeroed() };
     #[repr(C)]
     struct InfoAttr {
         bpf_fd: u32,
         info_len: u32,
         info: u64,
     }
+    const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
+    // An open fd is never negative.
+    let Ok(bpf_fd) = u32::try_from(fd) else {
+        return (0, 0, 0);
+    };
+    // SAFETY: bpf_prog_info is plain old data (integers and pointers as u64).
+    let mut info: bpf_prog_info = unsafe { std::mem::zeroed() };
     let mut attr = InfoAttr {
-        bpf_fd: fd as u32,
+        bpf_fd,
         info_len: std::mem::size_of::<bpf_prog_info>() as u32,
         info: (&raw mut info) as u64,
     };
-    const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
     // SAFETY: attr and info outlive the call; sizes are passed.
     let rc = unsafe {
         libc::syscall(
             libc::SYS_bpf,
             BPF_OBJ_GET_INFO_BY_FD,
-            &mut attr as *mut InfoAttr,
+            &raw mut attr,
             std::mem::size_of::<InfoAttr>() as u32,
         )
     };

@@ -72,21 +72,12 @@ impl Recorder {
         }
     }
 
-    /// Bytes held now.
-    pub fn bytes(&self) -> u64 {
-        self.bytes
-    }
-
-    pub fn records(&self) -> u64 {
-        self.segments.iter().map(|s| s.records).sum()
-    }
-
     /// Add a closed segment; drop the ones no longer needed to cover the window before
     /// `now_ns` (monotonic), and the oldest beyond the byte bound.
     pub fn push(&mut self, s: Segment, now_ns: u64) {
         self.bytes += s.frames.len() as u64;
         self.segments.push_back(Arc::new(s));
-        let window_ns = self.window.as_nanos() as u64;
+        let window_ns = crate::clock::duration_ns(self.window);
         let needed_from = self
             .hold_from
             .unwrap_or(u64::MAX)
@@ -244,17 +235,23 @@ pub fn parse_trigger(s: &str) -> Result<Trigger, String> {
     };
     let above = tracer_common::units::parse_duration(rhs)
         .or_else(|_| parse_small_duration(rhs))
-        .map_err(|_| format!("{s:?}: {rhs:?} is not a duration (20ms, 500us, 1s); {help}"))?;
+        .map_err(|()| format!("{s:?}: {rhs:?} is not a duration (20ms, 500us, 1s); {help}"))?;
     Ok(Trigger::Latency {
         group,
         total,
         quantile,
-        above_ns: above.as_nanos() as u64,
+        above_ns: crate::clock::duration_ns(above),
         text: s.trim().to_string(),
     })
 }
 
 /// Durations below a millisecond, which the tracer's other options do not take.
+#[expect(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "v is finite and positive (checked); `as` drops the fraction of a nanosecond and \
+              saturates beyond u64::MAX, as wanted"
+)]
 fn parse_small_duration(s: &str) -> Result<Duration, ()> {
     let (num, mult) = if let Some(n) = s.strip_suffix("us") {
         (n, 1_000.0)

@@ -68,10 +68,26 @@ impl Hists {
         self.total_latency_ns.reset();
     }
     fn add(&mut self, o: &Hists) {
-        let _ = self.size_bytes.add(&o.size_bytes);
-        let _ = self.device_latency_ns.add(&o.device_latency_ns);
-        let _ = self.total_latency_ns.add(&o.total_latency_ns);
+        merge(&mut self.size_bytes, &o.size_bytes);
+        merge(&mut self.device_latency_ns, &o.device_latency_ns);
+        merge(&mut self.total_latency_ns, &o.total_latency_ns);
     }
+}
+
+/// An empty histogram at the live precision, resizing itself to any value.
+fn live_histogram() -> Histogram<u64> {
+    Histogram::new(LIVE_SIGFIG).expect("LIVE_SIGFIG is a valid precision (at most 5)")
+}
+
+/// Add `from`'s counts into `into`. Every histogram here resizes itself (`auto(true)`, or
+/// `Histogram::new`), so `add` cannot refuse a value; its one other error, a size beyond
+/// `usize`, cannot happen on the 64-bit hosts the probe runs on.
+fn merge(into: &mut Histogram<u64>, from: &Histogram<u64>) {
+    let added = into.add(from);
+    debug_assert!(
+        added.is_ok(),
+        "a resizing histogram refused counts: {added:?}"
+    );
 }
 
 #[derive(Default, Clone, Copy)]
@@ -184,14 +200,14 @@ impl Stats {
                 iops: c.ios as f64 / secs,
                 mb_per_s: c.bytes as f64 / 1e6 / secs,
             };
-            let mut dev_lat = Histogram::<u64>::new(LIVE_SIGFIG).expect("valid");
-            let mut tot_lat = Histogram::<u64>::new(LIVE_SIGFIG).expect("valid");
+            let mut dev_lat = live_histogram();
+            let mut tot_lat = live_histogram();
             for h in d.hists.values_mut() {
                 h.settle();
             }
             for h in d.hists.values() {
-                let _ = dev_lat.add(&h.device_latency_ns);
-                let _ = tot_lat.add(&h.total_latency_ns);
+                merge(&mut dev_lat, &h.device_latency_ns);
+                merge(&mut tot_lat, &h.total_latency_ns);
             }
             let pct = |h: &Histogram<u64>| Percentiles {
                 p50: h.value_at_quantile(0.5) as f64 / 1e3,
@@ -290,6 +306,11 @@ impl Default for Stats {
 
 /// The value at quantile `q` of a probe histogram ([`tracer_common::loglin_le_bucket`]s): the
 /// upper bound of the bucket holding it, as HdrHistogram reports its highest equivalent value.
+#[expect(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "q is a quantile level in 0..=1, so q * n is in 0..=n; the rank is clamped to 1..=n"
+)]
 pub fn loglin_quantile(h: &[u64], q: f64) -> u64 {
     let n: u64 = h.iter().sum();
     if n == 0 {
@@ -402,8 +423,8 @@ pub fn aggregate_lines(
         .collect()
 }
 
-pub fn print_header(out: &mut dyn Write) {
-    let _ = writeln!(
+pub fn print_header(out: &mut dyn Write) -> std::io::Result<()> {
+    writeln!(
         out,
         "{:<8} {:<10} {:>9} {:>8} {:>9} {:>8} {:>7} {:>8} {:>6} {:>9} {:>9} {:>9} {:>9} {:>7} {:>6}",
         "time",
@@ -421,12 +442,12 @@ pub fn print_header(out: &mut dyn Write) {
         "max_us",
         "qd_avg",
         "qd_max"
-    );
+    )
 }
 
-pub fn print_line(out: &mut dyn Write, l: &IntervalLine) {
+pub fn print_line(out: &mut dyn Write, l: &IntervalLine) -> std::io::Result<()> {
     let hms = l.time.get(11..19).unwrap_or("");
-    let _ = writeln!(
+    writeln!(
         out,
         "{:<8} {:<10} {:>9.0} {:>8.1} {:>9.0} {:>8.1} {:>7.0} {:>8.1} {:>6.0} {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>7.2} {:>6}",
         hms,
@@ -444,11 +465,11 @@ pub fn print_line(out: &mut dyn Write, l: &IntervalLine) {
         l.device_latency_us.max,
         l.queue_depth_mean,
         l.queue_depth_max,
-    );
+    )
 }
 
 /// Writes an HdrHistogram interval log (.hlog, format 1.3) that standard readers
-/// (HistogramLogReader, HistogramLogAnalyzer, hdrhistogram's IntervalLogIterator) read.
+/// (`HistogramLogReader`, `HistogramLogAnalyzer`, hdrhistogram's `IntervalLogIterator`) read.
 pub struct HlogWriter {
     out: std::io::BufWriter<std::fs::File>,
     serializer: V2DeflateSerializer,
