@@ -1525,12 +1525,22 @@ fn ftrace_blk_lines_with_merges_import_to_the_same_latencies_as_our_trace() {
         let (mut ta, mut tb) = (total(&ours), total(&theirs));
         for (name, q) in [("p50", 0.5), ("p99", 0.99)] {
             let (x, y) = (quantile(&mut ta, q), quantile(&mut tb, q));
+            // The IOs the probe missed are among the imported ones: each can move an order
+            // statistic of the traced ones by one rank (the p99 of 2,048 is the 21st largest,
+            // and a sparse tail jumps between neighbours), so the traced quantile is held to
+            // the imported ones within that many ranks of it (tb is sorted by quantile()).
+            let rank = ((q * tb.len() as f64).ceil() as usize).clamp(1, tb.len()) - 1;
+            let slack = usize::try_from(b - a).unwrap_or(usize::MAX);
+            let (lo, hi) = (
+                tb[rank.saturating_sub(slack)],
+                tb[rank.saturating_add(slack).min(tb.len() - 1)],
+            );
             eprintln!(
-                "{op:?}: {a} IOs traced, {b} imported; total latency {name} {x} ns traced, {y} ns imported"
+                "{op:?}: {a} IOs traced, {b} imported; total latency {name} {x} ns traced, {y} ns imported ({lo}..{hi} within {slack} ranks)"
             );
             assert!(
-                x.abs_diff(y) as f64 <= 0.05 * x as f64,
-                "{op:?} total latency {name}: traced {x} ns, imported {y} ns"
+                x as f64 >= 0.95 * lo as f64 && x as f64 <= 1.05 * hi as f64,
+                "{op:?} total latency {name}: traced {x} ns, imported {y} ns ({lo}..{hi} within {slack} ranks)"
             );
         }
     }
