@@ -166,7 +166,9 @@ impl Sample {
     #[inline]
     fn add(&mut self, k: usize, start: u64, end: u64) {
         let (first, last) = (start >> REGION_SHIFT, (end - 1) >> REGION_SHIFT);
-        for r in first..=last.min(first + MAX_IO_REGIONS - 1) {
+        // Half-open (a sector number >> REGION_SHIFT leaves room for + 1): an inclusive
+        // range costs a check per step.
+        for r in first..last.min(first + MAX_IO_REGIONS - 1) + 1 {
             let h = mix(r);
             if h > self.threshold {
                 continue;
@@ -239,7 +241,7 @@ struct Device {
     /// Fine bin i holds first sectors `[i << lba_shift, (i + 1) << lba_shift)`: per op IOs and
     /// bytes.
     lba_shift: u32,
-    fine: Vec<[u64; 4]>,
+    fine: Box<[[u64; 4]; FINE]>,
 }
 
 impl Device {
@@ -248,7 +250,7 @@ impl Device {
             dev,
             sample: Sample::default(),
             lba_shift: 0,
-            fine: vec![[0; 4]; FINE],
+            fine: Box::new([[0; 4]; FINE]),
         }
     }
 
@@ -348,11 +350,10 @@ impl Section for Shape {
                 d.fold();
             }
             // Below FINE: the loop above folded the bins until it is.
-            let bin = usize::try_from(r.sector >> d.lba_shift).unwrap_or(FINE - 1);
-            let i = bin << 2 | k << 1;
-            let fine = d.fine.as_flattened_mut();
-            fine[i] += 1;
-            fine[i + 1] += bytes;
+            let bin = usize::try_from(r.sector >> d.lba_shift).map_or(FINE - 1, |b| b.min(FINE - 1));
+            let f = &mut d.fine[bin];
+            f[2 * k] += 1;
+            f[2 * k + 1] += bytes;
         }
     }
 
