@@ -323,37 +323,53 @@ fn new(_: &Options, _: &tracer_common::format::TraceHeader) -> Box<dyn Section> 
     })
 }
 
+impl Shape {
+    /// Device `dev`, made when first needed.
+    fn device(&mut self, dev: u32) -> &mut Device {
+        if self.devices.get(self.last).is_none_or(|d| d.dev != dev) {
+            self.last = if let Some(i) = self.devices.iter().position(|d| d.dev == dev) {
+                i
+            } else {
+                self.devices.push(Device::new(dev));
+                self.devices.len() - 1
+            };
+        }
+        &mut self.devices[self.last]
+    }
+}
+
 impl Section for Shape {
     fn chunk(&mut self, records: &[IoRecord]) {
-        for r in records {
-            let k = match r.op {
-                Op::Read => 0,
-                Op::Write => 1,
-                _ => continue,
-            };
-            if r.bytes == 0 {
+        // By runs of one device (records of a device mostly come together): it is found once
+        // per run, when a read or write needs it.
+        for run in records.chunk_by(|a, b| a.dev == b.dev) {
+            let counted = |r: &IoRecord| matches!(r.op, Op::Read | Op::Write) && r.bytes != 0;
+            let Some(first) = run.iter().position(counted) else {
                 continue;
-            }
-            if self.devices.get(self.last).is_none_or(|d| d.dev != r.dev) {
-                self.last = if let Some(i) = self.devices.iter().position(|d| d.dev == r.dev) {
-                    i
-                } else {
-                    self.devices.push(Device::new(r.dev));
-                    self.devices.len() - 1
+            };
+            let d = self.device(run[first].dev);
+            for r in &run[first..] {
+                let k = match r.op {
+                    Op::Read => 0,
+                    Op::Write => 1,
+                    _ => continue,
                 };
+                if r.bytes == 0 {
+                    continue;
+                }
+                let bytes = u64::from(r.bytes);
+                let end = r.sector.saturating_add(bytes.div_ceil(512));
+                d.sample.add(k, r.sector, end);
+                while (r.sector >> d.lba_shift) >= FINE as u64 {
+                    d.fold();
+                }
+                // Below FINE: the loop above folded the bins until it is.
+                let bin = usize::try_from(r.sector >> d.lba_shift)
+                    .map_or(FINE - 1, |b| b.min(FINE - 1));
+                let f = &mut d.fine[bin];
+                f[2 * k] += 1;
+                f[2 * k + 1] += bytes;
             }
-            let d = &mut self.devices[self.last];
-            let bytes = u64::from(r.bytes);
-            let end = r.sector.saturating_add(bytes.div_ceil(512));
-            d.sample.add(k, r.sector, end);
-            while (r.sector >> d.lba_shift) >= FINE as u64 {
-                d.fold();
-            }
-            // Below FINE: the loop above folded the bins until it is.
-            let bin = usize::try_from(r.sector >> d.lba_shift).map_or(FINE - 1, |b| b.min(FINE - 1));
-            let f = &mut d.fine[bin];
-            f[2 * k] += 1;
-            f[2 * k + 1] += bytes;
         }
     }
 
