@@ -333,12 +333,14 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
         // that each pass after the first finds them in the L1 cache.
         for part in buf.chunks(SECTION_RECORDS) {
             let part_outside_before = outside_window;
-            for rec in part {
-                if !window.holds(rec) {
-                    outside_window += 1;
+            for run in part.chunk_by(|a, b| a.dev == b.dev) {
+                // The run's device, found (or made) at its first record inside the window.
+                let Some(first) = run.iter().position(|x| window.holds(x)) else {
+                    outside_window += run.len() as u64;
                     continue;
-                }
-                task_counts[rec.task as usize] += 1;
+                };
+                outside_window += first as u64;
+                let rec = &run[first];
                 if devs.get(last).is_none_or(|d| d.0 != rec.dev) {
                     last = if let Some(i) = devs.iter().position(|d| d.0 == rec.dev) {
                         i
@@ -378,37 +380,44 @@ pub fn summarize(path: &Path, opts: &Options) -> Result<Summary, FormatError> {
                     };
                 }
                 let (_, d, slots) = &mut devs[last];
-                d.first_ns = d.first_ns.min(rec.enter_ns.max(window.lo_ns));
-                d.last_ns = d.last_ns.max(rec.complete_ns);
-                d.max_os_inflight = d.max_os_inflight.max(rec.os_inflight);
-                d.busy.record(rec.enter_ns, rec.complete_ns);
-                let g = rec.stat_group();
-                if d.has_series {
-                    d.series.record(rec, g, burst_writer[rec.task as usize]);
-                }
-                if rec.op == Op::Discard {
-                    d.discards.push(*rec);
-                }
-                let slot = op_slot(g, rec.op);
-                if slot == SLOT_ABSORBED {
-                    d.absorbed_flushes += 1;
-                    continue;
-                }
-                let o = slots[slot].get_or_insert_with(|| Box::new(OpStats::new()));
-                o.ios += 1;
-                o.bytes += u64::from(rec.bytes);
-                o.count_size(rec.bytes);
-                if rec.issue_ns != 0 {
-                    o.device_counts.record(rec.device_ns().max(1));
-                    o.queue_counts
-                        .record(rec.issue_ns.saturating_sub(rec.enter_ns).max(1));
-                }
-                o.total_counts.record(rec.total_ns().max(1));
-                if rec.flags & flags::RAHEAD != 0 {
-                    o.readahead_bytes += u64::from(rec.bytes);
-                }
-                if rec.error != 0 {
-                    o.errors += 1;
+                for rec in &run[first..] {
+                    if !window.holds(rec) {
+                        outside_window += 1;
+                        continue;
+                    }
+                    task_counts[rec.task as usize] += 1;
+                    d.first_ns = d.first_ns.min(rec.enter_ns.max(window.lo_ns));
+                    d.last_ns = d.last_ns.max(rec.complete_ns);
+                    d.max_os_inflight = d.max_os_inflight.max(rec.os_inflight);
+                    d.busy.record(rec.enter_ns, rec.complete_ns);
+                    let g = rec.stat_group();
+                    if d.has_series {
+                        d.series.record(rec, g, burst_writer[rec.task as usize]);
+                    }
+                    if rec.op == Op::Discard {
+                        d.discards.push(*rec);
+                    }
+                    let slot = op_slot(g, rec.op);
+                    if slot == SLOT_ABSORBED {
+                        d.absorbed_flushes += 1;
+                        continue;
+                    }
+                    let o = slots[slot].get_or_insert_with(|| Box::new(OpStats::new()));
+                    o.ios += 1;
+                    o.bytes += u64::from(rec.bytes);
+                    o.count_size(rec.bytes);
+                    if rec.issue_ns != 0 {
+                        o.device_counts.record(rec.device_ns().max(1));
+                        o.queue_counts
+                            .record(rec.issue_ns.saturating_sub(rec.enter_ns).max(1));
+                    }
+                    o.total_counts.record(rec.total_ns().max(1));
+                    if rec.flags & flags::RAHEAD != 0 {
+                        o.readahead_bytes += u64::from(rec.bytes);
+                    }
+                    if rec.error != 0 {
+                        o.errors += 1;
+                    }
                 }
             }
             // The sections see what the summary saw: without records outside the run's window.
