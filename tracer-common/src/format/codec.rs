@@ -237,7 +237,11 @@ mod tests {
                         x ^= x << 17;
                         let v = if bw == 64 { x } else { x & ((1u64 << bw) - 1) };
                         // The widest values too, so that the block's width is bw.
-                        if i == 0 && bw > 0 { v | 1 << (bw - 1) } else { v }
+                        if i == 0 && bw > 0 {
+                            v | 1 << (bw - 1)
+                        } else {
+                            v
+                        }
                     })
                     .collect();
                 let mut packed = Vec::new();
@@ -248,7 +252,14 @@ mod tests {
                 let w = c.bytes(1).expect("width")[0];
                 let body = c.bytes(c.remaining()).expect("body");
                 let mut out = [u64::MAX; BLOCK_RECORDS];
-                unpack_block(body, u32::from(w), unzigzag(min) as u64, &mut out, n, &mut scratch);
+                unpack_block(
+                    body,
+                    u32::from(w),
+                    unzigzag(min) as u64,
+                    &mut out,
+                    n,
+                    &mut scratch,
+                );
                 assert_eq!(&out[..n], &vals[..], "bw {bw} n {n}");
                 let mut any = vec![0; n];
                 if w > 0 {

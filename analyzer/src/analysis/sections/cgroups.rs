@@ -122,11 +122,7 @@ impl Section for Cgroups {
     fn chunk(&mut self, records: &[IoRecord]) {
         let owners = self.owners;
         let charged = |r: &IoRecord| {
-            if owners {
-                r.charged_cgroup()
-            } else {
-                r.cgroup
-            }
+            if owners { r.charged_cgroup() } else { r.cgroup }
         };
         // By runs of one (device, cgroup) (consecutive records mostly share them): the tally
         // is found once per run.

@@ -168,7 +168,8 @@ impl Sample {
         let (first, last) = (start >> REGION_SHIFT, (end - 1) >> REGION_SHIFT);
         // Half-open (a sector number >> REGION_SHIFT leaves room for + 1): an inclusive
         // range costs a check per step.
-        for r in first..last.min(first + MAX_IO_REGIONS - 1) + 1 {
+        let stop = last.min(first + MAX_IO_REGIONS - 1) + 1;
+        for r in first..stop {
             let h = mix(r);
             if h > self.threshold {
                 continue;
@@ -250,7 +251,11 @@ impl Device {
             dev,
             sample: Sample::default(),
             lba_shift: 0,
-            fine: Box::new([[0; 4]; FINE]),
+            // On the heap from the start (32 KiB).
+            fine: vec![[0; 4]; FINE]
+                .into_boxed_slice()
+                .try_into()
+                .expect("FINE bins"),
         }
     }
 
@@ -364,8 +369,8 @@ impl Section for Shape {
                     d.fold();
                 }
                 // Below FINE: the loop above folded the bins until it is.
-                let bin = usize::try_from(r.sector >> d.lba_shift)
-                    .map_or(FINE - 1, |b| b.min(FINE - 1));
+                let bin =
+                    usize::try_from(r.sector >> d.lba_shift).map_or(FINE - 1, |b| b.min(FINE - 1));
                 let f = &mut d.fine[bin];
                 f[2 * k] += 1;
                 f[2 * k + 1] += bytes;
