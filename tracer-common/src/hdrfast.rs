@@ -21,8 +21,6 @@ pub struct HdrCounts<const HALF: u32 = 10> {
 }
 
 impl<const HALF: u32> HdrCounts<HALF> {
-    /// 64 - unit magnitude (0) - sub-bucket count magnitude (HALF + 1).
-    const LZ_BASE: u32 = 63 - HALF;
     const SUB_MASK: u64 = (1 << (HALF + 1)) - 1;
     /// The significant digits of the `Histogram` whose layout this is.
     pub const SIGFIG: u8 = match HALF {
@@ -33,9 +31,12 @@ impl<const HALF: u32> HdrCounts<HALF> {
 
     #[inline]
     fn index(v: u64) -> usize {
-        let bucket = Self::LZ_BASE - (v | Self::SUB_MASK).leading_zeros();
+        // HDR's bucket is 64 - unit magnitude (0) - sub-bucket count magnitude (HALF + 1) -
+        // the leading zeros of (v | SUB_MASK): its log2 - HALF, one bit scan (never of 0);
+        // its index ((bucket + 1) << HALF) + sub - (1 << HALF).
+        let bucket = (v | Self::SUB_MASK).ilog2() - HALF;
         let sub = (v >> bucket) as usize;
-        ((bucket as usize + 1) << HALF) + sub - (1 << HALF)
+        ((bucket as usize) << HALF) + sub
     }
 
     /// The lowest value of bucket index `i`.

@@ -23,16 +23,15 @@ impl Default for LogHist {
     }
 }
 
+/// Values below 8 have a bucket each; from 8 on, octave o (2^o <= v < 2^(o+1)) has its 8
+/// buckets from (o - 2) * 8, by the 3 bits after the leading one. Without a branch: with
+/// s = log2(v | 15) - 3 (0 below 16), the bucket is s * 8 + (v >> s), as v >> s is 8 + those
+/// 3 bits from 8 on, and v itself below.
 #[inline]
 fn index(v: u64) -> usize {
-    let i = if v < u64::from(SUB) {
-        v
-    } else {
-        let octave = u64::from(v.ilog2()); // >= 3
-        let sub = (v >> (octave - 3)) & u64::from(SUB - 1);
-        (octave - 2) * u64::from(SUB) + sub
-    };
-    // The top bucket takes the rest (and any index a usize could not hold).
+    let shift = (v | 15).ilog2() - 3;
+    let i = (u64::from(shift) << 3) + (v >> shift);
+    // The top bucket takes the rest.
     usize::try_from(i).map_or(BUCKETS - 1, |i| i.min(BUCKETS - 1))
 }
 
@@ -113,6 +112,26 @@ mod tests {
         assert_eq!(h.quantile(1.0), 100_000_000);
         assert_eq!(h.max(), 100_000_000);
         assert!(index(u64::MAX) < BUCKETS);
+        // The bucket as first defined, with a branch.
+        let by_octave = |v: u64| {
+            let i = if v < u64::from(SUB) {
+                v
+            } else {
+                let octave = u64::from(v.ilog2());
+                (octave - 2) * u64::from(SUB) + ((v >> (octave - 3)) & u64::from(SUB - 1))
+            };
+            usize::try_from(i).map_or(BUCKETS - 1, |i| i.min(BUCKETS - 1))
+        };
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        for v in (0..5000).chain((0..64).flat_map(|b| [(1u64 << b) - 1, 1 << b, (1 << b) + 1])) {
+            assert_eq!(index(v), by_octave(v), "{v}");
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let w = x >> (x % 64);
+            assert_eq!(index(w), by_octave(w), "{w}");
+        }
+        assert_eq!(index(u64::MAX), by_octave(u64::MAX));
         for v in [0u64, 1, 7, 8, 9, 15, 16, 1000, 1 << 40] {
             assert!(upper(index(v)) >= v, "{v}");
         }

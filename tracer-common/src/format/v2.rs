@@ -79,7 +79,7 @@ pub(super) fn decode(
             let packed = c
                 .bytes((n * bw as usize).div_ceil(8))
                 .ok_or_else(|| bad("short block"))?;
-            unpack_block(packed, bw, unzigzag(min) as u64, &mut v[..n], &mut scratch);
+            unpack_block(packed, bw, unzigzag(min) as u64, v, n, &mut scratch);
         }
         if !records_of_block(&vals, n, &mut deltas, &t, &mut xc, out) {
             return Err(bad("record does not decode"));

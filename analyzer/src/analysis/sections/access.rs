@@ -98,42 +98,58 @@ fn new(_: &Options, _: &tracer_common::format::TraceHeader) -> Box<dyn Section> 
     })
 }
 
+impl Access {
+    /// The streams of device `dev`, made when first needed.
+    fn streams(&mut self, dev: u32) -> &mut [Stream; 2] {
+        if self.devices.get(self.last).is_none_or(|d| d.0 != dev) {
+            self.last = if let Some(i) = self.devices.iter().position(|d| d.0 == dev) {
+                i
+            } else {
+                self.devices.push((dev, Default::default()));
+                self.devices.len() - 1
+            };
+        }
+        &mut self.devices[self.last].1
+    }
+}
+
 impl Section for Access {
     fn chunk(&mut self, records: &[IoRecord]) {
-        for r in records {
-            let k = match r.op {
-                Op::Read => 0,
-                Op::Write => 1,
-                _ => continue,
-            };
-            if r.bytes == 0 {
+        // By runs of one device (records of a device mostly come together): its streams are
+        // found once per run, when a read or write needs them.
+        for run in records.chunk_by(|a, b| a.dev == b.dev) {
+            let counted = |r: &IoRecord| matches!(r.op, Op::Read | Op::Write) && r.bytes != 0;
+            let Some(first) = run.iter().position(counted) else {
                 continue;
-            }
-            if self.devices.get(self.last).is_none_or(|d| d.0 != r.dev) {
-                self.last = if let Some(i) = self.devices.iter().position(|d| d.0 == r.dev) {
-                    i
-                } else {
-                    self.devices.push((r.dev, Default::default()));
-                    self.devices.len() - 1
+            };
+            let streams = self.streams(run[first].dev);
+            for r in &run[first..] {
+                let k = match r.op {
+                    Op::Read => 0,
+                    Op::Write => 1,
+                    _ => continue,
                 };
+                if r.bytes == 0 {
+                    continue;
+                }
+                let s = &mut streams[k];
+                let bytes = u64::from(r.bytes);
+                s.ios += 1;
+                s.bytes += bytes;
+                // The latest end first (a stream continuing itself), then all of them, without
+                // an early exit, which the compiler unrolls.
+                let latest = s.ends[(s.next + RECENT - 1) % RECENT];
+                let continues = r.sector.wrapping_sub(latest) <= GAP_SECTORS
+                    || s.ends.iter().fold(false, |c, &end| {
+                        c | (r.sector.wrapping_sub(end) <= GAP_SECTORS)
+                    });
+                if continues {
+                    s.sequential_ios += 1;
+                    s.sequential_bytes += bytes;
+                }
+                s.ends[s.next] = r.sector.wrapping_add(bytes.div_ceil(512));
+                s.next = (s.next + 1) % RECENT;
             }
-            let s = &mut self.devices[self.last].1[k];
-            let bytes = u64::from(r.bytes);
-            s.ios += 1;
-            s.bytes += bytes;
-            // The latest end first (a stream continuing itself), then all of them, without an
-            // early exit, which the compiler unrolls.
-            let latest = s.ends[(s.next + RECENT - 1) % RECENT];
-            let continues = r.sector.wrapping_sub(latest) <= GAP_SECTORS
-                || s.ends.iter().fold(false, |c, &end| {
-                    c | (r.sector.wrapping_sub(end) <= GAP_SECTORS)
-                });
-            if continues {
-                s.sequential_ios += 1;
-                s.sequential_bytes += bytes;
-            }
-            s.ends[s.next] = r.sector.wrapping_add(bytes.div_ceil(512));
-            s.next = (s.next + 1) % RECENT;
         }
     }
 

@@ -120,14 +120,17 @@ fn new(_: &Options, header: &tracer_common::format::TraceHeader) -> Box<dyn Sect
 
 impl Section for Cgroups {
     fn chunk(&mut self, records: &[IoRecord]) {
-        for r in records {
-            let cgroup = if self.owners {
-                r.charged_cgroup()
-            } else {
-                r.cgroup
-            };
+        let owners = self.owners;
+        let charged = |r: &IoRecord| {
+            if owners { r.charged_cgroup() } else { r.cgroup }
+        };
+        // By runs of one (device, cgroup) (consecutive records mostly share them): the tally
+        // is found once per run.
+        for run in records.chunk_by(|a, b| a.dev == b.dev && charged(a) == charged(b)) {
+            let Some(first) = run.first() else { continue };
+            let cgroup = charged(first);
             self.any_known |= cgroup != 0;
-            let key = (r.dev, cgroup);
+            let key = (first.dev, cgroup);
             let i = match self.last {
                 Some((k, i)) if k == key => i,
                 _ => {
@@ -141,18 +144,20 @@ impl Section for Cgroups {
                 }
             };
             let t = &mut self.tallies[i].1;
-            t.ios += 1;
-            t.bytes += u64::from(r.bytes);
-            if cgroup != r.cgroup {
-                t.on_behalf_ios += 1;
-                t.on_behalf_bytes += u64::from(r.bytes);
+            for r in run {
+                t.ios += 1;
+                t.bytes += u64::from(r.bytes);
+                if cgroup != r.cgroup {
+                    t.on_behalf_ios += 1;
+                    t.on_behalf_bytes += u64::from(r.bytes);
+                }
+                match r.stat_group() {
+                    StatGroup::Read => t.read_ios += 1,
+                    StatGroup::Write => t.write_ios += 1,
+                    _ => {}
+                }
+                t.total_ns.record(r.total_ns().max(1));
             }
-            match r.stat_group() {
-                StatGroup::Read => t.read_ios += 1,
-                StatGroup::Write => t.write_ios += 1,
-                _ => {}
-            }
-            t.total_ns.record(r.total_ns().max(1));
         }
     }
 

@@ -117,34 +117,48 @@ fn new(_: &Options, header: &TraceHeader) -> Box<dyn Section> {
     })
 }
 
+impl HwQueues {
+    /// The tallies of device `dev`, made when first needed.
+    fn tallies(&mut self, dev: u32) -> &mut DevTallies {
+        if self.devs.get(self.last).is_none_or(|d| d.dev != dev) {
+            self.last = if let Some(i) = self.devs.iter().position(|d| d.dev == dev) {
+                i
+            } else {
+                self.devs.push(DevTallies {
+                    dev,
+                    queues: Vec::new(),
+                });
+                self.devs.len() - 1
+            };
+        }
+        &mut self.devs[self.last]
+    }
+}
+
 impl Section for HwQueues {
     fn chunk(&mut self, records: &[IoRecord]) {
-        for r in records {
-            let Some(q) = r.hw_queue else { continue };
-            if self.devs.get(self.last).is_none_or(|d| d.dev != r.dev) {
-                self.last = if let Some(i) = self.devs.iter().position(|d| d.dev == r.dev) {
-                    i
-                } else {
-                    self.devs.push(DevTallies {
-                        dev: r.dev,
-                        queues: Vec::new(),
-                    });
-                    self.devs.len() - 1
-                };
+        // By runs of one device (records of a device mostly come together): its tallies are
+        // found once per run, when an IO with a known queue needs them.
+        for run in records.chunk_by(|a, b| a.dev == b.dev) {
+            let Some(first) = run.iter().position(|r| r.hw_queue.is_some()) else {
+                continue;
+            };
+            let d = self.tallies(run[first].dev);
+            for r in &run[first..] {
+                let Some(q) = r.hw_queue else { continue };
+                let q = usize::from(q);
+                if q >= d.queues.len() {
+                    d.queues.resize(q + 1, Tally::default());
+                }
+                let t = &mut d.queues[q];
+                t.bytes += u64::from(r.bytes);
+                t.groups[r.stat_group() as usize] += 1;
+                // Branch-free: an IO never issued adds 0 to the device figures.
+                let issued = u64::from(r.issue_ns != 0);
+                t.issued += issued;
+                t.inflight_sum += issued * u64::from(r.dev_inflight);
+                t.device_ns_sum += r.device_ns();
             }
-            let d = &mut self.devs[self.last];
-            let q = usize::from(q);
-            if q >= d.queues.len() {
-                d.queues.resize(q + 1, Tally::default());
-            }
-            let t = &mut d.queues[q];
-            t.bytes += u64::from(r.bytes);
-            t.groups[r.stat_group() as usize] += 1;
-            // Branch-free: an IO never issued adds 0 to the device figures.
-            let issued = u64::from(r.issue_ns != 0);
-            t.issued += issued;
-            t.inflight_sum += issued * u64::from(r.dev_inflight);
-            t.device_ns_sum += r.device_ns();
         }
     }
 

@@ -166,7 +166,10 @@ impl Sample {
     #[inline]
     fn add(&mut self, k: usize, start: u64, end: u64) {
         let (first, last) = (start >> REGION_SHIFT, (end - 1) >> REGION_SHIFT);
-        for r in first..=last.min(first + MAX_IO_REGIONS - 1) {
+        // Half-open (a sector number >> REGION_SHIFT leaves room for + 1): an inclusive
+        // range costs a check per step.
+        let stop = last.min(first + MAX_IO_REGIONS - 1) + 1;
+        for r in first..stop {
             let h = mix(r);
             if h > self.threshold {
                 continue;
@@ -239,7 +242,7 @@ struct Device {
     /// Fine bin i holds first sectors `[i << lba_shift, (i + 1) << lba_shift)`: per op IOs and
     /// bytes.
     lba_shift: u32,
-    fine: Vec<[u64; 4]>,
+    fine: Box<[[u64; 4]; FINE]>,
 }
 
 impl Device {
@@ -248,7 +251,11 @@ impl Device {
             dev,
             sample: Sample::default(),
             lba_shift: 0,
-            fine: vec![[0; 4]; FINE],
+            // On the heap from the start (32 KiB).
+            fine: vec![[0; 4]; FINE]
+                .into_boxed_slice()
+                .try_into()
+                .expect("FINE bins"),
         }
     }
 
@@ -321,38 +328,53 @@ fn new(_: &Options, _: &tracer_common::format::TraceHeader) -> Box<dyn Section> 
     })
 }
 
+impl Shape {
+    /// Device `dev`, made when first needed.
+    fn device(&mut self, dev: u32) -> &mut Device {
+        if self.devices.get(self.last).is_none_or(|d| d.dev != dev) {
+            self.last = if let Some(i) = self.devices.iter().position(|d| d.dev == dev) {
+                i
+            } else {
+                self.devices.push(Device::new(dev));
+                self.devices.len() - 1
+            };
+        }
+        &mut self.devices[self.last]
+    }
+}
+
 impl Section for Shape {
     fn chunk(&mut self, records: &[IoRecord]) {
-        for r in records {
-            let k = match r.op {
-                Op::Read => 0,
-                Op::Write => 1,
-                _ => continue,
-            };
-            if r.bytes == 0 {
+        // By runs of one device (records of a device mostly come together): it is found once
+        // per run, when a read or write needs it.
+        for run in records.chunk_by(|a, b| a.dev == b.dev) {
+            let counted = |r: &IoRecord| matches!(r.op, Op::Read | Op::Write) && r.bytes != 0;
+            let Some(first) = run.iter().position(counted) else {
                 continue;
-            }
-            if self.devices.get(self.last).is_none_or(|d| d.dev != r.dev) {
-                self.last = if let Some(i) = self.devices.iter().position(|d| d.dev == r.dev) {
-                    i
-                } else {
-                    self.devices.push(Device::new(r.dev));
-                    self.devices.len() - 1
+            };
+            let d = self.device(run[first].dev);
+            for r in &run[first..] {
+                let k = match r.op {
+                    Op::Read => 0,
+                    Op::Write => 1,
+                    _ => continue,
                 };
+                if r.bytes == 0 {
+                    continue;
+                }
+                let bytes = u64::from(r.bytes);
+                let end = r.sector.saturating_add(bytes.div_ceil(512));
+                d.sample.add(k, r.sector, end);
+                while (r.sector >> d.lba_shift) >= FINE as u64 {
+                    d.fold();
+                }
+                // Below FINE: the loop above folded the bins until it is.
+                let bin =
+                    usize::try_from(r.sector >> d.lba_shift).map_or(FINE - 1, |b| b.min(FINE - 1));
+                let f = &mut d.fine[bin];
+                f[2 * k] += 1;
+                f[2 * k + 1] += bytes;
             }
-            let d = &mut self.devices[self.last];
-            let bytes = u64::from(r.bytes);
-            let end = r.sector.saturating_add(bytes.div_ceil(512));
-            d.sample.add(k, r.sector, end);
-            while (r.sector >> d.lba_shift) >= FINE as u64 {
-                d.fold();
-            }
-            // Below FINE: the loop above folded the bins until it is.
-            let bin = usize::try_from(r.sector >> d.lba_shift).unwrap_or(FINE - 1);
-            let i = bin << 2 | k << 1;
-            let fine = d.fine.as_flattened_mut();
-            fine[i] += 1;
-            fine[i + 1] += bytes;
         }
     }
 
