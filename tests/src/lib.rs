@@ -638,3 +638,19 @@ pub fn json_row<'a>(array: &'a serde_json::Value, key: &str, value: &str) -> &'a
         .and_then(|a| a.iter().find(|x| x[key] == value))
         .unwrap_or_else(|| panic!("no {key} = {value:?} in {array}"))
 }
+
+/// `blkprof report --json TRACE`, which must succeed, parsed.
+pub fn report_json(trace: &Path) -> serde_json::Value {
+    let o = std::process::Command::new(bin("blkprof"))
+        .args(["report", "--json"])
+        .arg(trace)
+        .output()
+        .expect("run blkprof report");
+    assert!(
+        o.status.success(),
+        "blkprof report {}: {}",
+        trace.display(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).expect("report JSON")
+}

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use blkprof_e2e::{Scratch, TestDir, Trace, Tracer, bin, delta, fio};
+use blkprof_e2e::{Scratch, TestDir, Trace, Tracer, bin, delta, fio, report_json};
 use tracer_common::op::StatGroup;
 
 /// A port nobody listens on now.
@@ -300,13 +300,7 @@ fn prometheus_sees_exact_counters_and_the_reports_p99() {
         "short of the kernel: {short} IOs; missed completions reported by the run: {}",
         c.missed_completions
     );
-    let report = Command::new(bin("blkprof"))
-        .args(["report", "--json"])
-        .arg(&trace)
-        .output()
-        .unwrap();
-    assert!(report.status.success());
-    let j: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+    let j = report_json(&trace);
     let d = j["devices"]
         .as_array()
         .unwrap()

@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use blkprof_e2e::{Scratch, TestDir, Trace, Tracer, bin, json_row};
+use blkprof_e2e::{Scratch, TestDir, Trace, Tracer, bin, json_row, report_json};
 
 /// A fresh cgroup, removed on drop (once its processes have exited).
 struct Cgroup {
@@ -86,13 +86,7 @@ fn ios_are_charged_to_the_submitters_cgroup_and_filtered_by_it() {
     // Both jobs at once: every one of each job's IOs under its own cgroup's path.
     let out = dir.join("both.blkp");
     let tr = run(&dev, &out, &[], &a, &b);
-    let report = Command::new(bin("blkprof"))
-        .args(["report", "--json"])
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(report.status.success());
-    let j: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+    let j = report_json(&out);
     let d = json_row(&j["sections"]["cgroups"]["devices"], "name", &dev.name);
     let row = |path: &str| json_row(&d["cgroups"], "path", path).clone();
     // Exact, but for the completions the probe reports it missed (this machine's vendor

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::process::Command;
 
-use blkprof_e2e::{Scratch, TestDir, Trace, Tracer, bin, json_row, sh};
+use blkprof_e2e::{Scratch, TestDir, Trace, Tracer, bin, json_row, report_json, sh};
 use tracer_common::op::StatGroup;
 use tracer_common::{FILE_DEV_ANON, FILE_DEV_DEVICE};
 
@@ -118,13 +118,7 @@ fn buffered_io_is_attributed_to_its_files_even_when_deleted_right_after() {
     );
 
     // The report: the top files per device, and the kinds.
-    let report = Command::new(bin("blkprof"))
-        .args(["report", "--json"])
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(report.status.success());
-    let j: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+    let j = report_json(&out);
     let d = json_row(&j["sections"]["files"]["devices"], "name", &fs.dev.name);
     let row = |path: &str| json_row(&d["files"], "path", path).clone();
     assert_eq!(row(&data)["bytes"].as_u64(), Some(mib(8)), "{d}");

@@ -51,25 +51,17 @@ impl Op {
         }
     }
 
-    /// The op of each 4-bit code ([`Op::from_code`]).
-    const BY_CODE: [Op; 16] = [
-        Op::Read,
-        Op::Write,
-        Op::Flush,
-        Op::Discard,
-        Op::SecureErase,
-        Op::WriteZeroes,
-        Op::ZoneAppend,
-        Op::ZoneMgmt,
-        Op::DrvIn,
-        Op::DrvOut,
-        Op::Other,
-        Op::Other,
-        Op::Other,
-        Op::Other,
-        Op::Other,
-        Op::Other,
-    ];
+    /// The op of each 4-bit code ([`Op::from_code`]): each op of [`Op::ALL`] at its code, the
+    /// codes no op has read as [`Op::Other`].
+    const BY_CODE: [Op; 16] = {
+        let mut t = [Op::Other; 16];
+        let mut i = 0;
+        while i < Op::ALL.len() {
+            t[Op::ALL[i] as usize] = Op::ALL[i];
+            i += 1;
+        }
+        t
+    };
 
     pub fn name(self) -> &'static str {
         match self {

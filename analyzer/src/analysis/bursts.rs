@@ -66,23 +66,17 @@ pub struct BurstClass {
 
 /// `"flush 97%, commit log 3%"`.
 pub fn classes_text(c: &[BurstClass]) -> String {
-    let v: Vec<String> = c
-        .iter()
-        .map(|c| format!("{} {:.0}%", c.class, c.pct))
-        .collect();
-    if v.is_empty() {
-        "-".into()
-    } else {
-        v.join(", ")
-    }
+    shares_text(c.iter().map(|c| (c.class.as_str(), c.pct)))
 }
 
 /// `"MemtableFlushWr 85%, jbd2/loop0-8 15%"`.
 pub fn writers_text(w: &[Writer]) -> String {
-    let v: Vec<String> = w
-        .iter()
-        .map(|w| format!("{} {:.0}%", w.comm, w.pct))
-        .collect();
+    shares_text(w.iter().map(|w| (w.comm.as_str(), w.pct)))
+}
+
+/// Names with their shares, `"a 85%, b 15%"`; "-" for none.
+fn shares_text<'a>(shares: impl Iterator<Item = (&'a str, f64)>) -> String {
+    let v: Vec<String> = shares.map(|(n, pct)| format!("{n} {pct:.0}%")).collect();
     if v.is_empty() {
         "-".into()
     } else {

@@ -118,20 +118,14 @@ impl Section for Access {
         // By runs of one device (records of a device mostly come together): its streams are
         // found once per run, when a read or write needs them.
         for run in records.chunk_by(|a, b| a.dev == b.dev) {
-            let counted = |r: &IoRecord| matches!(r.op, Op::Read | Op::Write) && r.bytes != 0;
-            let Some(first) = run.iter().position(counted) else {
+            let Some(first) = run.iter().position(|r| super::read_or_write(r).is_some()) else {
                 continue;
             };
             let streams = self.streams(run[first].dev);
             for r in &run[first..] {
-                let k = match r.op {
-                    Op::Read => 0,
-                    Op::Write => 1,
-                    _ => continue,
-                };
-                if r.bytes == 0 {
+                let Some(k) = super::read_or_write(r) else {
                     continue;
-                }
+                };
                 let s = &mut streams[k];
                 let bytes = u64::from(r.bytes);
                 s.ios += 1;

@@ -16,7 +16,6 @@ use std::io::Write;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tracer_common::format::{IoRecord, TraceHeader};
-use tracer_common::op::Op;
 
 use super::{Names, Section, SectionDef};
 use crate::analysis::series::Options;
@@ -267,14 +266,9 @@ impl Heat {
 impl Section for Heat {
     fn chunk(&mut self, records: &[IoRecord]) {
         for r in records {
-            let k = match r.op {
-                Op::Read => 0,
-                Op::Write => 1,
-                _ => continue,
-            };
-            if r.bytes == 0 {
+            let Some(k) = super::read_or_write(r) else {
                 continue;
-            }
+            };
             if self.devices.get(self.last).is_none_or(|d| d.dev != r.dev) {
                 match self.device(r.dev) {
                     Some(i) => self.last = i,

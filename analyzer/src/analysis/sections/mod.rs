@@ -79,6 +79,17 @@ pub const SECTIONS: &[SectionDef] = &[
     heatmaps::DEF,
 ];
 
+/// The stream of a read (0) or write (1) that carries data, which the access, shape and heatmap
+/// sections follow; None for other ops and empty IOs.
+#[inline]
+fn read_or_write(r: &IoRecord) -> Option<usize> {
+    match r.op {
+        tracer_common::op::Op::Read if r.bytes != 0 => Some(0),
+        tracer_common::op::Op::Write if r.bytes != 0 => Some(1),
+        _ => None,
+    }
+}
+
 /// A section's part of the HTML report from its template (analyzer/templates/sections/).
 fn render_html(t: &impl askama::Template, h: &mut String) -> std::fmt::Result {
     t.render_into(h).map_err(|_| std::fmt::Error)

@@ -348,20 +348,14 @@ impl Section for Shape {
         // By runs of one device (records of a device mostly come together): it is found once
         // per run, when a read or write needs it.
         for run in records.chunk_by(|a, b| a.dev == b.dev) {
-            let counted = |r: &IoRecord| matches!(r.op, Op::Read | Op::Write) && r.bytes != 0;
-            let Some(first) = run.iter().position(counted) else {
+            let Some(first) = run.iter().position(|r| super::read_or_write(r).is_some()) else {
                 continue;
             };
             let d = self.device(run[first].dev);
             for r in &run[first..] {
-                let k = match r.op {
-                    Op::Read => 0,
-                    Op::Write => 1,
-                    _ => continue,
-                };
-                if r.bytes == 0 {
+                let Some(k) = super::read_or_write(r) else {
                     continue;
-                }
+                };
                 let bytes = u64::from(r.bytes);
                 let end = r.sector.saturating_add(bytes.div_ceil(512));
                 d.sample.add(k, r.sector, end);
