@@ -173,6 +173,8 @@ struct Run {
     cgroup_keep: HashMap<u64, bool>,
     /// A trigger fired: dump at this instant, saying why.
     pending_dump: Option<(tokio::time::Instant, String)>,
+    /// When the ring is drained next.
+    pace: DrainPace,
 }
 
 /// How far ahead of now a cut's instant is set: long enough for the write to reach every
@@ -961,8 +963,73 @@ fn drain_ring(rb: &mut RingBuf<MapData>, run: &mut Run) {
     if let Some(f) = &mut run.file_names {
         f.drain();
     }
+    let mut bytes = 0;
     while let Some(item) = rb.next() {
+        bytes += ring_footprint(item.len());
         run.handle(&item);
+    }
+    run.pace.drained(bytes);
+}
+
+/// The ring space a record of `len` bytes took: its data rounded up to 8 bytes, after the
+/// kernel's 8-byte header.
+fn ring_footprint(len: usize) -> u64 {
+    (len as u64).next_multiple_of(8) + 8
+}
+
+/// When to drain the ring next. The probe never wakes the daemon (a wakeup per record costs
+/// more than the record), so a timer does, and each drain is a wakeup: about 30 µs of CPU on
+/// the bench machine, 30-40 ns per IO at 40k IOPS with a drain every 20 ms (BENCHMARKS.md,
+/// 2026-11-24). So the period stretches to [`DrainPace::MAX`] while records are few and
+/// shrinks to [`DrainPace::MIN`] as they come faster, keeping a period's records within an
+/// eighth of the ring: at the largest period a 16 MB ring still takes a sudden 1.3 M IOs/s
+/// from idle without dropping, and a drop is counted, never silent.
+struct DrainPace {
+    ring_bytes: u64,
+    period: Duration,
+    /// Ring bytes drained (by any drain) since `since`, the last timed drain.
+    bytes: u64,
+    since: Instant,
+}
+
+impl DrainPace {
+    const MIN: Duration = Duration::from_millis(20);
+    const MAX: Duration = Duration::from_millis(100);
+
+    fn new(ring_bytes: u64) -> DrainPace {
+        DrainPace {
+            ring_bytes,
+            period: DrainPace::MIN,
+            bytes: 0,
+            since: Instant::now(),
+        }
+    }
+
+    fn drained(&mut self, bytes: u64) {
+        self.bytes += bytes;
+    }
+
+    /// At a timed drain: the period until the next one, from the rate since the last.
+    fn next(&mut self, now: Instant) -> Duration {
+        self.period = DrainPace::period_for(
+            self.ring_bytes,
+            self.bytes,
+            now.saturating_duration_since(self.since),
+        );
+        self.bytes = 0;
+        self.since = now;
+        self.period
+    }
+
+    /// The period in which `bytes` drained over `elapsed` would fill an eighth of the ring.
+    fn period_for(ring_bytes: u64, bytes: u64, elapsed: Duration) -> Duration {
+        if bytes == 0 {
+            return DrainPace::MAX;
+        }
+        let secs = elapsed.as_secs_f64() * (ring_bytes / 8) as f64 / bytes as f64;
+        Duration::try_from_secs_f64(secs)
+            .unwrap_or(DrainPace::MAX)
+            .clamp(DrainPace::MIN, DrainPace::MAX)
     }
 }
 
@@ -1031,6 +1098,7 @@ pub async fn run(cfg: Config) -> Result<u8> {
             .collect(),
         ops: cfg.ops.clone(),
     };
+    let cfg_ring_bytes = cfg.ring_bytes;
     let mut run = Run {
         host: read_file("/proc/sys/kernel/hostname"),
         kernel: read_file("/proc/sys/kernel/osrelease"),
@@ -1078,6 +1146,7 @@ pub async fn run(cfg: Config) -> Result<u8> {
         last_cgroups: None,
         cgroup_keep: HashMap::new(),
         pending_dump: None,
+        pace: DrainPace::new(u64::from(cfg_ring_bytes)),
     };
     run.probe.attach()?;
     // The start: IOs completing after this instant belong to the run, in the records, the
@@ -1164,12 +1233,10 @@ pub async fn run(cfg: Config) -> Result<u8> {
         tokio::time::Instant::now() + run.cfg.interval,
         run.cfg.interval,
     );
-    // The probe never wakes us (a wakeup per record costs more than the record): drain the
-    // ring on a timer.
-    // (Without records the ring stays empty: no timer.)
+    // The probe never wakes us: drain the ring on a timer paced by the record rate
+    // ([`DrainPace`]). (Without records the ring stays empty: no timer.)
     let records = run.probe.mode == ProbeMode::Records;
-    let mut drain = tokio::time::interval(Duration::from_millis(20));
-    drain.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut next_drain = tokio::time::Instant::now() + run.pace.period;
     let mut interval_start_wall = run.wall_start_ns;
     let mut interval_start = Instant::now();
     let reason: &str = loop {
@@ -1185,8 +1252,10 @@ pub async fn run(cfg: Config) -> Result<u8> {
                 drain_ring(guard.get_inner_mut(), &mut run);
                 guard.clear_ready();
             }
-            _ = drain.tick(), if records => {
+            () = tokio::time::sleep_until(next_drain), if records => {
                 drain_ring(ring.get_mut(), &mut run);
+                let now = tokio::time::Instant::now();
+                next_drain = now + run.pace.next(now.into_std());
             }
             _ = ticker.tick() => {
                 // The interval holds every record completed before its end.
@@ -1518,4 +1587,64 @@ fn summary(
         }
     }
     out.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_footprint_is_the_header_and_data_rounded_to_8() {
+        assert_eq!(ring_footprint(112), 120);
+        assert_eq!(ring_footprint(113), 128);
+        assert_eq!(ring_footprint(0), 8);
+    }
+
+    #[test]
+    fn the_drain_period_keeps_a_period_within_an_eighth_of_the_ring() {
+        let ring = 16 << 20;
+        let second = Duration::from_secs(1);
+        // Idle, or 40k records of 120 bytes a second (4.8 MB/s: 2 MB in 437 ms): the longest.
+        assert_eq!(DrainPace::period_for(ring, 0, second), DrainPace::MAX);
+        assert_eq!(
+            DrainPace::period_for(ring, 40_000 * 120, second),
+            DrainPace::MAX
+        );
+        // 500k a second (60 MB/s): 2 MB in 35 ms.
+        let p = DrainPace::period_for(ring, 500_000 * 120, second);
+        assert!(
+            p > Duration::from_millis(34) && p < Duration::from_millis(36),
+            "{p:?}"
+        );
+        // Faster than the shortest period can follow, or a tiny ring: the shortest.
+        assert_eq!(
+            DrainPace::period_for(ring, 5_000_000 * 120, second),
+            DrainPace::MIN
+        );
+        assert_eq!(
+            DrainPace::period_for(4096, 40_000 * 120, second),
+            DrainPace::MIN
+        );
+        // A drain right after another (elapsed 0) is not a reason to wait less than MIN.
+        assert_eq!(
+            DrainPace::period_for(ring, 1 << 20, Duration::ZERO),
+            DrainPace::MIN
+        );
+    }
+
+    #[test]
+    fn the_pace_counts_every_drain_since_the_last_timed_one() {
+        let mut pace = DrainPace::new(16 << 20);
+        let t0 = pace.since;
+        pace.drained(30_000_000);
+        pace.drained(30_000_000);
+        // 60 MB in 1 s: 2 MB in 35 ms.
+        let p = pace.next(t0 + Duration::from_secs(1));
+        assert!(
+            p > Duration::from_millis(34) && p < Duration::from_millis(36),
+            "{p:?}"
+        );
+        assert_eq!(pace.bytes, 0);
+        assert_eq!(pace.next(t0 + Duration::from_secs(2)), DrainPace::MAX);
+    }
 }
