@@ -2,7 +2,7 @@
 //!
 //! fio 4 KB random reads at iodepth 32 on a loop device over /dev/shm (the fastest blk-mq
 //! device here), alternating untraced and traced runs; the in-kernel cost per IO of our
-//! programs (bpf_stats) next to libbpf-tools `biolatency -Q -D` measured the same way; the
+//! programs (`bpf_stats`) next to libbpf-tools `biolatency -Q -D` measured the same way; the
 //! daemon's CPU and peak RSS; bytes per IO on disk.
 
 use std::path::{Path, PathBuf};
@@ -40,7 +40,12 @@ impl Loop {
 
 impl Drop for Loop {
     fn drop(&mut self) {
+        #[expect(
+            clippy::let_underscore_must_use,
+            reason = "best-effort cleanup in Drop: there is no caller to report a failure to"
+        )]
         let _ = Command::new("losetup").args(["-d", &self.dev]).status();
+        #[expect(clippy::let_underscore_must_use, reason = "as above")]
         let _ = std::fs::remove_file(&self.img);
     }
 }
@@ -100,6 +105,7 @@ fn diskstats_reads(name: &str) -> Result<u64> {
 
 /// Spawn and wait until `needle` appears on stderr (or a program shows up).
 fn spawn_tracer(bin: &Path, args: &[&str]) -> Result<Child> {
+    use std::io::Read;
     let mut child = Command::new(bin)
         .args(args)
         .stdout(Stdio::piped())
@@ -109,7 +115,6 @@ fn spawn_tracer(bin: &Path, args: &[&str]) -> Result<Child> {
     let mut err = child.stderr.take().context("stderr")?;
     let mut buf = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(30);
-    use std::io::Read;
     let mut byte = [0u8; 1];
     while Instant::now() < deadline {
         if err.read(&mut byte)? == 0 {
@@ -120,6 +125,10 @@ fn spawn_tracer(bin: &Path, args: &[&str]) -> Result<Child> {
             // Keep draining stderr so the tracer never blocks on it.
             std::thread::spawn(move || {
                 let mut sink = Vec::new();
+                #[expect(
+                    clippy::let_underscore_must_use,
+                    reason = "this thread only drains the tracer's stderr so that it never blocks; what it reads, or fails to, is of no use"
+                )]
                 let _ = err.read_to_end(&mut sink);
             });
             return Ok(child);
@@ -156,7 +165,7 @@ fn proc_hwm_mib(pid: u32) -> f64 {
         / 1024.0
 }
 
-/// (sum of run_time_ns, sum of run_cnt of `complete_name`) of loaded programs whose name matches.
+/// (sum of `run_time_ns`, sum of `run_cnt` of `complete_name`) of loaded programs whose name matches.
 fn prog_stats(matches: impl Fn(&str) -> bool, complete_name: &str) -> Result<(u64, u64)> {
     let out = output(Command::new("bpftool").args(["prog", "show", "-j"]))?;
     let v: serde_json::Value = serde_json::from_str(&out)?;
@@ -190,6 +199,11 @@ fn median(v: &mut [f64]) -> f64 {
 fn quartiles(v: &[f64]) -> (f64, f64, f64) {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "an index: (len - 1) * q rounded, q in [0, 1]"
+    )]
     let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
     (at(0.25), at(0.5), at(0.75))
 }
@@ -208,7 +222,7 @@ struct Traced {
     bytes_per_io: f64,
 }
 
-/// "block_io_start 250 ns, ...": the median over runs of each program's ns per IO, for the
+/// "`block_io_start` 250 ns, ...": the median over runs of each program's ns per IO, for the
 /// programs that ran.
 fn per_program_medians(runs: &[Traced]) -> String {
     let mut names: Vec<&str> = Vec::new();
@@ -236,6 +250,10 @@ fn per_program_medians(runs: &[Traced]) -> String {
 /// fio on `lp` while blkprof-trace traces `traced` (`lp` itself, or another device for the
 /// cost of programs that only filter).
 fn traced_round(bin: &Path, lp: &Loop, traced: &Loop, seconds: u64, out: &Path) -> Result<Traced> {
+    #[expect(
+        clippy::let_underscore_must_use,
+        reason = "clears the previous round's trace; there is none before the first round"
+    )]
     let _ = std::fs::remove_file(out);
     let child = spawn_tracer(
         bin,
@@ -258,8 +276,14 @@ fn traced_round(bin: &Path, lp: &Loop, traced: &Loop, seconds: u64, out: &Path) 
     let cpu = proc_cpu_s(pid) - cpu0;
     let rss = proc_hwm_mib(pid);
     let after = diskstats_reads(lp.name())?;
+    #[expect(
+        clippy::cast_possible_wrap,
+        reason = "a pid is at most pid_max (2^22 at most), far below i32::MAX"
+    )]
     // SAFETY: kill(2) on our child.
-    unsafe { libc::kill(pid as i32, libc::SIGINT) };
+    unsafe {
+        libc::kill(pid as i32, libc::SIGINT)
+    };
     let o = child.wait_with_output()?;
     if !o.status.success() {
         bail!(
@@ -323,6 +347,10 @@ fn biolatency_round(lp: &Loop, seconds: u64) -> Result<(f64, f64)> {
         && Instant::now() < deadline
     {
         // Tiny IO so the programs have run once (run_cnt > 0 shows they are attached).
+        #[expect(
+            clippy::let_underscore_must_use,
+            reason = "only a nudge so that the programs run once; the loop checks whether they did, until its deadline"
+        )]
         let _ = Command::new("dd")
             .args([
                 "if=/dev/zero",
@@ -338,13 +366,23 @@ fn biolatency_round(lp: &Loop, seconds: u64) -> Result<(f64, f64)> {
     let (ns0, c0) = prog_stats(|n| n.starts_with("block_rq_"), "complete")?;
     let iops = fio_iops(&lp.dev, seconds)?;
     let (ns1, c1) = prog_stats(|n| n.starts_with("block_rq_"), "complete")?;
+    #[expect(
+        clippy::cast_possible_wrap,
+        reason = "a pid is at most pid_max (2^22 at most), far below i32::MAX"
+    )]
     // SAFETY: kill(2) on our child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT)
+    };
+    #[expect(
+        clippy::let_underscore_must_use,
+        reason = "reaps biolatency after its SIGINT; its exit status says nothing about the figures"
+    )]
     let _ = child.wait();
     Ok((iops, (ns1 - ns0) as f64 / (c1 - c0).max(1) as f64))
 }
 
-pub fn bench(seconds: u64, rounds: usize) -> Result<()> {
+pub(crate) fn bench(seconds: u64, rounds: usize) -> Result<()> {
     if !is_root() {
         bail!(
             "benchmarks load eBPF programs and create loop devices: run `cargo xtask bench` as root"
@@ -354,6 +392,10 @@ pub fn bench(seconds: u64, rounds: usize) -> Result<()> {
     let stats_before =
         std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").unwrap_or_default();
     let res = bench_inner(seconds, rounds);
+    #[expect(
+        clippy::let_underscore_must_use,
+        reason = "puts the sysctl back as best it can; the benchmark's own result is what is returned"
+    )]
     let _ = std::fs::write("/proc/sys/kernel/bpf_stats_enabled", stats_before.trim());
     res
 }
@@ -373,7 +415,7 @@ fn bench_inner(seconds: u64, rounds: usize) -> Result<()> {
         false,
     )?;
     let out = std::env::temp_dir().join(format!("blkprof-bench-{pid}.blkp"));
-    let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let ncpu = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     eprintln!(
         "bench: {} over /dev/shm, fio 4k randread iodepth 32, {seconds} s per run, {rounds} rounds, {ncpu} CPUs",
         lp.dev
@@ -467,7 +509,12 @@ fn bench_inner(seconds: u64, rounds: usize) -> Result<()> {
         traced.push(t);
         bio.push(b);
     }
+    #[expect(
+        clippy::let_underscore_must_use,
+        reason = "best-effort cleanup of the scratch trace once the rounds are done"
+    )]
     let _ = std::fs::remove_file(&out);
+    #[expect(clippy::let_underscore_must_use, reason = "as above")]
     let _ = std::fs::remove_file(out.with_extension("hlog"));
     let u = median(&mut untraced.clone());
     let t_iops = median(&mut traced.iter().map(|t| t.iops).collect::<Vec<_>>());
@@ -577,6 +624,10 @@ fn scrape(port: u16) -> usize {
     let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
         return 0;
     };
+    #[expect(
+        clippy::let_underscore_must_use,
+        reason = "without the timeout the read only waits longer; scrape() reports a failure as 0 bytes"
+    )]
     let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
     if s.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
         .is_err()
@@ -584,6 +635,10 @@ fn scrape(port: u16) -> usize {
         return 0;
     }
     let mut body = Vec::new();
+    #[expect(
+        clippy::let_underscore_must_use,
+        reason = "scrape() measures the bytes that arrived: a body cut short counts as what came"
+    )]
     let _ = s.read_to_end(&mut body);
     body.len()
 }
@@ -598,6 +653,10 @@ fn agent_round(
     seconds: u64,
     out: &Path,
 ) -> Result<(f64, f64)> {
+    #[expect(
+        clippy::let_underscore_must_use,
+        reason = "clears the previous round's trace; there is none before the first round"
+    )]
     let _ = std::fs::remove_file(out);
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
@@ -660,8 +719,14 @@ fn agent_round(
     {
         bail!("the metrics endpoint never answered");
     }
+    #[expect(
+        clippy::cast_possible_wrap,
+        reason = "a pid is at most pid_max (2^22 at most), far below i32::MAX"
+    )]
     // SAFETY: kill(2) on our child.
-    unsafe { libc::kill(pid as i32, libc::SIGINT) };
+    unsafe {
+        libc::kill(pid as i32, libc::SIGINT)
+    };
     let o = child.wait_with_output()?;
     if !o.status.success() {
         bail!(
@@ -669,13 +734,17 @@ fn agent_round(
             String::from_utf8_lossy(&o.stdout)
         );
     }
+    #[expect(
+        clippy::let_underscore_must_use,
+        reason = "the tracer's .hlog side file is not measured: best-effort cleanup"
+    )]
     let _ = std::fs::remove_file(out.with_extension("hlog"));
     Ok((cpu * 1e9 / ios.max(1) as f64, rss))
 }
 
 /// `cargo xtask bench --agent`: the daemon's CPU per IO and peak RSS in each way of running,
 /// at a fixed rate (fio 4 KB random reads), the modes rotated over rounds.
-pub fn bench_agent(seconds: u64, rounds: usize, rate: u64) -> Result<()> {
+pub(crate) fn bench_agent(seconds: u64, rounds: usize, rate: u64) -> Result<()> {
     if !is_root() {
         bail!(
             "benchmarks load eBPF programs and create loop devices: run `cargo xtask bench` as root"
@@ -707,6 +776,10 @@ pub fn bench_agent(seconds: u64, rounds: usize, rate: u64) -> Result<()> {
         }
         eprintln!("round {}: {}", round + 1, line.join(" | "));
     }
+    #[expect(
+        clippy::let_underscore_must_use,
+        reason = "best-effort cleanup of the scratch trace once the rounds are done"
+    )]
     let _ = std::fs::remove_file(&out);
     println!(
         "\n| daemon, fio 4k randread at {rate} IOPS | CPU per IO (median of {rounds}; quartiles) | peak RSS |"
@@ -723,7 +796,7 @@ pub fn bench_agent(seconds: u64, rounds: usize, rate: u64) -> Result<()> {
 }
 
 /// Idle time of all CPUs so far, in ns: from cpuidle's per-state residency (µs) where the
-/// kernel has a cpuidle driver, else from /proc/stat (idle + iowait, in USER_HZ ticks).
+/// kernel has a cpuidle driver, else from /proc/stat (idle + iowait, in `USER_HZ` ticks).
 fn idle_ns() -> u64 {
     let mut us = 0u64;
     let mut found = false;
@@ -766,7 +839,7 @@ enum CpuArm {
     /// `--no-records`: the in-kernel aggregates only.
     Aggregates,
     Biolatency,
-    /// BLKPROF_BENCH_BASELINE's tracer, records to a file.
+    /// `BLKPROF_BENCH_BASELINE`'s tracer, records to a file.
     Baseline,
 }
 
@@ -793,6 +866,10 @@ fn cpu_round(
     out: &Path,
     baseline: Option<&Path>,
 ) -> Result<(f64, u64, f64)> {
+    #[expect(
+        clippy::let_underscore_must_use,
+        reason = "clears the previous round's trace; there is none before the first round"
+    )]
     let _ = std::fs::remove_file(out);
     let ours = root().join("target/release/blkprof-trace");
     let out_s = out.display().to_string();
@@ -846,13 +923,19 @@ fn cpu_round(
         "--time_based",
         "--output-format=json",
     ]))?;
-    let wall = t0.elapsed().as_nanos() as u64;
+    let wall = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
     let idle = idle_ns() - idle0;
     let ios = diskstats_reads(lp.name())? - before;
     let cpu = pid.map_or(0.0, proc_cpu_s) - cpu0;
     if let Some(child) = tracer.take() {
+        #[expect(
+            clippy::cast_possible_wrap,
+            reason = "a pid is at most pid_max (2^22 at most), far below i32::MAX"
+        )]
         // SAFETY: kill(2) on our child.
-        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        unsafe {
+            libc::kill(child.id() as i32, libc::SIGINT)
+        };
         let o = child.wait_with_output()?;
         if arm != CpuArm::Biolatency && !o.status.success() {
             bail!(
@@ -861,8 +944,12 @@ fn cpu_round(
             );
         }
     }
+    #[expect(
+        clippy::let_underscore_must_use,
+        reason = "the tracer's .hlog side file is not measured: best-effort cleanup"
+    )]
     let _ = std::fs::remove_file(out.with_extension("hlog"));
-    let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+    let ncpu = std::thread::available_parallelism().map_or(1, std::num::NonZero::get) as u64;
     let busy = (wall * ncpu).saturating_sub(idle);
     Ok((
         busy as f64 / ios.max(1) as f64,
@@ -876,7 +963,7 @@ fn cpu_round(
 /// whole machine's busy CPU time per IO (all CPUs, wall time minus idle time), the arms in an
 /// order rotated every round; each traced arm's cost is its busy time per IO minus the
 /// untraced arm's of the same round.
-pub fn bench_cpu(seconds: u64, rounds: usize, rate: u64) -> Result<()> {
+pub(crate) fn bench_cpu(seconds: u64, rounds: usize, rate: u64) -> Result<()> {
     if !is_root() {
         bail!(
             "benchmarks load eBPF programs and create loop devices: run `cargo xtask bench` as root"
@@ -887,6 +974,10 @@ pub fn bench_cpu(seconds: u64, rounds: usize, rate: u64) -> Result<()> {
         std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").unwrap_or_default();
     bpf_stats(false)?;
     let res = bench_cpu_inner(seconds, rounds, rate);
+    #[expect(
+        clippy::let_underscore_must_use,
+        reason = "puts the sysctl back as best it can; the benchmark's own result is what is returned"
+    )]
     let _ = std::fs::write("/proc/sys/kernel/bpf_stats_enabled", stats_before.trim());
     res
 }
@@ -937,6 +1028,10 @@ fn bench_cpu_inner(seconds: u64, rounds: usize, rate: u64) -> Result<()> {
         }
         eprintln!("round {}: {}", round + 1, line.join(" | "));
     }
+    #[expect(
+        clippy::let_underscore_must_use,
+        reason = "best-effort cleanup of the scratch trace once the rounds are done"
+    )]
     let _ = std::fs::remove_file(&out);
     let floor = median(&mut added[1].clone());
     println!(

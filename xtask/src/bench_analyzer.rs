@@ -15,6 +15,10 @@ use crate::util::{root, run};
 
 /// A Cassandra-shaped stream written in completion order: 4 KB random reads, 4 KB commit-log
 /// writes, and every 10 s a 0.5 s burst of 512 KB writes.
+#[expect(
+    clippy::many_single_char_names,
+    reason = "a generator's short-lived state: n IOs, w the writer, x the random state, t the time, r each record"
+)]
 fn write_big(path: &Path, n: u64) -> Result<()> {
     let base = 1_000_000_000_000u64;
     let header = TraceHeader {
@@ -98,12 +102,16 @@ fn timed(cmd: &mut Command) -> Result<Cost> {
         .stdout(std::process::Stdio::null())
         .spawn()
         .context("spawn")?;
+    #[expect(
+        clippy::cast_possible_wrap,
+        reason = "a pid is at most pid_max (2^22 at most), far below i32::MAX"
+    )]
     let pid = child.id() as i32;
     let mut status = 0;
     // SAFETY: rusage is plain data; wait4 on our own child.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: valid pointers.
-    let rc = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+    let rc = unsafe { libc::wait4(pid, &raw mut status, 0, &raw mut ru) };
     if rc != pid || !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
         bail!("{cmd:?} failed");
     }
@@ -120,7 +128,7 @@ fn own_cpu_s() -> f64 {
     // SAFETY: rusage is plain data.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: valid pointer.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &raw mut ru) };
     let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     secs(ru.ru_utime) + secs(ru.ru_stime)
 }
@@ -148,7 +156,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// Rounds of (read once, full report), alternating, so that both see the same machine.
 const ROUNDS: usize = 5;
 
-pub fn bench(ios: u64) -> Result<()> {
+pub(crate) fn bench(ios: u64) -> Result<()> {
     run(crate::util::cargo().args(["build", "--release", "-p", "analyzer"]))?;
     // BLKPROF_BENCH_TRACE=FILE keeps the trace there (and reuses it when it exists), so that
     // two builds can be timed side by side on the same file.
@@ -206,6 +214,10 @@ pub fn bench(ios: u64) -> Result<()> {
     }
     let parquet = bench_parquet(&blkprof, &path, n, size);
     if keep.is_none() {
+        #[expect(
+            clippy::let_underscore_must_use,
+            reason = "best-effort cleanup of the generated trace; the Parquet benchmark's result is checked next"
+        )]
         let _ = std::fs::remove_file(&path);
     }
     let parquet = parquet?;
@@ -276,6 +288,10 @@ fn bench_parquet(blkprof: &Path, path: &Path, n: u64, size: u64) -> Result<Strin
         let small_size = std::fs::metadata(&small)?.len();
         let out = dir.join("out.parquet");
         let export = |trace: &Path, args: &[&str]| -> Result<(Cost, u64)> {
+            #[expect(
+                clippy::let_underscore_must_use,
+                reason = "clears the previous export; there is none before the first"
+            )]
             let _ = std::fs::remove_file(&out);
             let c = timed(
                 Command::new(blkprof)
@@ -334,6 +350,10 @@ fn bench_parquet(blkprof: &Path, path: &Path, n: u64, size: u64) -> Result<Strin
         );
         Ok(rows)
     })();
+    #[expect(
+        clippy::let_underscore_must_use,
+        reason = "best-effort cleanup of the scratch directory; the benchmark's own result is what is returned"
+    )]
     let _ = std::fs::remove_dir_all(&dir);
     result
 }

@@ -22,7 +22,11 @@ use crate::util::{
 };
 
 #[derive(clap::Args)]
-pub struct Options {
+#[expect(
+    clippy::doc_markdown,
+    reason = "clap help text: backticks would show in --help"
+)]
+pub(crate) struct Options {
     /// Seconds of YCSB workload A (the traced run phase).
     #[arg(long, default_value_t = 120)]
     pub duration: u64,
@@ -131,6 +135,10 @@ fn stop_child(what: &str, child: &mut Child, grace: Duration) -> Option<std::pro
     if let Ok(Some(s)) = child.try_wait() {
         return Some(s);
     }
+    #[expect(
+        clippy::cast_possible_wrap,
+        reason = "a pid is at most pid_max (2^22 at most), far below i32::MAX"
+    )]
     let pid = child.id() as libc::pid_t;
     // SAFETY: kill(2) on a pid we spawned and have not reaped.
     unsafe { libc::kill(pid, libc::SIGTERM) };
@@ -148,6 +156,10 @@ fn stop_child(what: &str, child: &mut Child, grace: Duration) -> Option<std::pro
     // The whole group: a JVM or fio may have children of its own.
     // SAFETY: as above; the group is the child's own (process_group(0)).
     unsafe { libc::kill(-pid, libc::SIGKILL) };
+    #[expect(
+        clippy::let_underscore_must_use,
+        reason = "reaps the child just killed; it did not stop when asked, so its exit status says nothing"
+    )]
     let _ = child.wait();
     None
 }
@@ -168,16 +180,32 @@ impl Drop for Scratch {
                     "cassandra: umount {} failed; detaching it lazily",
                     m.display()
                 );
+                #[expect(
+                    clippy::let_underscore_must_use,
+                    reason = "best-effort cleanup in Drop: there is no caller to report a failure to"
+                )]
                 let _ = Command::new("umount").arg("-l").arg(&m).status();
             }
         }
         if let Some(d) = self.loopdev.take() {
+            #[expect(
+                clippy::let_underscore_must_use,
+                reason = "best-effort cleanup in Drop: there is no caller to report a failure to"
+            )]
             let _ = Command::new("losetup").args(["-d", &d]).status();
         }
         if let Some(md) = self.md.take() {
+            #[expect(
+                clippy::let_underscore_must_use,
+                reason = "best-effort cleanup in Drop: there is no caller to report a failure to"
+            )]
             let _ = Command::new("mdadm").args(["--stop", &md]).status();
         }
         if !self.dir.as_os_str().is_empty() {
+            #[expect(
+                clippy::let_underscore_must_use,
+                reason = "best-effort cleanup in Drop: there is no caller to report a failure to"
+            )]
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
@@ -200,6 +228,10 @@ impl Cgroup {
         };
         if v2 {
             // The memory controller must be enabled for children of the root.
+            #[expect(
+                clippy::let_underscore_must_use,
+                reason = "the controller may already be enabled, or not be allowed here; whether the cgroup can limit memory is checked next (its limit file)"
+            )]
             let _ = std::fs::write(base.join("cgroup.subtree_control"), "+memory");
         }
         let dir = base.join(name);
@@ -210,6 +242,10 @@ impl Cgroup {
             "memory.limit_in_bytes"
         };
         if !dir.join(limit).exists() {
+            #[expect(
+                clippy::let_underscore_must_use,
+                reason = "best-effort cleanup of a cgroup that cannot be used; the node then runs without one"
+            )]
             let _ = std::fs::remove_dir(&dir);
             return None;
         }
@@ -344,7 +380,7 @@ fn mvn(pom_dir: &Path, goals: &[&str]) -> Result<()> {
 }
 
 /// Class paths: the node's, the YCSB client's (with the binding) and the binding test's.
-pub struct Java {
+pub(crate) struct Java {
     server_cp: String,
     jamm: String,
     client_cp: String,
@@ -352,7 +388,7 @@ pub struct Java {
 }
 
 /// Cassandra's jars, and the YCSB client with the binding, compiled and unit-tested.
-pub fn build_java() -> Result<Java> {
+pub(crate) fn build_java() -> Result<Java> {
     let base = root().join("cassandra");
     let t = Instant::now();
     // Inside the VM lab the host built it, and the repository is read-only.
@@ -373,7 +409,7 @@ pub fn build_java() -> Result<Java> {
     let jars = |d: PathBuf| -> Result<Vec<String>> {
         let mut v: Vec<String> = std::fs::read_dir(&d)
             .with_context(|| format!("reading {}", d.display()))?
-            .filter_map(|e| e.ok())
+            .filter_map(std::result::Result::ok)
             .map(|e| e.path())
             .filter(|p| p.extension().is_some_and(|x| x == "jar"))
             .map(|p| p.display().to_string())
@@ -603,19 +639,19 @@ fn ycsb(
 }
 
 /// Where one run left its results.
-pub struct RunOutput {
+pub(crate) struct RunOutput {
     /// The run's JSON report (`report -o`), with YCSB's results and the node's log.
     pub report_json: PathBuf,
     /// The text report.
     pub report_txt: PathBuf,
 }
 
-pub fn cassandra(o: Options) -> Result<()> {
+pub(crate) fn cassandra(o: &Options) -> Result<()> {
     if o.raid0.is_some() && !o.in_vm {
-        return in_vm(&o);
+        return in_vm(o);
     }
     let java = prepare()?;
-    let r = run_node(&o, &java)?;
+    let r = run_node(o, &java)?;
     println!("{}", std::fs::read_to_string(&r.report_txt)?);
     Ok(())
 }
@@ -693,7 +729,7 @@ fn in_vm(o: &Options) -> Result<()> {
 }
 
 /// What every run needs: root, a free CQL port, Java 17, the Java side built.
-pub fn prepare() -> Result<(PathBuf, Java)> {
+pub(crate) fn prepare() -> Result<(PathBuf, Java)> {
     if !is_root() {
         bail!(
             "this task creates a loop device, mounts a filesystem and loads eBPF programs: run `cargo xtask cassandra` as root"
@@ -718,7 +754,7 @@ pub fn prepare() -> Result<(PathBuf, Java)> {
 }
 
 /// One node from an empty disk: load, the traced run, the report. `prepare` first.
-pub fn run_node(o: &Options, (java, jars): &(PathBuf, Java)) -> Result<RunOutput> {
+pub(crate) fn run_node(o: &Options, (java, jars): &(PathBuf, Java)) -> Result<RunOutput> {
     let started = Instant::now();
     let java = java.clone();
     let Java {
@@ -732,6 +768,10 @@ pub fn run_node(o: &Options, (java, jars): &(PathBuf, Java)) -> Result<RunOutput
         .with_context(|| format!("cannot create {}", o.out.display()))?;
     let out = o.out.canonicalize()?;
     let logs = out.join("cassandra-logs");
+    #[expect(
+        clippy::let_underscore_must_use,
+        reason = "clears an earlier run's logs; there are none on a first run"
+    )]
     let _ = std::fs::remove_dir_all(&logs);
     std::fs::create_dir_all(&logs)?;
 
@@ -740,32 +780,29 @@ pub fn run_node(o: &Options, (java, jars): &(PathBuf, Java)) -> Result<RunOutput
     std::fs::create_dir_all(&s.dir)?;
     let slow = if o.in_vm { VM_SLOWDOWN } else { 1 };
     let mut labels = o.labels.clone();
-    let dev = match o.raid0.filter(|_| o.in_vm) {
-        Some(n) => {
-            let members: Vec<String> = (0..n).map(|i| format!("/dev/nvme{i}n1")).collect();
-            run(Command::new("mdadm")
-                .args(["--create", "/dev/md0", "--level=0", "--run", "--force"])
-                .arg(format!("--raid-devices={n}"))
-                .arg(format!("--chunk={}", o.chunk_kb))
-                .args(&members))?;
-            s.md = Some("/dev/md0".into());
-            for (k, v) in [("raid0", n), ("chunk_kb", o.chunk_kb)] {
-                if !labels.iter().any(|l| l.starts_with(&format!("{k}="))) {
-                    labels.push(format!("{k}={v}"));
-                }
+    let dev = if let Some(n) = o.raid0.filter(|_| o.in_vm) {
+        let members: Vec<String> = (0..n).map(|i| format!("/dev/nvme{i}n1")).collect();
+        run(Command::new("mdadm")
+            .args(["--create", "/dev/md0", "--level=0", "--run", "--force"])
+            .arg(format!("--raid-devices={n}"))
+            .arg(format!("--chunk={}", o.chunk_kb))
+            .args(&members))?;
+        s.md = Some("/dev/md0".into());
+        for (k, v) in [("raid0", n), ("chunk_kb", o.chunk_kb)] {
+            if !labels.iter().any(|l| l.starts_with(&format!("{k}="))) {
+                labels.push(format!("{k}={v}"));
             }
-            eprintln!(
-                "cassandra: /dev/md0: RAID0 of {}, chunk {} KB",
-                members.join(" "),
-                o.chunk_kb
-            );
-            "/dev/md0".to_string()
         }
-        None => {
-            let dev = attach_loop(&s.dir.join("disk.img"), o.disk_gib)?;
-            s.loopdev = Some(dev.clone());
-            dev
-        }
+        eprintln!(
+            "cassandra: /dev/md0: RAID0 of {}, chunk {} KB",
+            members.join(" "),
+            o.chunk_kb
+        );
+        "/dev/md0".to_string()
+    } else {
+        let dev = attach_loop(&s.dir.join("disk.img"), o.disk_gib)?;
+        s.loopdev = Some(dev.clone());
+        dev
     };
     run(Command::new("mkfs.ext4")
         .args(["-q", "-F", "-E", "nodiscard"])
@@ -921,7 +958,7 @@ pub fn run_node(o: &Options, (java, jars): &(PathBuf, Java)) -> Result<RunOutput
     let (files, bytes) = evict(&mnt.join("data"))?;
     eprintln!(
         "cassandra: evicted {files} data files ({:.0} MiB) from the page cache",
-        bytes as f64 / (1 << 20) as f64
+        bytes as f64 / f64::from(1 << 20)
     );
 
     // A small page cache for the run, as on a node whose data set is larger than memory.
@@ -1026,7 +1063,7 @@ pub fn run_node(o: &Options, (java, jars): &(PathBuf, Java)) -> Result<RunOutput
 
 /// The report of a run in `out` (its trace, YCSB's output, the node's log): report.txt and
 /// report/ (HTML, JSON, charts). Run again on a finished run after a change to the analyzer.
-pub fn report(out: &Path) -> Result<RunOutput> {
+pub(crate) fn report(out: &Path) -> Result<RunOutput> {
     let trace = out.join("cassandra.blkp");
     let logs = out.join("cassandra-logs");
     let report_dir = out.join("report");
@@ -1073,6 +1110,10 @@ fn wait_attached(s: &mut Scratch) -> Result<()> {
             seen.push_str(&chunk);
             if !sent && seen.contains("tracing ") {
                 sent = true;
+                #[expect(
+                    clippy::let_underscore_must_use,
+                    reason = "the receiver stops listening once it has given up waiting; then there is no one to tell"
+                )]
                 let _ = tx.send(());
             }
         }

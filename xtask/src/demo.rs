@@ -1,6 +1,6 @@
 //! `cargo xtask demo`: trace a built-in Cassandra-shaped workload and print the report.
 //!
-//! The workload (fio, on a scratch loop device with O_DIRECT backing): 4 KB random reads all
+//! The workload (fio, on a scratch loop device with `O_DIRECT` backing): 4 KB random reads all
 //! along, like a Cassandra read path; 512 KB sequential writes in bursts, like memtable
 //! flushes; 2 MB trims every few seconds, like compaction deleting SSTables.
 
@@ -39,7 +39,7 @@ thinktime=3s
 thinktime_blocks=16
 ";
 
-pub fn demo(seconds: u64, keep: Option<PathBuf>) -> Result<()> {
+pub(crate) fn demo(seconds: u64, keep: Option<PathBuf>) -> Result<()> {
     if !is_root() {
         bail!(
             "the demo loads eBPF programs and creates a loop device: run `cargo xtask demo` as root"
@@ -50,7 +50,12 @@ pub fn demo(seconds: u64, keep: Option<PathBuf>) -> Result<()> {
     std::fs::create_dir_all(&dir)?;
     let dev = attach_loop(&dir.join("disk.img"), 4)?;
     let result = demo_on(&dev, &dir, seconds, keep);
+    #[expect(
+        clippy::let_underscore_must_use,
+        reason = "best-effort cleanup; the demo's own result is what is returned"
+    )]
     let _ = Command::new("losetup").args(["-d", &dev]).status();
+    #[expect(clippy::let_underscore_must_use, reason = "as above")]
     let _ = std::fs::remove_dir_all(&dir);
     result
 }

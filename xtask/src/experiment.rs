@@ -18,7 +18,11 @@ use crate::cassandra::{self, Options};
 use crate::util::{output, root};
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Name {
+#[expect(
+    clippy::doc_markdown,
+    reason = "clap help text: backticks would show in --help"
+)]
+pub(crate) enum Name {
     /// Seed 002: read_ahead_kb 4096 (a CentOS default) vs 128 (the kernel's) vs 8 (the usual
     /// Cassandra advice) on the data disk.
     Readahead,
@@ -33,7 +37,7 @@ pub enum Name {
 }
 
 #[derive(clap::Args)]
-pub struct ExpOptions {
+pub(crate) struct ExpOptions {
     /// Which experiment.
     #[arg(value_enum)]
     pub name: Name,
@@ -156,9 +160,9 @@ fn arm_options(e: &ExpOptions, exp: &str, arm: &Arm, round: u32, out: &Path) -> 
     o
 }
 
-pub fn experiment(e: ExpOptions) -> Result<()> {
+pub(crate) fn experiment(e: &ExpOptions) -> Result<()> {
     let started = Instant::now();
-    let (exp, arms) = arms(&e)?;
+    let (exp, arms) = arms(e)?;
     let out = e
         .out
         .clone()
@@ -166,7 +170,7 @@ pub fn experiment(e: ExpOptions) -> Result<()> {
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
     let out = out.canonicalize()?;
     if e.name == Name::RaidChunk {
-        return raid_chunk(&e, &arms, &out, started);
+        return raid_chunk(e, &arms, &out, started);
     }
     let n = arms.len();
     let mut runs: Vec<(String, PathBuf)> = Vec::new();
@@ -191,7 +195,7 @@ pub fn experiment(e: ExpOptions) -> Result<()> {
             for k in 0..n {
                 let arm = &arms[(k + round as usize) % n];
                 let dir = run_dir(&out, arm, round, e.repeat);
-                let o = arm_options(&e, exp, arm, round, &dir);
+                let o = arm_options(e, exp, arm, round, &dir);
                 if e.resume && dir.join("report/cassandra.json").exists() {
                     eprintln!("experiment {exp}: arm {} already run: kept", arm.name);
                     runs.push((arm.name.clone(), cassandra::report(&dir)?.report_json));
@@ -243,7 +247,7 @@ pub fn experiment(e: ExpOptions) -> Result<()> {
             .arg("--json"),
     )?;
     std::fs::write(out.join("compare.json"), &json)?;
-    let page = readme(&e, exp, &arms, &runs, &out, &text, took_s)?;
+    let page = readme(e, exp, &arms, &runs, &out, &text, took_s)?;
     std::fs::write(out.join("README.md"), page)?;
     println!("{text}");
     eprintln!(
@@ -299,33 +303,33 @@ fn readme(
     };
     let mut cmd = format!("cargo xtask experiment {exp}");
     if e.duration != 60 {
-        let _ = write!(cmd, " --duration {}", e.duration);
+        write!(cmd, " --duration {}", e.duration)?;
     }
     if let Some(r) = e.records {
-        let _ = write!(cmd, " --records {r}");
+        write!(cmd, " --records {r}")?;
     }
     if e.repeat != 1 {
-        let _ = write!(cmd, " --repeat {}", e.repeat);
+        write!(cmd, " --repeat {}", e.repeat)?;
     }
     if !e.arms.is_empty() {
         let a: Vec<String> = e.arms.iter().map(u32::to_string).collect();
-        let _ = write!(cmd, " --arms {}", a.join(","));
+        write!(cmd, " --arms {}", a.join(","))?;
     }
     if let Some(o) = &e.out {
-        let _ = write!(
+        write!(
             cmd,
             " --out {}",
             o.strip_prefix(root()).unwrap_or(o).display()
-        );
+        )?;
     }
-    let _ = writeln!(p, "# {title}\n");
-    let _ = writeln!(
+    writeln!(p, "# {title}\n")?;
+    writeln!(
         p,
         "Made by `{cmd}` (as root, from the repository) in {} min {} s on this machine.\n",
         took_s / 60,
         took_s % 60
-    );
-    let _ = writeln!(
+    )?;
+    writeln!(
         p,
         "{what}\n\nPer arm, a fresh Cassandra 5.0.4 node (heap 2 GiB, 16 MiB memtables) on its own \
          ext4 loop device (8 GiB, direct IO to a sparse file), {records} YCSB records loaded, then \
@@ -339,18 +343,18 @@ fn readme(
         dur = o.duration,
         threads = o.threads,
         pc = o.page_cache_mib + 128,
-    );
+    )?;
     // compare's findings first, then its whole table.
     if let Some(i) = compare.find("\nFindings") {
-        let _ = writeln!(p, "## What differs (`blkprof compare`'s findings)\n");
-        let _ = writeln!(p, "```\n{}\n```\n", compare[i + 1..].trim_end());
+        writeln!(p, "## What differs (`blkprof compare`'s findings)\n")?;
+        writeln!(p, "```\n{}\n```\n", compare[i + 1..].trim_end())?;
     }
-    let _ = writeln!(
+    writeln!(
         p,
         "## The arms side by side (`blkprof compare`, the first arm is the baseline)\n"
-    );
-    let _ = writeln!(p, "```\n{}```\n", compare);
-    let _ = writeln!(p, "## Each arm's report\n");
+    )?;
+    writeln!(p, "```\n{compare}```\n")?;
+    writeln!(p, "## Each arm's report\n")?;
     for (name, json) in runs {
         // The arm's directory: the JSON report is in its report/.
         let dir = json.parent().and_then(Path::parent).unwrap_or(out);
@@ -361,13 +365,13 @@ fn readme(
             .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
             .and_then(|j| j["devices"][0]["name"].as_str().map(str::to_string))
             .unwrap_or_else(|| "loop0".into());
-        let _ = writeln!(
+        writeln!(
             p,
             "- **{name}**: [report.txt]({rel}/report.txt), [HTML]({rel}/report/cassandra.html) \
              (self-contained, every chart), \
              [block sizes over time]({rel}/report/cassandra-{disk}-heatmap-size.png); \
              YCSB's [output]({rel}/ycsb-run.txt)"
-        );
+        )?;
     }
     Ok(p)
 }
@@ -375,40 +379,42 @@ fn readme(
 /// Members of the arrays, and the guest disks' size: larger than the source's whole disk.
 const RAID_MEMBERS: u32 = 4;
 
+#[expect(
+    clippy::many_single_char_names,
+    reason = "a long driver's short-lived values: e the options, r and h the reader and its header, w whatif's prediction, n a count read from JSON, p and m a predicted and a real member"
+)]
 fn raid_chunk(e: &ExpOptions, arms: &[Arm], out: &Path, started: Instant) -> Result<()> {
     let blkprof = root().join("target/release/blkprof");
     // The source: a Cassandra node's disk, traced on this machine.
-    let source = match &e.source {
-        Some(s) => s
-            .canonicalize()
-            .with_context(|| format!("--source {}", s.display()))?,
-        None => {
-            let default = root().join("target/experiments/readahead/ra128/cassandra.blkp");
-            if !default.exists() {
-                eprintln!(
-                    "experiment raid-chunk: no {}: tracing a Cassandra node first (the readahead experiment's 128 KB arm)",
-                    default.display()
-                );
-                let ra = ExpOptions {
-                    name: Name::Readahead,
-                    out: None,
-                    recompare: false,
-                    resume: false,
-                    source: None,
-                    arms: vec![128],
-                    repeat: 1,
-                    ..*e
-                };
-                let arm = Arm {
-                    name: "ra128".into(),
-                    value: 128,
-                };
-                let dir = default.parent().expect("arm directory").to_path_buf();
-                let java = cassandra::prepare()?;
-                cassandra::run_node(&arm_options(&ra, "readahead", &arm, 0, &dir), &java)?;
-            }
-            default
+    let source = if let Some(s) = &e.source {
+        s.canonicalize()
+            .with_context(|| format!("--source {}", s.display()))?
+    } else {
+        let default = root().join("target/experiments/readahead/ra128/cassandra.blkp");
+        if !default.exists() {
+            eprintln!(
+                "experiment raid-chunk: no {}: tracing a Cassandra node first (the readahead experiment's 128 KB arm)",
+                default.display()
+            );
+            let ra = ExpOptions {
+                name: Name::Readahead,
+                out: None,
+                recompare: false,
+                resume: false,
+                source: None,
+                arms: vec![128],
+                repeat: 1,
+                ..*e
+            };
+            let arm = Arm {
+                name: "ra128".into(),
+                value: 128,
+            };
+            let dir = default.parent().expect("arm directory").to_path_buf();
+            let java = cassandra::prepare()?;
+            cassandra::run_node(&arm_options(&ra, "readahead", &arm, 0, &dir), &java)?;
         }
+        default
     };
     // Kept with the experiment's results: the default source is rewritten by the next
     // readahead experiment.
@@ -428,8 +434,7 @@ fn raid_chunk(e: &ExpOptions, arms: &[Arm], out: &Path, started: Instant) -> Res
         std::fs::write(&origin_file, o)?;
     }
     let origin = std::fs::read_to_string(&origin_file)
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| source.display().to_string());
+        .map_or_else(|_| source.display().to_string(), |s| s.trim().to_string());
     let source = if kept.exists() { kept } else { source };
     let r = tracer_common::format::TraceReader::open(&source)
         .with_context(|| format!("reading {}", source.display()))?;
@@ -512,14 +517,14 @@ fn raid_chunk(e: &ExpOptions, arms: &[Arm], out: &Path, started: Instant) -> Res
     // Per chunk: the real array's members (its trace's arrays section) beside whatif's.
     let source_empty: u64 = data_ios(&source)?.empty.values().sum();
     let mut table = String::new();
-    let _ = writeln!(
+    writeln!(
         table,
         "source: {} ({disk}); fio replays reads, writes and syncs (not discards): compared are the\n\
          members' reads and writes that carry data (md sends each flush to each member as an empty\n\
          write with the device flush: the empty column; whatif counts it as the flush only)\n",
         source.display()
-    );
-    let _ = writeln!(
+    )?;
+    writeln!(
         table,
         "{:>6}  {:>6}  {:>9} {:>9} {:>7} {:>7}  {:>9} {:>9}  {:>8} {:>6} {:>6}  {:>9}  real sizes (top 3)",
         "chunk",
@@ -534,12 +539,12 @@ fn raid_chunk(e: &ExpOptions, arms: &[Arm], out: &Path, started: Instant) -> Res
         "qd max",
         "p99 ms",
         "split IOs",
-    );
+    )?;
     let mut worst: f64 = 0.0;
     let mut summary = Vec::new();
     for arm in arms {
         let trace = out.join("vm").join(format!("md{}.blkp", arm.value));
-        let report = analyzer::summary::summarize(&trace, &Default::default())
+        let report = analyzer::summary::summarize(&trace, &analyzer::series::Options::default())
             .map_err(|e| anyhow::anyhow!("{}: {e}", trace.display()))?
             .to_json();
         let real = report.sections["arrays"]["arrays"]
@@ -580,7 +585,7 @@ fn raid_chunk(e: &ExpOptions, arms: &[Arm], out: &Path, started: Instant) -> Res
             };
             worst = worst.max(diff.abs());
             real_rw.push(r_rw);
-            let _ = writeln!(
+            writeln!(
                 table,
                 "{:>5}K  {:>6}  {:>9} {:>9} {:>+6.1}% {:>7}  {:>9.1} {:>9.1}  {:>8.2} {:>6} {:>6}  {:>9}  {}",
                 arm.value,
@@ -602,7 +607,7 @@ fn raid_chunk(e: &ExpOptions, arms: &[Arm], out: &Path, started: Instant) -> Res
                     String::new()
                 },
                 real_ios.top_sizes(disk_name),
-            );
+            )?;
         }
         let most = real_rw.iter().copied().max().unwrap_or(0) as f64;
         let mean = real_rw.iter().sum::<u64>() as f64 / f64::from(RAID_MEMBERS);
@@ -620,14 +625,14 @@ fn raid_chunk(e: &ExpOptions, arms: &[Arm], out: &Path, started: Instant) -> Res
         ));
         table.push('\n');
     }
-    let _ = writeln!(
+    writeln!(
         table,
         "whatif's per-member reads+writes against the real arrays': worst {worst:.1}% (held to 5%)"
-    );
+    )?;
     std::fs::write(out.join("compare.txt"), &table)?;
     let took = read_seconds(&out.join("vm-seconds.txt"));
     let mut p = String::new();
-    let _ = writeln!(
+    writeln!(
         p,
         "# md RAID0 chunk size under Cassandra's IO (seed 000)\n\n\
          Made by `cargo xtask experiment raid-chunk` (as root, from the repository) on this machine; \
@@ -646,16 +651,16 @@ fn raid_chunk(e: &ExpOptions, arms: &[Arm], out: &Path, started: Instant) -> Res
         took / 60,
         took % 60,
         origin
-    );
-    let _ = writeln!(p, "## Per chunk size\n");
+    )?;
+    writeln!(p, "## Per chunk size\n")?;
     for l in &summary {
-        let _ = writeln!(p, "- {l}");
+        writeln!(p, "- {l}")?;
     }
-    let _ = writeln!(
+    writeln!(
         p,
         "\n## Per member: the real array beside `blkprof whatif --raid0 {RAID_MEMBERS} --chunk C` on the source\n"
-    );
-    let _ = writeln!(p, "```\n{table}```");
+    )?;
+    writeln!(p, "```\n{table}```")?;
     std::fs::write(out.join("README.md"), p)?;
     println!("{table}");
     for l in &summary {

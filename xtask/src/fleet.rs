@@ -21,12 +21,12 @@ const PACKAGES: [&str; 4] = [
     "protobuf==7.36.2",
 ];
 
-pub fn venv_dir() -> PathBuf {
+pub(crate) fn venv_dir() -> PathBuf {
     root().join("target/fleet/venv")
 }
 
 /// Create the venv and install the pinned packages when the stamp says otherwise.
-pub fn venv() -> Result<()> {
+pub(crate) fn venv() -> Result<()> {
     let dir = venv_dir();
     let stamp = dir.join("blkprof-packages");
     let want = PACKAGES.join(" ");
@@ -48,7 +48,7 @@ pub fn venv() -> Result<()> {
 }
 
 /// The fleet check on DuckDB and Spark (tests/tests/fleet.rs), release build.
-pub fn fleet_check() -> Result<()> {
+pub(crate) fn fleet_check() -> Result<()> {
     venv()?;
     if !crate::util::have("java") {
         crate::util::apt_install(&["openjdk-17-jre-headless"])?;

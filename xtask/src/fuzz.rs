@@ -15,9 +15,19 @@ use tracer_common::format::{FrameKind, TraceReader, TraceWriter, comm_bytes};
 use crate::util::{have, output, root, run};
 
 #[path = "../../fuzz/src/framing.rs"]
-#[allow(
-    dead_code,
-    reason = "seeds need framed(); trace_file() is the targets' side"
+#[cfg_attr(
+    not(test),
+    expect(
+        dead_code,
+        reason = "seeds need framed(); trace_file() is the targets' side (framing's own tests use it)"
+    )
+)]
+#[expect(
+    unreachable_pub,
+    clippy::doc_markdown,
+    clippy::cast_possible_truncation,
+    clippy::bool_to_int_with_if,
+    reason = "shared with the fuzz crate, which has its own lints"
 )]
 mod framing;
 
@@ -55,7 +65,8 @@ struct Outcome {
 }
 
 /// How long each target runs.
-pub enum Budget {
+#[derive(Clone, Copy)]
+pub(crate) enum Budget {
     Each {
         seconds: u64,
     },
@@ -69,7 +80,7 @@ pub enum Budget {
 }
 
 /// Run `targets` (all when empty), one after another; fails on any finding.
-pub fn fuzz(budget: Budget, targets: &[String]) -> Result<()> {
+pub(crate) fn fuzz(budget: Budget, targets: &[String]) -> Result<()> {
     crate::setup::nightly()?;
     cargo_fuzz()?;
     let all = all_targets()?;
@@ -118,11 +129,19 @@ pub fn fuzz(budget: Budget, targets: &[String]) -> Result<()> {
                 outcomes.push(o);
             }
             Err(e) => {
+                #[expect(
+                    clippy::let_underscore_must_use,
+                    reason = "best-effort cleanup of the scratch directory; the target's error is what is returned"
+                )]
                 let _ = std::fs::remove_dir_all(&scratch);
                 return Err(e);
             }
         }
     }
+    #[expect(
+        clippy::let_underscore_must_use,
+        reason = "best-effort cleanup of the scratch directory"
+    )]
     let _ = std::fs::remove_dir_all(&scratch);
     eprintln!(
         "fuzz: {} targets in {:.0} s",
@@ -173,7 +192,7 @@ fn fuzz_dir() -> PathBuf {
     root().join("fuzz")
 }
 
-/// The targets: fuzz/fuzz_targets/*.rs.
+/// The targets: `fuzz/fuzz_targets/*.rs`.
 fn all_targets() -> Result<Vec<String>> {
     let dir = fuzz_dir().join("fuzz_targets");
     let mut v: Vec<String> = std::fs::read_dir(&dir)
@@ -334,7 +353,7 @@ fn report(o: &Outcome, seeds: usize) {
 fn dir_size(dir: &Path) -> (usize, u64) {
     std::fs::read_dir(dir).map_or((0, 0), |rd| {
         rd.filter_map(|e| e.ok()?.metadata().ok())
-            .filter(|m| m.is_file())
+            .filter(std::fs::Metadata::is_file)
             .fold((0, 0), |(n, b), m| (n + 1, b + m.len()))
     })
 }
@@ -414,7 +433,7 @@ fn name_of(p: &Path) -> String {
         .unwrap_or_default()
 }
 
-/// The shared fixtures beside the repository (or $BLKPROF_FIXTURES), as the analyzer's tests
+/// The shared fixtures beside the repository (or `$BLKPROF_FIXTURES`), as the analyzer's tests
 /// find them; seeds from them are left out when there are none.
 fn fixtures() -> Option<PathBuf> {
     if let Some(d) = std::env::var_os("BLKPROF_FIXTURES") {
@@ -484,6 +503,10 @@ fn trace_seeds(data: &Path, seeds: &mut Vec<(String, Vec<u8>)>) -> Result<()> {
             std::env::temp_dir().join(format!("blkprof-xtask-fuzz-{}-{name}", std::process::id()));
         let res = rewrite_v2(&p, &v2, 1500);
         let bytes = std::fs::read(&v2);
+        #[expect(
+            clippy::let_underscore_must_use,
+            reason = "best-effort cleanup of the temporary copy; the rewrite's and the read's errors are returned next"
+        )]
         let _ = std::fs::remove_file(&v2);
         res?;
         let bytes = bytes?;

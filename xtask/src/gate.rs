@@ -1,7 +1,7 @@
 //! `cargo xtask gate-stability`: does `blkprof check` cry wolf, and does it catch what it should?
 //!
 //! Records baselines of one fixed fio job (4 KB random reads and writes 80/20, iodepth 8,
-//! libaio, O_DIRECT) on a loop device with O_DIRECT backing, traced by the real blkprof-trace;
+//! libaio, `O_DIRECT`) on a loop device with `O_DIRECT` backing, traced by the real blkprof-trace;
 //! then the same job many times (alone and next to a busy neighbour) and three changed
 //! workloads (a higher write share, 512 KB writes mixed in, a slower device); checks every
 //! recording against the baselines with `blkprof check` and prints a pass/fail tally per
@@ -22,7 +22,11 @@ use anyhow::{Context as _, Result, bail};
 use crate::util::{catch_signals, interrupted, is_root, output, root, sleep};
 
 #[derive(clap::Args)]
-pub struct Options {
+#[expect(
+    clippy::doc_markdown,
+    reason = "clap help text: backticks would show in --help"
+)]
+pub(crate) struct Options {
     /// Recordings of the baseline's own workload, each checked against the baseline.
     #[arg(long, default_value_t = 30)]
     pub runs: usize,
@@ -166,9 +170,17 @@ impl Devices {
 impl Drop for Devices {
     fn drop(&mut self) {
         while let Some(d) = self.loops.pop() {
+            #[expect(
+                clippy::let_underscore_must_use,
+                reason = "best-effort cleanup in Drop: there is no caller to report a failure to"
+            )]
             let _ = Command::new("losetup").args(["-d", &d]).status();
         }
         if let Some(img) = self.img.take() {
+            #[expect(
+                clippy::let_underscore_must_use,
+                reason = "best-effort cleanup in Drop: there is no caller to report a failure to"
+            )]
             let _ = std::fs::remove_file(img);
         }
     }
@@ -181,8 +193,18 @@ impl Drop for Spawned {
     fn drop(&mut self) {
         for c in &mut self.0 {
             if let Ok(None) = c.try_wait() {
+                #[expect(
+                    clippy::cast_possible_wrap,
+                    reason = "a pid is at most pid_max (2^22 at most), far below i32::MAX"
+                )]
                 // SAFETY: kill(2) on the process group of a child we spawned and not reaped.
-                unsafe { libc::kill(-(c.id() as libc::pid_t), libc::SIGKILL) };
+                unsafe {
+                    libc::kill(-(c.id() as libc::pid_t), libc::SIGKILL)
+                };
+                #[expect(
+                    clippy::let_underscore_must_use,
+                    reason = "reaps the child just killed in Drop; its exit status is of no use"
+                )]
                 let _ = c.wait();
             }
         }
@@ -231,6 +253,10 @@ fn record(dev: &str, s: &Scenario, seconds: u64, trace: &Path) -> Result<()> {
             seen.push_str(&String::from_utf8_lossy(&buf[..n]));
             if !attached && seen.contains("tracing ") {
                 attached = true;
+                #[expect(
+                    clippy::let_underscore_must_use,
+                    reason = "the receiver stops listening once it has given up waiting; then there is no one to tell"
+                )]
                 let _ = tx.send(());
             }
         }
@@ -297,6 +323,10 @@ fn record(dev: &str, s: &Scenario, seconds: u64, trace: &Path) -> Result<()> {
     }
     let status = spawned.0.pop().expect("fio").wait()?;
     let messages = std::fs::read_to_string(&fio_err).unwrap_or_default();
+    #[expect(
+        clippy::let_underscore_must_use,
+        reason = "best-effort cleanup of fio's stderr file, already read"
+    )]
     let _ = std::fs::remove_file(&fio_err);
     if !status.success() {
         bail!("fio failed ({status}): {messages}");
@@ -306,8 +336,14 @@ fn record(dev: &str, s: &Scenario, seconds: u64, trace: &Path) -> Result<()> {
         drop(Spawned(spawned.0.pop().into_iter().collect()));
     }
     let mut tracer = spawned.0.pop().expect("tracer");
+    #[expect(
+        clippy::cast_possible_wrap,
+        reason = "a pid is at most pid_max (2^22 at most), far below i32::MAX"
+    )]
     // SAFETY: kill(2) on our child.
-    unsafe { libc::kill(tracer.id() as libc::pid_t, libc::SIGINT) };
+    unsafe {
+        libc::kill(tracer.id() as libc::pid_t, libc::SIGINT)
+    };
     let status = tracer.wait()?;
     let messages = stderr.join().unwrap_or_default();
     if !status.success() {
@@ -430,7 +466,7 @@ fn trace_name(scenario: &str, i: usize) -> String {
     format!("{scenario}-{:02}.blkp", i + 1)
 }
 
-pub fn gate_stability(o: Options) -> Result<()> {
+pub(crate) fn gate_stability(o: &Options) -> Result<()> {
     let started = Instant::now();
     let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let counts = |s: &Scenario| match s.name {
@@ -448,25 +484,21 @@ pub fn gate_stability(o: Options) -> Result<()> {
             );
         }
         catch_signals();
-        let d = match &o.keep {
-            Some(d) => {
-                std::fs::create_dir_all(d)
-                    .with_context(|| format!("cannot create {}", d.display()))?;
-                d.clone()
-            }
-            None => {
-                let d = std::env::temp_dir().join(format!("blkprof-gate-{}", std::process::id()));
-                std::fs::create_dir_all(&d)?;
-                dir_guard = Some(TempDir(d.clone()));
-                d
-            }
+        let d = if let Some(d) = &o.keep {
+            std::fs::create_dir_all(d).with_context(|| format!("cannot create {}", d.display()))?;
+            d.clone()
+        } else {
+            let d = std::env::temp_dir().join(format!("blkprof-gate-{}", std::process::id()));
+            std::fs::create_dir_all(&d)?;
+            dir_guard = Some(TempDir(d.clone()));
+            d
         };
-        record_all(&o, &d, &counts)?;
+        record_all(o, &d, &counts)?;
         d
     };
 
     let base_dir = o.baselines_from.clone().unwrap_or_else(|| dir.clone());
-    let baselines: Vec<PathBuf> = (0..o.baselines as usize)
+    let baselines: Vec<PathBuf> = (0..usize::try_from(o.baselines)?)
         .map(|i| base_dir.join(trace_name("baseline", i)))
         .collect();
     if o.recheck.is_some() {
@@ -614,7 +646,7 @@ pub fn gate_stability(o: Options) -> Result<()> {
         );
     }
     if o.resample > 0 {
-        resample(&o, &dir, &counts)?;
+        resample(o, &dir, &counts)?;
     }
     drop(dir_guard);
     if unexpected > 0 {
@@ -628,6 +660,10 @@ struct TempDir(PathBuf);
 
 impl Drop for TempDir {
     fn drop(&mut self) {
+        #[expect(
+            clippy::let_underscore_must_use,
+            reason = "best-effort cleanup in Drop: there is no caller to report a failure to"
+        )]
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
@@ -649,7 +685,7 @@ fn record_all(o: &Options, dir: &Path, counts: &dyn Fn(&Scenario) -> usize) -> R
         o.slow_layers + 1,
         img.display()
     );
-    let total = o.baselines as usize + SCENARIOS.iter().map(counts).sum::<usize>();
+    let total = usize::try_from(o.baselines)? + SCENARIOS.iter().map(counts).sum::<usize>();
     let mut done = 0;
     let mut step = |s: &Scenario, name: String| -> Result<()> {
         interrupted()?;
@@ -663,7 +699,7 @@ fn record_all(o: &Options, dir: &Path, counts: &dyn Fn(&Scenario) -> usize) -> R
         );
         Ok(())
     };
-    for i in 0..o.baselines as usize {
+    for i in 0..usize::try_from(o.baselines)? {
         step(&SAME, trace_name("baseline", i))?;
     }
     // Each scenario's recordings spread evenly over the rounds: each meets the machine in the
@@ -697,7 +733,7 @@ fn load(trace: &Path) -> Result<Report> {
 /// recordings of the same workload (the check's own code, on the kept reports): with the
 /// baseline the tally used, a lucky or unlucky draw would not show.
 fn resample(o: &Options, dir: &Path, counts: &dyn Fn(&Scenario) -> usize) -> Result<()> {
-    let k = o.baselines as usize;
+    let k = usize::try_from(o.baselines)?;
     // (recordings of the same workload, of each changed one)
     let recordings = |dir: &Path| -> Result<Recordings> {
         let mut same = Vec::new();
@@ -754,6 +790,10 @@ fn resample(o: &Options, dir: &Path, counts: &dyn Fn(&Scenario) -> usize) -> Res
             .map(|_| {
                 let mut set = Vec::new();
                 while set.len() < k {
+                    #[expect(
+                        clippy::cast_possible_truncation,
+                        reason = "below base_pool.len(), a usize"
+                    )]
                     let i = rng.below(base_pool.len() as u64) as usize;
                     if !set.contains(&i) {
                         set.push(i);

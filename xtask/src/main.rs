@@ -24,7 +24,7 @@ mod setup;
 mod util;
 mod vm;
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -35,6 +35,10 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+#[expect(
+    clippy::doc_markdown,
+    reason = "clap help text: backticks would show in --help"
+)]
 enum Cmd {
     /// Install what a fresh machine lacks: nightly rust-src, bpf-linker built against the
     /// nightly's own LLVM, fio and the peer tools. Idempotent.
@@ -175,17 +179,18 @@ fn main() -> Result<()> {
             cpu,
             cpu_rate,
         } => {
+            let rounds = usize::try_from(rounds).context("--rounds is too large")?;
             if cpu {
                 setup::setup()?;
-                return bench::bench_cpu(seconds, rounds as usize, cpu_rate);
+                return bench::bench_cpu(seconds, rounds, cpu_rate);
             }
             if agent {
                 setup::setup()?;
-                return bench::bench_agent(seconds, rounds as usize, agent_rate);
+                return bench::bench_agent(seconds, rounds, agent_rate);
             }
             if !analyzer_only {
                 setup::setup()?;
-                bench::bench(seconds, rounds as usize)?;
+                bench::bench(seconds, rounds)?;
             }
             bench_analyzer::bench(analyzer_ios)
         }
@@ -194,14 +199,14 @@ fn main() -> Result<()> {
                 setup::setup()?;
                 util::build_release()?;
             }
-            cassandra::cassandra(opts)
+            cassandra::cassandra(&opts)
         }
         Cmd::Experiment { opts, prebuilt } => {
             if !prebuilt {
                 setup::setup()?;
                 util::build_release()?;
             }
-            experiment::experiment(opts)
+            experiment::experiment(&opts)
         }
         Cmd::Fuzz { seconds, targets } => fuzz::fuzz(fuzz::Budget::Each { seconds }, &targets),
         Cmd::GateStability { opts } => {
@@ -209,9 +214,9 @@ fn main() -> Result<()> {
                 setup::setup()?;
                 util::build_release()?;
             }
-            gate::gate_stability(opts)
+            gate::gate_stability(&opts)
         }
-        Cmd::Vm { opts } => vm::vm(opts),
+        Cmd::Vm { opts } => vm::vm(&opts),
         Cmd::FleetCheck => fleet::fleet_check(),
     }
 }

@@ -7,7 +7,7 @@ use anyhow::{Context as _, Result};
 
 use crate::util::{apt_install, have, output, run};
 
-pub fn setup() -> Result<()> {
+pub(crate) fn setup() -> Result<()> {
     nightly()?;
     bpf_linker()?;
     packages()?;
@@ -50,11 +50,10 @@ pub(crate) fn nightly() -> Result<()> {
 }
 
 pub(crate) fn cargo_home() -> PathBuf {
-    std::env::var_os("CARGO_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into())).join(".cargo")
-        })
+    std::env::var_os("CARGO_HOME").map_or_else(
+        || PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into())).join(".cargo"),
+        PathBuf::from,
+    )
 }
 
 /// bpf-linker must link the same LLVM major as the nightly rustc; build it against the
@@ -98,6 +97,10 @@ fn bpf_linker() -> Result<()> {
     let shim = std::env::temp_dir().join(format!("blkprof-llvm-{major}"));
     std::fs::create_dir_all(shim.join("lib"))?;
     let link = shim.join("lib/libLLVM.so");
+    #[expect(
+        clippy::let_underscore_must_use,
+        reason = "clears the link an earlier run left; if it is still there, symlink() next fails"
+    )]
     let _ = std::fs::remove_file(&link);
     std::os::unix::fs::symlink(libdir.join(&lib), &link)?;
     eprintln!("setup: building bpf-linker against the nightly's LLVM {llvm} (about 75 s)");
@@ -138,11 +141,15 @@ fn packages() -> Result<()> {
     apt_install(&missing)
 }
 
-/// The ftrace `blk` tracer and peer tools need tracefs; blkprof itself does not (tp_btf).
+/// The ftrace `blk` tracer and peer tools need tracefs; blkprof itself does not (`tp_btf`).
 fn tracefs() {
     if std::path::Path::new("/sys/kernel/tracing/events").exists() {
         return;
     }
+    #[expect(
+        clippy::let_underscore_must_use,
+        reason = "only the peer tools need tracefs (blkprof does not): set-up goes on without it"
+    )]
     let _ = Command::new("mount")
         .args(["-t", "tracefs", "tracefs", "/sys/kernel/tracing"])
         .status();

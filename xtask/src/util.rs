@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 
-pub fn root() -> PathBuf {
+pub(crate) fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("workspace root")
@@ -13,7 +13,7 @@ pub fn root() -> PathBuf {
 }
 
 /// Run a command, inheriting stdio; fail with its name if it fails.
-pub fn run(cmd: &mut Command) -> Result<()> {
+pub(crate) fn run(cmd: &mut Command) -> Result<()> {
     let desc = format!("{cmd:?}");
     let status = cmd.status().with_context(|| format!("cannot run {desc}"))?;
     if !status.success() {
@@ -23,7 +23,7 @@ pub fn run(cmd: &mut Command) -> Result<()> {
 }
 
 /// Run and capture stdout.
-pub fn output(cmd: &mut Command) -> Result<String> {
+pub(crate) fn output(cmd: &mut Command) -> Result<String> {
     let desc = format!("{cmd:?}");
     let out = cmd.output().with_context(|| format!("cannot run {desc}"))?;
     if !out.status.success() {
@@ -36,25 +36,25 @@ pub fn output(cmd: &mut Command) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-pub fn have(program: &str) -> bool {
+pub(crate) fn have(program: &str) -> bool {
     Command::new("sh")
         .args(["-c", &format!("command -v {program} >/dev/null 2>&1")])
         .status()
         .is_ok_and(|s| s.success())
 }
 
-pub fn cargo() -> Command {
+pub(crate) fn cargo() -> Command {
     let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     c.current_dir(root());
     c
 }
 
 /// Build the release binaries (tracer needs the eBPF toolchain).
-pub fn build_release() -> Result<()> {
+pub(crate) fn build_release() -> Result<()> {
     run(cargo().args(["build", "--release", "-p", "tracer", "-p", "analyzer"]))
 }
 
-pub fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
@@ -65,7 +65,7 @@ pub fn is_root() -> bool {
         .unwrap_or(false)
 }
 
-pub fn test(filter: Option<String>) -> Result<()> {
+pub(crate) fn test(filter: Option<String>) -> Result<()> {
     // Unit, library and CLI tests of every crate but the probe (which only builds for BPF).
     run(cargo().args([
         "test",
@@ -109,7 +109,7 @@ pub fn test(filter: Option<String>) -> Result<()> {
 }
 
 /// `cargo xtask test --vm-only`.
-pub fn test_vms() -> Result<()> {
+pub(crate) fn test_vms() -> Result<()> {
     if !is_root() {
         bail!("the VM tests boot qemu with the host's files and load eBPF in it: run as root");
     }
@@ -155,11 +155,11 @@ fn e2e_test_executable(name: &str) -> Result<String> {
 
 /// The end-to-end tests in nested VMs with stock kernels, 6.12 (the `block_io_start` path)
 /// and 6.1 LTS (the `block_getrq` fallback), each with six emulated NVMe disks:
-/// tests/tests/vm.rs (an NVMe disk, nvme0n1; md RAID0 over nvme0n1-nvme3n1, chunks 64 and
-/// 512 KB), tests/tests/vm_whatif.rs (whatif's prediction from nvme4n1 against the md run),
-/// tests/tests/files.rs (the files of buffered IO, whose kernel structures differ between
+/// `tests/tests/vm.rs` (an NVMe disk, nvme0n1; md RAID0 over nvme0n1-nvme3n1, chunks 64 and
+/// 512 KB), `tests/tests/vm_whatif.rs` (whatif's prediction from nvme4n1 against the md run),
+/// `tests/tests/files.rs` (the files of buffered IO, whose kernel structures differ between
 /// versions), then the host tests of [`VM_E2E_TESTS`] on loop devices whose images live on
-/// ext4 on nvme5n1 (tmpfs has no O_DIRECT on 6.1).
+/// ext4 on nvme5n1 (tmpfs has no `O_DIRECT` on 6.1).
 fn vm_tests() -> Result<()> {
     let vm = e2e_test_executable("vm")?;
     let whatif = e2e_test_executable("vm_whatif")?;
@@ -203,9 +203,9 @@ fn vm_tests() -> Result<()> {
     Ok(())
 }
 
-/// A sparse image of `gib` GiB at `img`, attached as a loop device with O_DIRECT backing (so
+/// A sparse image of `gib` GiB at `img`, attached as a loop device with `O_DIRECT` backing (so
 /// the page cache holds nothing twice); returns /dev/loopN.
-pub fn attach_loop(img: &Path, gib: u64) -> Result<String> {
+pub(crate) fn attach_loop(img: &Path, gib: u64) -> Result<String> {
     run(Command::new("truncate")
         .args(["-s", &format!("{gib}G")])
         .arg(img))?;
@@ -219,7 +219,7 @@ pub fn attach_loop(img: &Path, gib: u64) -> Result<String> {
 }
 
 /// Install Debian packages (apt-get, quietly); names the packages when there is no apt-get.
-pub fn apt_install(packages: &[&str]) -> Result<()> {
+pub(crate) fn apt_install(packages: &[&str]) -> Result<()> {
     if packages.is_empty() {
         return Ok(());
     }
@@ -245,14 +245,14 @@ extern "C" fn on_signal(_: libc::c_int) {
 
 /// From now on Ctrl-C, SIGTERM and SIGHUP only set a flag that [`interrupted`] reports, so a
 /// task can stop what it started and clean up (its children run in their own process group).
-pub fn catch_signals() {
+pub(crate) fn catch_signals() {
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         // SAFETY: the handler only stores to an atomic.
         unsafe { libc::signal(sig, on_signal as *const () as libc::sighandler_t) };
     }
 }
 
-pub fn interrupted() -> Result<()> {
+pub(crate) fn interrupted() -> Result<()> {
     if STOP.load(Ordering::SeqCst) {
         bail!("interrupted: stopping what was started and cleaning up");
     }
@@ -260,7 +260,7 @@ pub fn interrupted() -> Result<()> {
 }
 
 /// Sleep in small steps so that Ctrl-C is seen at once.
-pub fn sleep(d: Duration) -> Result<()> {
+pub(crate) fn sleep(d: Duration) -> Result<()> {
     let end = Instant::now() + d;
     while Instant::now() < end {
         interrupted()?;

@@ -16,7 +16,7 @@ use anyhow::{Context as _, Result, bail};
 use crate::util::{apt_install, have, output, root, run};
 
 #[derive(clap::Args, Clone, Debug)]
-pub struct Options {
+pub(crate) struct Options {
     /// The guest kernel: 6.12 or 6.1 (the newest Debian package of that LTS series,
     /// installed when missing), or the path of a vmlinuz whose modules are in /lib/modules.
     #[arg(long, default_value = "6.12")]
@@ -50,7 +50,7 @@ pub struct Options {
 }
 
 /// What a run left: the command's exit code and where its files are.
-pub struct Outcome {
+pub(crate) struct Outcome {
     pub code: i32,
     pub out: PathBuf,
     pub seconds: f64,
@@ -58,7 +58,7 @@ pub struct Outcome {
 
 /// Install what the VMs need (idempotent): qemu, python3-venv, busybox-static, mdadm and
 /// virtme-ng (in a venv under target/vm), and the kernel.
-pub fn setup(kernel: &str) -> Result<PathBuf> {
+pub(crate) fn setup(kernel: &str) -> Result<PathBuf> {
     let mut missing = Vec::new();
     if !have("qemu-system-x86_64") {
         missing.push("qemu-system-x86");
@@ -103,7 +103,7 @@ fn venv_dir() -> PathBuf {
 
 /// The vmlinuz of a kernel series, installing Debian's newest package of it when none is in
 /// /boot; or the path given.
-pub fn vmlinuz(kernel: &str) -> Result<PathBuf> {
+pub(crate) fn vmlinuz(kernel: &str) -> Result<PathBuf> {
     let (prefix, pattern) = match kernel {
         "6.12" => (
             "vmlinuz-6.12.",
@@ -142,6 +142,10 @@ pub fn vmlinuz(kernel: &str) -> Result<PathBuf> {
     if !have("apt-cache") {
         bail!("no {kernel} kernel in /boot and no apt to install one: give --kernel PATH");
     }
+    #[expect(
+        clippy::let_underscore_must_use,
+        reason = "an index left stale (offline) is not fatal: apt-cache search next says whether a kernel package can be found"
+    )]
     let _ = Command::new("apt-get").args(["update", "-qq"]).status();
     let names = output(Command::new("apt-cache").args(["search", "--names-only", pattern]))?;
     let mut pkgs: Vec<&str> = names
@@ -170,6 +174,10 @@ struct Disks(Vec<PathBuf>);
 impl Drop for Disks {
     fn drop(&mut self) {
         for p in &self.0 {
+            #[expect(
+                clippy::let_underscore_must_use,
+                reason = "best-effort cleanup in Drop: there is no caller to report a failure to"
+            )]
             let _ = std::fs::remove_file(p);
         }
     }
@@ -177,12 +185,17 @@ impl Drop for Disks {
 
 /// Boot the VM, run the command, stop the VM. Fails when the VM could not run it (or ran out
 /// of time); otherwise returns its exit code.
-pub fn run_vm(o: &Options) -> Result<Outcome> {
+pub(crate) fn run_vm(o: &Options) -> Result<Outcome> {
+    use std::os::unix::process::CommandExt as _;
     let kernel = setup(&o.kernel)?;
     let out = o
         .out
         .clone()
         .unwrap_or_else(|| root().join("target/vm/out"));
+    #[expect(
+        clippy::let_underscore_must_use,
+        reason = "clears the previous run's output; there is none on a first run"
+    )]
     let _ = std::fs::remove_dir_all(&out);
     std::fs::create_dir_all(&out)?;
     let out = out.canonicalize()?;
@@ -242,7 +255,6 @@ pub fn run_vm(o: &Options) -> Result<Outcome> {
         .arg("--")
         .arg(format!("sh {}", shell_quote(&script.display().to_string())));
     // Its own process group, so that a timeout or Ctrl-C stops qemu with it.
-    use std::os::unix::process::CommandExt as _;
     c.process_group(0);
     eprintln!(
         "vm: booting {} ({} CPU{}, {} NVMe disk{} of {} MiB, TCG {}) to run: {}",
@@ -261,6 +273,10 @@ pub fn run_vm(o: &Options) -> Result<Outcome> {
     );
     let started = Instant::now();
     let mut child = c.spawn().context("cannot start virtme-ng (vng)")?;
+    #[expect(
+        clippy::cast_possible_wrap,
+        reason = "a pid is at most pid_max (2^22 at most), far below i32::MAX"
+    )]
     let pgid = child.id() as i32;
     let limit = Duration::from_secs(o.timeout);
     let status = loop {
@@ -270,6 +286,10 @@ pub fn run_vm(o: &Options) -> Result<Outcome> {
         if started.elapsed() > limit || crate::util::interrupted().is_err() {
             // SAFETY: signalling our own child's process group.
             unsafe { libc::kill(-pgid, libc::SIGKILL) };
+            #[expect(
+                clippy::let_underscore_must_use,
+                reason = "reaps the VM just killed (timeout or Ctrl-C); the run is reported as unfinished either way"
+            )]
             let _ = child.wait();
             break None;
         }
@@ -311,9 +331,9 @@ fn shell_quote(s: &str) -> String {
 }
 
 /// `cargo xtask vm`: exits with the guest command's code.
-pub fn vm(o: Options) -> Result<()> {
+pub(crate) fn vm(o: &Options) -> Result<()> {
     crate::util::catch_signals();
-    let r = run_vm(&o)?;
+    let r = run_vm(o)?;
     if r.code != 0 {
         bail!("the command failed in the VM (exit code {})", r.code);
     }
