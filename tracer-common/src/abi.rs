@@ -155,7 +155,7 @@ pub struct ProbeConfig {
     pub rq_rq_flags: u32,
     pub rq_start_time_ns: u32,
     /// `struct request::io_start_time_ns`: the kernel's issue stamp, kept when the queue
-    /// collects statistics (QUEUE_FLAG_STATS), else 0.
+    /// collects statistics (`QUEUE_FLAG_STATS`), else 0.
     pub rq_io_start_time_ns: u32,
     pub rq_bio: u32,
     /// `struct request::mq_hctx` and `struct blk_mq_hw_ctx::queue_num`: the hardware queue.
@@ -280,7 +280,7 @@ pub const EV_NOT_ACCOUNTED: u16 = 1 << 2;
 pub const EV_OUTSIDE_CUT: u16 = 1 << 3;
 
 /// The instants that delimit a run: an IO belongs to it (is aggregated) when it completes in
-/// `(start_after_ns, end_at_ns]` (CLOCK_MONOTONIC). User space writes each instant ahead of
+/// `(start_after_ns, end_at_ns]` (`CLOCK_MONOTONIC`). User space writes each instant ahead of
 /// time, then reads /proc/diskstats just after it, so that the kernel's counters and the exact
 /// aggregates describe the same IOs. All zero (the map's initial value): nothing belongs yet.
 ///
@@ -303,6 +303,11 @@ impl Cuts {
     /// [`AGG_EPOCH`] or 0: the epoch parity an IO completing at `complete_ns` is aggregated
     /// under.
     #[inline(always)]
+    #[expect(
+        clippy::inline_always,
+        reason = "the probe's programs run it for every IO: inlined into them, as the probe's own \
+                  per-IO helpers are, rather than a BPF-to-BPF call"
+    )]
     pub const fn epoch_of(rotation: u64, complete_ns: u64) -> u32 {
         let after = (rotation & 1) as u32;
         let parity = if complete_ns > rotation & !1 {
@@ -334,7 +339,7 @@ const _: () = assert!(core::mem::size_of::<RequestSlot>() == 8 + 88);
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct IoEvent {
-    /// When the request entered the OS queue (`rq->start_time_ns`, CLOCK_MONOTONIC).
+    /// When the request entered the OS queue (`rq->start_time_ns`, `CLOCK_MONOTONIC`).
     pub enter_ns: u64,
     /// When it was (last) issued to the driver; 0 if never issued.
     pub issue_ns: u64,
@@ -391,6 +396,20 @@ pub const LATENCY_BUCKETS: usize = 160;
 /// The log-linear bucket of `v`, unclamped: `v` itself below 4; else, with `m` the highest
 /// set bit, `4 (m - 1)` plus the two bits below it.
 #[inline(always)]
+#[expect(
+    clippy::inline_always,
+    reason = "the probe's programs run it for every IO: inlined into them, as the probe's own \
+              per-IO helpers are, rather than a BPF-to-BPF call"
+)]
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "a bucket index: `v` below 4, else at most 4 * 62 + 3 = 251"
+)]
+#[expect(
+    clippy::manual_ilog2,
+    reason = "`ilog2` checks for 0 and panics; `v` is at least 4 here, and the probe's programs \
+              have no panic path"
+)]
 pub const fn loglin_bucket(v: u64) -> usize {
     if v < 4 {
         return v as usize;
@@ -402,6 +421,11 @@ pub const fn loglin_bucket(v: u64) -> usize {
 /// The bucket counting `v` in the probe's histograms: `(loglin_lower(i), loglin_lower(i + 1)]`
 /// holds it, so that a power-of-two size falls on its bucket's upper bound.
 #[inline(always)]
+#[expect(
+    clippy::inline_always,
+    reason = "the probe's programs run it for every IO: inlined into them, as the probe's own \
+              per-IO helpers are, rather than a BPF-to-BPF call"
+)]
 pub const fn loglin_le_bucket(v: u64) -> usize {
     loglin_bucket(v.saturating_sub(1))
 }
@@ -451,10 +475,19 @@ const _: () =
 impl AggKey {
     /// A nonzero number naming the key: (dev << 32 | op) + 1.
     #[inline(always)]
+    #[expect(
+        clippy::inline_always,
+        reason = "the probe's programs run it for every IO: inlined into them, as the probe's own \
+                  per-IO helpers are, rather than a BPF-to-BPF call"
+    )]
     pub const fn tag(&self) -> u64 {
         ((self.dev as u64) << 32 | self.op as u64) + 1
     }
 
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "the tag's low 32 bits are the op, its high 32 bits the device"
+    )]
     pub const fn from_tag(tag: u64) -> AggKey {
         let k = tag - 1;
         AggKey {
@@ -466,6 +499,11 @@ impl AggKey {
 
 /// Slot of a key in [`MAP_AGGREGATE_SLOTS`] (Fibonacci hashing of its tag).
 #[inline(always)]
+#[expect(
+    clippy::inline_always,
+    reason = "the probe's programs run it for every IO: inlined into them, as the probe's own \
+              per-IO helpers are, rather than a BPF-to-BPF call"
+)]
 pub const fn aggregate_slot_index(key: &AggKey) -> u32 {
     (key.tag().wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as u32 & (AGGREGATE_SLOT_COUNT - 1)
 }
@@ -536,6 +574,11 @@ pub const DEVICE_SLOT_COUNT: u32 = 256;
 
 /// Slot of a device (major << 20 | minor) in [`MAP_DEVICE_SLOTS`] (Fibonacci hashing).
 #[inline(always)]
+#[expect(
+    clippy::inline_always,
+    reason = "the probe's programs run it for every IO: inlined into them, as the probe's own \
+              per-IO helpers are, rather than a BPF-to-BPF call"
+)]
 pub const fn device_slot_index(dev: u32) -> u32 {
     ((dev as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as u32 & (DEVICE_SLOT_COUNT - 1)
 }
@@ -561,7 +604,8 @@ pub struct RequestState {
     pub issued: u8,
     /// 1 while counted in the device's `os_inflight`.
     pub in_os: u8,
-    pub _pad: [u8; 2],
+    /// Explicit padding, so that the struct has no implicit padding bytes.
+    _pad: [u8; 2],
     pub comm: [u8; 16],
     pub cgroup: u64,
 }
@@ -577,19 +621,34 @@ pub const fn dev_join(major: u32, minor: u32) -> u32 {
 
 #[cfg(feature = "user")]
 mod pod {
-    // SAFETY: plain-old-data repr(C) structs with explicit padding.
+    // Every type here is `#[repr(C)]` and `Copy`, of integers and arrays of integers (any bit
+    // pattern is a value), with no implicit padding: the `const` assertions above check that
+    // each size is the sum of its fields'.
+    // SAFETY: u32s and an array of u32s, no padding (size asserted).
     unsafe impl aya::Pod for super::ProbeConfig {}
+    // SAFETY: integers and a byte array, no padding (size asserted).
     unsafe impl aya::Pod for super::IoEvent {}
+    // SAFETY: two u32s (size asserted).
     unsafe impl aya::Pod for super::AggKey {}
+    // SAFETY: u64s and arrays of u64s (size asserted).
     unsafe impl aya::Pod for super::Aggregate {}
+    // SAFETY: a u64 and an `Aggregate` (size asserted).
     unsafe impl aya::Pod for super::AggregateSlot {}
+    // SAFETY: two u64s (size asserted).
     unsafe impl aya::Pod for super::DeviceState {}
+    // SAFETY: a u64 and a `DeviceState` (size asserted).
     unsafe impl aya::Pod for super::DeviceSlot {}
+    // SAFETY: integers and byte arrays, the padding an explicit field (size asserted).
     unsafe impl aya::Pod for super::RequestState {}
+    // SAFETY: a u64 and a `RequestState` (size asserted).
     unsafe impl aya::Pod for super::RequestSlot {}
+    // SAFETY: three u64s (size asserted).
     unsafe impl aya::Pod for super::Cuts {}
+    // SAFETY: integers and a byte array, no padding (size asserted).
     unsafe impl aya::Pod for super::BioSlot {}
+    // SAFETY: a u64 and two u32s (size asserted).
     unsafe impl aya::Pod for super::FileKey {}
+    // SAFETY: a `FileKey`, two u32s and arrays of bytes, no padding (size asserted).
     unsafe impl aya::Pod for super::FileName {}
 }
 
@@ -599,8 +658,8 @@ mod tests {
 
     #[test]
     fn loglin_buckets_are_contiguous_and_a_quarter_wide() {
-        for v in 0..4u64 {
-            assert_eq!(loglin_bucket(v), v as usize);
+        for v in 0..4u8 {
+            assert_eq!(loglin_bucket(u64::from(v)), usize::from(v));
         }
         assert_eq!(loglin_bucket(4), 4);
         assert_eq!(loglin_bucket(7), 7);

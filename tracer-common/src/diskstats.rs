@@ -96,7 +96,7 @@ mod tests {
         let d = &m[&(7, 3)];
         assert_eq!(
             (d.name.as_str(), d.read_ios, d.read_sectors, d.write_ios),
-            ("loop3", 183647, 1469176, 2)
+            ("loop3", 183_647, 1_469_176, 2)
         );
         assert_eq!(
             (

@@ -21,3 +21,8 @@ pub mod time;
 pub mod units;
 
 pub use abi::*;
+
+// The tests that write files (the format's, feature `format`) put them in temporary
+// directories; without that feature the dev-dependency is linked into the tests but unused.
+#[cfg(all(test, not(feature = "format")))]
+use tempfile as _;

@@ -162,7 +162,7 @@ impl StatGroup {
         StatGroup::Flush,
     ];
 
-    /// `op_stat_group()` for requests ended by `blk_account_io_done`, and STAT_FLUSH for the
+    /// `op_stat_group()` for requests ended by `blk_account_io_done`, and `STAT_FLUSH` for the
     /// flush machinery's own request (`blk_account_io_flush`). Note that an empty flush
     /// request absorbed by the flush machinery is counted by the kernel as a 0-byte *read*.
     #[inline]

@@ -32,18 +32,22 @@ pub(super) struct TableBuilder {
 impl TableBuilder {
     /// The index of `dev` in the device table, added if new.
     #[inline]
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "a table has at most one entry per record of the chunk: at most \
+                  DEFAULT_CHUNK_RECORDS (8192)"
+    )]
     pub(super) fn dev(&mut self, dev: u32) -> u32 {
         match self.last_dev {
             Some((d, i)) if d == dev => i,
             _ => {
-                let i = match self.dev_index.get(&dev) {
-                    Some(&i) => i,
-                    None => {
-                        let i = self.devs.len() as u32;
-                        self.devs.push(dev);
-                        self.dev_index.insert(dev, i);
-                        i
-                    }
+                let i = if let Some(&i) = self.dev_index.get(&dev) {
+                    i
+                } else {
+                    let i = self.devs.len() as u32;
+                    self.devs.push(dev);
+                    self.dev_index.insert(dev, i);
+                    i
                 };
                 self.last_dev = Some((dev, i));
                 i
@@ -54,6 +58,11 @@ impl TableBuilder {
     /// The file column's value for a file: 0 for none (`dev` 0), else its index in the file
     /// table + 1, added if new.
     #[inline]
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "a table has at most one entry per record of the chunk: at most \
+                  DEFAULT_CHUNK_RECORDS (8192)"
+    )]
     pub(super) fn file(&mut self, dev: u32, ino: u64) -> u32 {
         if dev == 0 {
             return 0;
@@ -62,14 +71,13 @@ impl TableBuilder {
         match self.last_file {
             Some((k, i)) if k == key => i,
             _ => {
-                let i = match self.file_index.get(&key) {
-                    Some(&i) => i,
-                    None => {
-                        self.files.push(key);
-                        let i = self.files.len() as u32;
-                        self.file_index.insert(key, i);
-                        i
-                    }
+                let i = if let Some(&i) = self.file_index.get(&key) {
+                    i
+                } else {
+                    self.files.push(key);
+                    let i = self.files.len() as u32;
+                    self.file_index.insert(key, i);
+                    i
                 };
                 self.last_file = Some((key, i));
                 i
@@ -80,19 +88,23 @@ impl TableBuilder {
     /// The index of the task (`pid`, NUL-padded `comm`, `cgroup`, `owner`) in the task table,
     /// added if new.
     #[inline]
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "a table has at most one entry per record of the chunk: at most \
+                  DEFAULT_CHUNK_RECORDS (8192)"
+    )]
     pub(super) fn task(&mut self, pid: u32, comm: &[u8; 16], cgroup: u64, owner: u64) -> u32 {
         let key = (pid, *comm, cgroup, owner);
         match self.last_task {
             Some((k, i)) if k == key => i,
             _ => {
-                let i = match self.task_index.get(&key) {
-                    Some(&i) => i,
-                    None => {
-                        let i = self.tasks.len() as u32;
-                        self.tasks.push(key);
-                        self.task_index.insert(key, i);
-                        i
-                    }
+                let i = if let Some(&i) = self.task_index.get(&key) {
+                    i
+                } else {
+                    let i = self.tasks.len() as u32;
+                    self.tasks.push(key);
+                    self.task_index.insert(key, i);
+                    i
                 };
                 self.last_task = Some((key, i));
                 i
@@ -102,6 +114,10 @@ impl TableBuilder {
 
     /// Append the start of a records body of `count` records as format `version` has it
     /// (task tables with cgroups from version 3, owners from version 5).
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "a comm's length, at most 16"
+    )]
     pub(super) fn write(&self, body: &mut Vec<u8>, count: u32, base_ns: u64, version: u16) {
         body.extend_from_slice(&count.to_le_bytes());
         body.extend_from_slice(&base_ns.to_le_bytes());
@@ -208,8 +224,9 @@ impl TaskIds {
         self.new_file(dev, ino, Some(path.to_string()));
     }
 
-    fn id(&mut self, pid: u32, comm: &[u8], cgroup: u64, owner: u64) -> u32 {
-        let next = self.tasks.len() as u32;
+    /// The id of a task, `None` when the reader already holds 2^32 of them (no file does).
+    fn id(&mut self, pid: u32, comm: &[u8], cgroup: u64, owner: u64) -> Option<u32> {
+        let next = u32::try_from(self.tasks.len()).ok()?;
         let id = *self
             .ids
             .entry((pid, comm.to_vec(), cgroup, owner))
@@ -222,7 +239,7 @@ impl TaskIds {
                 owner_cgroup: owner,
             });
         }
-        id
+        Some(id)
     }
 }
 
@@ -252,6 +269,11 @@ pub(super) fn bad(what: &str) -> String {
 }
 
 /// Read the start of a records body, mapping its tasks to `ids`.
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "devices and pids were written from u32s: a wider value is only in a damaged file, \
+              and is cut, as it always was (refusing it would change how damaged files read)"
+)]
 pub(super) fn read_tables(c: &mut Cursor, ids: &mut TaskIds) -> Result<ChunkTables, String> {
     let count = c
         .bytes(4)
@@ -264,21 +286,23 @@ pub(super) fn read_tables(c: &mut Cursor, ids: &mut TaskIds) -> Result<ChunkTabl
     let ndev = c.varint().ok_or_else(|| bad("no device table"))?;
     // Every count is bounded by the bytes that remain (each entry takes at least one byte
     // for a device, two for a task) before memory is reserved for it.
-    if ndev > c.remaining() as u64 {
-        return Err(bad("device table longer than the frame"));
-    }
-    let mut devs = Vec::with_capacity(ndev as usize);
+    let ndev = usize::try_from(ndev)
+        .ok()
+        .filter(|&n| n <= c.remaining())
+        .ok_or_else(|| bad("device table longer than the frame"))?;
+    let mut devs = Vec::with_capacity(ndev);
     for _ in 0..ndev {
         devs.push(c.varint().ok_or_else(|| bad("short device table"))? as u32);
     }
     let ntask = c.varint().ok_or_else(|| bad("no task table"))?;
-    if ntask > u64::from(count) {
-        return Err(bad("more tasks than records"));
-    }
-    if ntask > c.remaining() as u64 / 2 {
+    let ntask = u32::try_from(ntask)
+        .ok()
+        .filter(|&n| n <= count)
+        .ok_or_else(|| bad("more tasks than records"))? as usize;
+    if ntask > c.remaining() / 2 {
         return Err(bad("task table longer than the frame"));
     }
-    let mut tasks = Vec::with_capacity(ntask as usize);
+    let mut tasks = Vec::with_capacity(ntask);
     for _ in 0..ntask {
         let pid = c.varint().ok_or_else(|| bad("short task table"))? as u32;
         let n = *c
@@ -301,15 +325,21 @@ pub(super) fn read_tables(c: &mut Cursor, ids: &mut TaskIds) -> Result<ChunkTabl
             cgroup,
             owner_cgroup: owner,
         };
-        tasks.push((ids.id(pid, comm, cgroup, owner), t));
+        let id = ids
+            .id(pid, comm, cgroup, owner)
+            .ok_or_else(|| bad("more tasks than a reader tells apart"))?;
+        tasks.push((id, t));
     }
     let mut files = Vec::new();
     if ids.owners {
         let nfile = c.varint().ok_or_else(|| bad("no file table"))?;
-        if nfile > u64::from(count) || nfile > c.remaining() as u64 / 2 {
-            return Err(bad("file table longer than the frame"));
-        }
-        files.reserve(nfile as usize);
+        let nfile = u32::try_from(nfile)
+            .ok()
+            .filter(|&n| n <= count)
+            .map(|n| n as usize)
+            .filter(|&n| n <= c.remaining() / 2)
+            .ok_or_else(|| bad("file table longer than the frame"))?;
+        files.reserve(nfile);
         for _ in 0..nfile {
             let short = || bad("short file table");
             let dev = u32::try_from(c.varint().ok_or_else(short)?)

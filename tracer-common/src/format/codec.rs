@@ -5,6 +5,11 @@
 use super::BLOCK_RECORDS;
 
 #[inline]
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "a byte takes the value's low 7 bits: the cast keeps the low 8, whose top bit is \
+              then set (or is clear: the last byte is below 0x80)"
+)]
 pub(super) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
@@ -15,12 +20,12 @@ pub(super) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
 
 #[inline]
 pub(super) fn zigzag(v: i64) -> u64 {
-    ((v << 1) ^ (v >> 63)) as u64
+    ((v << 1) ^ (v >> 63)).cast_unsigned()
 }
 
 #[inline]
 pub(super) fn unzigzag(v: u64) -> i64 {
-    ((v >> 1) as i64) ^ -((v & 1) as i64)
+    (v >> 1).cast_signed() ^ -(v & 1).cast_signed()
 }
 
 /// Reads a records body front to back; every read is checked and returns `None` past the end.
@@ -36,6 +41,11 @@ impl<'a> Cursor<'a> {
     }
 
     #[inline(always)]
+    #[expect(
+        clippy::inline_always,
+        reason = "the decoders read every value through it: its one- and two-byte fast paths \
+                  inline into each per-record loop, the rest is `varint_slow`, out of line"
+    )]
     pub(super) fn varint(&mut self) -> Option<u64> {
         // Fast paths: most fields fit in one or two bytes.
         if let Some(&[b0, b1]) = self
@@ -95,12 +105,19 @@ impl<'a> Cursor<'a> {
 /// Append one block of a column: its minimum (zigzag varint; for a signed column the minimum
 /// as i64), the bit width of (value - minimum), then every (value - minimum) in that many bits,
 /// least significant bit first, padded to a whole byte.
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "the width is at most 64; a full word is the accumulator's low 64 bits"
+)]
 pub(super) fn pack_block(out: &mut Vec<u8>, vals: &[u64], signed: bool) {
     let (min, range) = if signed {
         let (lo, hi) = vals.iter().fold((i64::MAX, i64::MIN), |(lo, hi), &v| {
-            (lo.min(v as i64), hi.max(v as i64))
+            (lo.min(v.cast_signed()), hi.max(v.cast_signed()))
         });
-        (lo as u64, (hi as u64).wrapping_sub(lo as u64))
+        (
+            lo.cast_unsigned(),
+            hi.cast_unsigned().wrapping_sub(lo.cast_unsigned()),
+        )
     } else {
         let (lo, hi) = vals
             .iter()
@@ -113,7 +130,7 @@ pub(super) fn pack_block(out: &mut Vec<u8>, vals: &[u64], signed: bool) {
         (min, range)
     };
     let bw = 64 - range.leading_zeros();
-    put_varint(out, zigzag(min as i64));
+    put_varint(out, zigzag(min.cast_signed()));
     out.push(bw as u8);
     if bw == 0 {
         return;
@@ -177,6 +194,11 @@ pub(super) fn unpack_block(
 /// value's 8-byte load is at most at byte 15 * 56 + 49: inside `scratch` whatever `BW`; the
 /// values past the block's own bytes read the zero padding or older bytes, and are not used.
 #[inline(always)]
+#[expect(
+    clippy::inline_always,
+    reason = "one copy of the loop per width, inlined into `unpack_block`'s match so that every \
+              offset and shift is a constant"
+)]
 fn unpack_fixed<const BW: usize>(
     scratch: &[u8; MAX_PACKED + 16],
     min: u64,
@@ -194,6 +216,10 @@ fn unpack_fixed<const BW: usize>(
 }
 
 /// `out.len()` values of `bw` bits (1 to 64), one after another.
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "a value is masked to `bw` bits, at most 64"
+)]
 fn unpack_any(scratch: &[u8; MAX_PACKED + 16], bw: usize, min: u64, out: &mut [u64]) {
     if bw <= 56 {
         let mask = (1u64 << bw) - 1;
@@ -255,7 +281,7 @@ mod tests {
                 unpack_block(
                     body,
                     u32::from(w),
-                    unzigzag(min) as u64,
+                    unzigzag(min).cast_unsigned(),
                     &mut out,
                     n,
                     &mut scratch,
@@ -263,7 +289,12 @@ mod tests {
                 assert_eq!(&out[..n], &vals[..], "bw {bw} n {n}");
                 let mut any = vec![0; n];
                 if w > 0 {
-                    unpack_any(&scratch, usize::from(w), unzigzag(min) as u64, &mut any);
+                    unpack_any(
+                        &scratch,
+                        usize::from(w),
+                        unzigzag(min).cast_unsigned(),
+                        &mut any,
+                    );
                     assert_eq!(any, vals, "any: bw {bw} n {n}");
                 }
             }

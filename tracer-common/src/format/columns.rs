@@ -69,6 +69,10 @@ impl Deltas {
     }
 
     #[inline(always)]
+    #[expect(
+        clippy::inline_always,
+        reason = "a step of the per-record loops of the writer and the readers"
+    )]
     fn advance(&mut self, r: &IoRecord) {
         self.prev_complete = r.complete_ns;
         self.prev_end_sector = r.sector.wrapping_add(u64::from(r.bytes / 512));
@@ -77,6 +81,15 @@ impl Deltas {
 
 /// The flags a row's head stores.
 #[inline(always)]
+#[expect(
+    clippy::inline_always,
+    reason = "a step of the readers' per-record loops"
+)]
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "the head is the op's 4 bits and the 16 flag bits above them; wider only in a \
+              damaged file, whose excess bits are dropped"
+)]
 pub(super) fn head_flags(head: u64) -> u16 {
     (head >> 4) as u16
 }
@@ -84,6 +97,10 @@ pub(super) fn head_flags(head: u64) -> u16 {
 /// Whether a row's head says the IO was never issued (then its queue time column is 0, and
 /// version 1 leaves it out).
 #[inline(always)]
+#[expect(
+    clippy::inline_always,
+    reason = "a step of the version 1 reader's per-record loop"
+)]
 #[cfg(feature = "v1")]
 pub(super) fn never_issued(head: u64) -> bool {
     head_flags(head) & flags::NEVER_ISSUED != 0
@@ -152,6 +169,16 @@ pub(super) fn to_row(
 /// short: only a damaged file has one). A function rather than a [`Row`] so that version 2
 /// reads each value straight from its unpacked block, with no copy per record.
 #[inline(always)]
+#[expect(
+    clippy::inline_always,
+    reason = "the body of the readers' per-record loops, inlined into each with its `col` so \
+              that a column value is a plain load"
+)]
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "table indexes are checked by `get` (on a 64-bit target usize holds any u64); the \
+              in-flight counts were written from u32s, wider only in a damaged file"
+)]
 pub(super) fn from_row(
     col: impl Fn(usize) -> u64,
     d: &mut Deltas,
@@ -217,6 +244,10 @@ fn size_of_code(code: u64) -> Option<u32> {
 
 /// The error and requeue count a record's flags say follow, in this order.
 #[inline]
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "written from an i32 and a u16: wider only in a damaged file"
+)]
 fn read_extras(fl: u16, c: &mut Cursor) -> Option<(i32, u16)> {
     let error = if fl & flags::HAS_ERROR != 0 {
         unzigzag(c.varint()?) as i32

@@ -61,14 +61,15 @@ pub(super) struct FrameHead {
 }
 
 impl FrameHead {
-    /// The head of a frame of `kind` carrying `payload` (whose length the caller checked to fit
-    /// in a u32).
-    pub(super) fn encode(kind: FrameKind, payload: &[u8]) -> [u8; HEAD_BYTES] {
+    /// The head of a frame of `kind` carrying `payload`; `None` if its length does not fit in
+    /// a u32.
+    pub(super) fn encode(kind: FrameKind, payload: &[u8]) -> Option<[u8; HEAD_BYTES]> {
+        let len = u32::try_from(payload.len()).ok()?;
         let mut head = [0u8; HEAD_BYTES];
         head[0] = kind as u8;
-        head[4..8].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+        head[4..8].copy_from_slice(&len.to_le_bytes());
         head[8..12].copy_from_slice(&crc32fast::hash(payload).to_le_bytes());
-        head
+        Some(head)
     }
 
     pub(super) fn decode(head: &[u8; HEAD_BYTES]) -> FrameHead {

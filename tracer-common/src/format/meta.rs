@@ -218,6 +218,10 @@ pub struct ProbeCounters {
     pub programs: Vec<ProgramStats>,
 }
 
+#[expect(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde's `skip_serializing_if` passes the field by reference"
+)]
 fn is_zero(v: &u64) -> bool {
     *v == 0
 }
@@ -250,7 +254,7 @@ pub struct TraceHeader {
     pub kernel: String,
     /// Wall-clock time (Unix epoch, ns) at `monotonic_base_ns`.
     pub wall_clock_start_ns: i64,
-    /// CLOCK_MONOTONIC at the start; all record times are on this clock.
+    /// `CLOCK_MONOTONIC` at the start; all record times are on this clock.
     pub monotonic_base_ns: u64,
     pub devices: Vec<DeviceInfo>,
     pub filters: Filters,
@@ -272,8 +276,8 @@ pub struct TraceHeader {
     /// files of tracers before it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub arrays: Vec<ArrayInfo>,
-    /// The tracepoint that saw submissions: "block_io_start" (Linux 6.5+; also "" in files of
-    /// tracers before this field) or "block_getrq" (Linux 6.1-6.4: submitters adopted through
+    /// The tracepoint that saw submissions: `"block_io_start"` (Linux 6.5+; also `""` in files
+    /// of tracers before this field) or `"block_getrq"` (Linux 6.1-6.4: submitters adopted through
     /// the request's bios, see docs/design/kernel-6.1-fallback.md).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub submit_hook: String,
@@ -331,16 +335,25 @@ pub struct ArrayMember {
 }
 
 impl TraceHeader {
-    /// Unix ns of a CLOCK_MONOTONIC instant of the run (the header pairs the two clocks at its
-    /// start), clamped to i64's range.
+    /// Unix ns of a `CLOCK_MONOTONIC` instant of the run (the header pairs the two clocks at
+    /// its start), clamped to i64's range.
     #[inline]
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "clamped to i64's range first"
+    )]
     pub fn wall_ns(&self, mono_ns: u64) -> i64 {
         let w = i128::from(self.wall_clock_start_ns) + i128::from(mono_ns)
             - i128::from(self.monotonic_base_ns);
         w.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
     }
 
-    /// The CLOCK_MONOTONIC instant of a Unix ns time, clamped to 0 before the clock's origin.
+    /// The `CLOCK_MONOTONIC` instant of a Unix ns time, clamped to 0 before the clock's origin.
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "clamped to u64's range first"
+    )]
     pub fn mono_ns(&self, wall_ns: i64) -> u64 {
         let m = i128::from(wall_ns) - i128::from(self.wall_clock_start_ns)
             + i128::from(self.monotonic_base_ns);
@@ -379,7 +392,7 @@ pub struct TraceTrailer {
     pub end_cut: Option<Cut>,
 }
 
-/// One end of a run, cut at a CLOCK_MONOTONIC instant `at_ns` that the tracer wrote to its
+/// One end of a run, cut at a `CLOCK_MONOTONIC` instant `at_ns` that the tracer wrote to its
 /// probe ahead of time: the run holds exactly the IOs completing after the start's instant and
 /// by the end's, in its records and in its exact aggregates. /proc/diskstats is read just
 /// after each instant, so the kernel's counters also include the IOs that completed between
@@ -420,20 +433,19 @@ impl Cut {
             return;
         }
         let (major, minor) = crate::dev_split(dev);
-        let i = match self
+        let i = if let Some(i) = self
             .devices
             .iter()
             .position(|d| d.major == major && d.minor == minor)
         {
-            Some(i) => i,
-            None => {
-                self.devices.push(CutDevice {
-                    major,
-                    minor,
-                    ..CutDevice::default()
-                });
-                self.devices.len() - 1
-            }
+            i
+        } else {
+            self.devices.push(CutDevice {
+                major,
+                minor,
+                ..CutDevice::default()
+            });
+            self.devices.len() - 1
         };
         let d = &mut self.devices[i];
         let slot = if complete_ns < self.read_from_ns {
@@ -445,7 +457,7 @@ impl Cut {
         slot.1 += bytes;
     }
 
-    /// (before_read, during_read) of one device and group.
+    /// (`before_read`, `during_read`) of one device and group.
     pub fn of(&self, major: u32, minor: u32, group: usize) -> ((u64, u64), (u64, u64)) {
         self.devices
             .iter()

@@ -125,8 +125,8 @@ impl TraceReader {
             frame_no: 0,
             header: TraceHeader::default(),
             devices: Vec::new(),
-            cgroups: Default::default(),
-            files: Default::default(),
+            cgroups: std::collections::BTreeMap::default(),
+            files: std::collections::HashMap::default(),
             trailer: None,
             last_stats: None,
             task_ids: TaskIds {

@@ -5,7 +5,7 @@ use crate::op::{Op, StatGroup};
 /// One IO as stored in (and decoded from) a trace file.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct IoRecord {
-    /// CLOCK_MONOTONIC ns at completion.
+    /// `CLOCK_MONOTONIC` ns at completion.
     pub complete_ns: u64,
     /// When it entered the OS queue.
     pub enter_ns: u64,

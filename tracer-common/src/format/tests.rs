@@ -14,9 +14,9 @@ fn sample(i: u64) -> IoRecord {
         } else {
             950_000 + i * 7919
         },
-        sector: (i * 2654435761) % 4_000_000,
+        sector: (i * 2_654_435_761) % 4_000_000,
         bytes: if i.is_multiple_of(5) {
-            524288
+            524_288
         } else if i.is_multiple_of(11) {
             1000
         } else {
@@ -60,7 +60,7 @@ fn sample(i: u64) -> IoRecord {
         hw_queue: match i % 7 {
             0 => None,
             6 => Some(u16::MAX),
-            q => Some(q as u16 - 1),
+            q => Some(u16::try_from(q - 1).unwrap()),
         },
     }
 }
@@ -252,7 +252,7 @@ fn extreme_values_round_trip() {
     let path = dir.path().join("t.blkp");
     let mut w = TraceWriter::create(&path, &header()).unwrap();
     let mut want = Vec::new();
-    for i in 0..(2 * BLOCK_RECORDS as u64 + 1) {
+    for i in 0..=(2 * BLOCK_RECORDS as u64) {
         let complete = if i % 2 == 0 { u64::MAX - i } else { i };
         let r = IoRecord {
             complete_ns: complete,
@@ -260,9 +260,9 @@ fn extreme_values_round_trip() {
             issue_ns: complete / 2 + 1,
             sector: if i % 3 == 0 { u64::MAX - 7 } else { i << 40 },
             bytes: if i % 4 == 0 { u32::MAX } else { 511 },
-            pid: u32::MAX - i as u32,
+            pid: u32::MAX - u32::try_from(i).unwrap(),
             dev_inflight: u32::MAX,
-            os_inflight: i as u32,
+            os_inflight: u32::try_from(i).unwrap(),
             error: if i % 5 == 0 { i32::MIN } else { -5 },
             dev: crate::dev_join(4095, 1_048_575),
             requeues: u16::MAX,
@@ -354,8 +354,8 @@ fn damaged_records_with_valid_crc_never_panic() {
         x ^= x >> 7;
         x ^= x << 17;
         let mut bad = good.clone();
-        let p = second_records + 12 + (x as usize % len);
-        bad[p] ^= (1u8 << ((x >> 40) % 8)) | 1;
+        let pos = second_records + 12 + usize::try_from(x % len as u64).unwrap();
+        bad[pos] ^= (1u8 << ((x >> 40) % 8)) | 1;
         let crc = crc32fast::hash(&bad[second_records + 12..second_records + 12 + len]);
         bad[second_records + 8..second_records + 12].copy_from_slice(&crc.to_le_bytes());
         std::fs::write(&path, &bad).unwrap();
@@ -513,22 +513,26 @@ fn wrong_magic_and_version_are_named() {
 }
 
 #[test]
+#[expect(
+    clippy::cast_precision_loss,
+    reason = "bytes per IO, a ratio of two counts far below 2^53"
+)]
 fn compact_on_a_realistic_mix() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t.blkp");
     let mut w = TraceWriter::create(&path, &header()).unwrap();
-    let n = 200_000u64;
-    let mut t = 1_000_000_000u64;
+    let ios = 200_000u64;
+    let mut now = 1_000_000_000u64;
     let mut x = 12345u64;
-    for i in 0..n {
+    for i in 0..ios {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        t += 8_000 + x % 4000;
+        now += 8_000 + x % 4000;
         let r = IoRecord {
-            complete_ns: t,
-            enter_ns: t - 90_000 - x % 1000,
-            issue_ns: t - 80_000 - x % 997,
+            complete_ns: now,
+            enter_ns: now - 90_000 - x % 1000,
+            issue_ns: now - 80_000 - x % 997,
             sector: (x % 4_000_000) & !7,
             bytes: 4096,
             pid: 7,
@@ -542,7 +546,7 @@ fn compact_on_a_realistic_mix() {
         w.push(&r, &comm_bytes("fio")).unwrap();
     }
     let bytes = w.finish(&TraceTrailer::default()).unwrap();
-    let per_io = bytes as f64 / n as f64;
+    let per_io = bytes as f64 / ios as f64;
     assert!(per_io <= 16.0, "{per_io} bytes per IO");
 }
 
@@ -552,7 +556,9 @@ fn blocks_keep_bytes_in_order_in_blocks_of_one_size() {
     let mut b = Blocks::default();
     let mut want = Vec::new();
     for i in 0..2000u32 {
-        let piece: Vec<u8> = (0..(i * 7 % 1013)).map(|j| (i ^ j) as u8).collect();
+        let piece: Vec<u8> = (0..(i * 7 % 1013))
+            .map(|j| (i ^ j).to_le_bytes()[0])
+            .collect();
         b.write_all(&piece).unwrap();
         want.extend_from_slice(&piece);
     }

@@ -57,6 +57,11 @@ fn decode_raw(raw: &[u8], ids: &mut TaskIds, out: &mut Vec<IoRecord>) -> Result<
 
 /// One record's columns; its extras follow.
 #[inline(always)]
+#[expect(
+    clippy::inline_always,
+    reason = "the start of the version 1 reader's per-record loop, which builds the row in \
+              registers"
+)]
 fn read_row(c: &mut Cursor) -> Option<Row> {
     let mut row = [0u64; NCOLS];
     row[COL_HEAD] = c.varint()?;
@@ -66,7 +71,11 @@ fn read_row(c: &mut Cursor) -> Option<Row> {
             continue;
         }
         let v = c.varint()?;
-        row[col] = if SIGNED[col] { unzigzag(v) as u64 } else { v };
+        row[col] = if SIGNED[col] {
+            unzigzag(v).cast_unsigned()
+        } else {
+            v
+        };
     }
     Some(row)
 }
@@ -97,7 +106,7 @@ mod tests {
                 bytes: if i % 3 == 0 { 1000 } else { 4096 },
                 pid: (i % 4) as u32,
                 error: if i % 13 == 0 { -5 } else { 0 },
-                requeues: (i % 17 == 0) as u16 * 3,
+                requeues: u16::from(i % 17 == 0) * 3,
                 dev: crate::dev_join(8, (i % 2) as u32),
                 flags: if i % 5 == 0 {
                     flags::NEVER_ISSUED
@@ -119,17 +128,24 @@ mod tests {
             rows.push((row, extras));
         }
         let mut body = Vec::new();
-        tables.write(&mut body, records.len() as u32, base, 1);
+        tables.write(&mut body, u32::try_from(records.len()).unwrap(), base, 1);
         for (row, extras) in &rows {
             for (col, &v) in row[..NCOLS_V3].iter().enumerate() {
                 if col == COL_QUEUE_NS && never_issued(row[COL_HEAD]) {
                     continue;
                 }
-                put_varint(&mut body, if SIGNED[col] { zigzag(v as i64) } else { v });
+                put_varint(
+                    &mut body,
+                    if SIGNED[col] {
+                        zigzag(v.cast_signed())
+                    } else {
+                        v
+                    },
+                );
             }
             body.extend_from_slice(extras);
         }
-        let mut payload = (body.len() as u32).to_le_bytes().to_vec();
+        let mut payload = u32::try_from(body.len()).unwrap().to_le_bytes().to_vec();
         payload.extend(zstd::bulk::compress(&body, 3).unwrap());
 
         let mut out = Vec::new();

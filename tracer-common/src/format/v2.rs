@@ -69,7 +69,7 @@ pub(super) fn decode(
     let mut left = t.count as usize;
     while left > 0 {
         let n = left.min(BLOCK_RECORDS);
-        for v in vals[..ncols].iter_mut() {
+        for v in &mut vals[..ncols] {
             let min = c.varint().ok_or_else(|| bad("short block"))?;
             let bw = c
                 .bytes(1)
@@ -79,7 +79,14 @@ pub(super) fn decode(
             let packed = c
                 .bytes((n * bw as usize).div_ceil(8))
                 .ok_or_else(|| bad("short block"))?;
-            unpack_block(packed, bw, unzigzag(min) as u64, v, n, &mut scratch);
+            unpack_block(
+                packed,
+                bw,
+                unzigzag(min).cast_unsigned(),
+                v,
+                n,
+                &mut scratch,
+            );
         }
         if !records_of_block(&vals, n, &mut deltas, &t, &mut xc, out) {
             return Err(bad("record does not decode"));

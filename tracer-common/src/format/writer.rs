@@ -190,13 +190,12 @@ impl<S: Sink> TraceWriter<S> {
     }
 
     fn write_frame(&mut self, kind: FrameKind, payload: &[u8]) -> Result<(), FormatError> {
-        if u32::try_from(payload.len()).is_err() {
+        let Some(head) = FrameHead::encode(kind, payload) else {
             return Err(self.io_err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "frame larger than 4 GiB",
             )));
-        }
-        let head = FrameHead::encode(kind, payload);
+        };
         let r = self
             .out
             .write_all(&head)
