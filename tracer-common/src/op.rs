@@ -118,14 +118,6 @@ pub mod flags {
     /// was 0, or a driver passthrough command).
     pub const NOT_ACCOUNTED: u16 = 1 << 14;
 
-    /// (bit, letter) for the blktrace-style rwbs modifiers.
-    pub const LETTERS: [(u16, char); 5] = [
-        (FUA, 'F'),
-        (RAHEAD, 'A'),
-        (SYNC, 'S'),
-        (META, 'M'),
-        (PREFLUSH, 'P'),
-    ];
     pub const NAMES: [(u16, &str); 14] = [
         (SYNC, "sync"),
         (META, "meta"),

@@ -330,6 +330,35 @@ fn traced_round(bin: &Path, lp: &Loop, traced: &Loop, seconds: u64, out: &Path) 
     })
 }
 
+/// `blkprof-trace --no-records` (the in-kernel aggregates only) on `lp`: (IOPS, program time
+/// per completion in ns, 0 unless bpf_stats is on).
+fn aggregates_round(bin: &Path, lp: &Loop, seconds: u64) -> Result<(f64, f64)> {
+    let child = spawn_tracer(bin, &["--device", lp.name(), "--quiet", "--no-records"])?;
+    let ours = |n: &str| n.starts_with("blkprof");
+    let (ns0, c0) = prog_stats(ours, "complet")?;
+    let iops = fio_iops(&lp.dev, seconds)?;
+    let (ns1, c1) = prog_stats(ours, "complet")?;
+    #[expect(
+        clippy::cast_possible_wrap,
+        reason = "a pid is at most pid_max (2^22 at most), far below i32::MAX"
+    )]
+    // SAFETY: kill(2) on our child.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT)
+    };
+    let o = child.wait_with_output()?;
+    if !o.status.success() {
+        bail!(
+            "blkprof-trace --no-records failed: {}",
+            String::from_utf8_lossy(&o.stdout)
+        );
+    }
+    Ok((
+        iops,
+        ns1.saturating_sub(ns0) as f64 / c1.saturating_sub(c0).max(1) as f64,
+    ))
+}
+
 fn biolatency_round(lp: &Loop, seconds: u64) -> Result<(f64, f64)> {
     let mut child = Command::new("biolatency")
         .args(["-Q", "-D"])
@@ -434,21 +463,24 @@ fn bench_inner(seconds: u64, rounds: usize) -> Result<()> {
     let (mut untraced, mut traced, mut bio) = (Vec::new(), Vec::new(), Vec::new());
     let (mut ratios, mut floor_ratios, mut bio_ratios) = (Vec::new(), Vec::new(), Vec::new());
     let (mut busy, mut shares, mut floor_costs) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut agg_ratios, mut agg_costs) = (Vec::new(), Vec::new());
     for round in 0..rounds {
         // Throughput with kernel.bpf_stats_enabled=0 (the stats themselves cost two clock reads
         // per program run), then the same traced runs again with stats on for the cost per IO.
-        // The four throughput runs in an order rotated every round, so that no configuration
+        // The throughput runs (untraced, attached elsewhere, traced, biolatency, --no-records and
+        // the baseline) in an order rotated every round, so that no configuration
         // always runs first or right after another (the ratios compare runs of one round).
         bpf_stats(false)?;
         let (mut u, mut u_busy, mut floor, mut t, mut b_iops) = (0.0, 0.0, 0.0, None, 0.0);
-        let mut base_iops = 0.0;
-        let arms = if baseline.is_some() { 5 } else { 4 };
+        let (mut base_iops, mut agg_iops) = (0.0, 0.0);
+        let arms = if baseline.is_some() { 6 } else { 5 };
         for k in 0..arms {
             match (k + round) % arms {
                 0 => (u, u_busy) = fio_iops_busy(&lp.dev, seconds)?,
                 1 => floor = traced_round(&ours, &lp, &other, seconds, &out)?.iops,
                 2 => t = Some(traced_round(&ours, &lp, &lp, seconds, &out)?),
                 3 => b_iops = biolatency_round(&lp, seconds)?.0,
+                4 => agg_iops = aggregates_round(&ours, &lp, seconds)?.0,
                 _ => {
                     let b = baseline.as_deref().context("baseline")?;
                     base_iops = traced_round(b, &lp, &lp, seconds, &out)?.iops;
@@ -462,6 +494,7 @@ fn bench_inner(seconds: u64, rounds: usize) -> Result<()> {
         // The same programs when they only filter (tracing the idle device).
         let floor_ns = traced_round(&ours, &lp, &other, seconds.min(5), &out)?.ns_per_io;
         let b = (b_iops, biolatency_round(&lp, seconds.min(5))?.1);
+        let agg = (agg_iops, aggregates_round(&ours, &lp, seconds.min(5))?.1);
         if let Some(b) = &baseline {
             let mut st = traced_round(b, &lp, &lp, seconds.min(5), &out)?;
             eprintln!(
@@ -480,7 +513,7 @@ fn bench_inner(seconds: u64, rounds: usize) -> Result<()> {
         // busy, about what tracing takes from it.
         let share = (t.ns_per_io * t.iops / 1e9 + t.cpu_pct / 100.0) / ncpu as f64;
         eprintln!(
-            "round {}: untraced {:.0} IOPS (CPUs {:.0}% busy) | attached to another device {:.0} IOPS ({:.3}), {:.0} ns/IO | blkprof {:.0} IOPS ({:.3}), {} of {} IOs recorded, {} drops, {:.0} ns/IO, daemon {:.1}% of a core, tracer {:.1}% of all CPU | biolatency {:.0} IOPS ({:.3}), {:.0} ns/IO",
+            "round {}: untraced {:.0} IOPS (CPUs {:.0}% busy) | attached to another device {:.0} IOPS ({:.3}), {:.0} ns/IO | blkprof {:.0} IOPS ({:.3}), {} of {} IOs recorded, {} drops, {:.0} ns/IO, daemon {:.1}% of a core, tracer {:.1}% of all CPU | --no-records {:.0} IOPS ({:.3}), {:.0} ns/IO | biolatency {:.0} IOPS ({:.3}), {:.0} ns/IO",
             round + 1,
             u,
             u_busy * 100.0,
@@ -495,6 +528,9 @@ fn bench_inner(seconds: u64, rounds: usize) -> Result<()> {
             t.ns_per_io,
             t.cpu_pct,
             share * 100.0,
+            agg.0,
+            agg.0 / u,
+            agg.1,
             b.0,
             b.0 / u,
             b.1
@@ -503,6 +539,8 @@ fn bench_inner(seconds: u64, rounds: usize) -> Result<()> {
         floor_ratios.push(floor / u);
         floor_costs.push(floor_ns);
         bio_ratios.push(b.0 / u);
+        agg_ratios.push(agg.0 / u);
+        agg_costs.push(agg.1);
         busy.push(u_busy);
         shares.push(share);
         untraced.push(u);
@@ -551,6 +589,10 @@ fn bench_inner(seconds: u64, rounds: usize) -> Result<()> {
         "| same, blkprof-trace attached but tracing another device | {floor:.3} ({fq1:.3}-{fq3:.3}) | |"
     );
     println!("| same, traced by biolatency -Q -D | {b_ratio:.3} ({bq1:.3}-{bq3:.3}) | |");
+    let (aq1, a_ratio, aq3) = quartiles(&agg_ratios);
+    println!(
+        "| same, blkprof-trace --no-records (aggregates only) | {a_ratio:.3} ({aq1:.3}-{aq3:.3}) | |"
+    );
     if !base_runs.is_empty() {
         let (a, m, b) = quartiles(&base_ratios);
         println!("| same, traced by the baseline tracer | {m:.3} ({a:.3}-{b:.3}) | |");
@@ -572,6 +614,10 @@ fn bench_inner(seconds: u64, rounds: usize) -> Result<()> {
         check(ours_ns < bio_ns)
     );
     println!("| in-kernel cost per IO, biolatency -Q -D | {bio_ns:.0} ns | |");
+    println!(
+        "| in-kernel cost per IO, --no-records (its one program, bpf_stats) | {:.0} ns | |",
+        median(&mut agg_costs)
+    );
     if !base_runs.is_empty() {
         println!(
             "| in-kernel cost per IO, the baseline tracer (same rounds) | {:.0} ns ({}) | |",

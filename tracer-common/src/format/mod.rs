@@ -43,7 +43,7 @@ pub use meta::{
     TraceHeader, TraceTrailer,
 };
 pub use reader::{Ending, Scan, TraceReader};
-pub use record::{IoRecord, Task, comm_bytes, comm_str};
+pub use record::{IoRecord, Task, comm_bytes};
 pub use writer::{Blocks, TraceWriter};
 
 pub const MAGIC: &[u8; 8] = b"BLKPTRC\0";

@@ -98,8 +98,3 @@ pub fn comm_bytes(comm: &str) -> [u8; 16] {
     out[..n].copy_from_slice(&b[..n]);
     out
 }
-
-pub fn comm_str(comm: &[u8; 16]) -> &str {
-    let n = comm.iter().position(|&c| c == 0).unwrap_or(16);
-    std::str::from_utf8(&comm[..n]).unwrap_or("?")
-}
