@@ -331,7 +331,7 @@ fn traced_round(bin: &Path, lp: &Loop, traced: &Loop, seconds: u64, out: &Path) 
 }
 
 /// `blkprof-trace --no-records` (the in-kernel aggregates only) on `lp`: (IOPS, program time
-/// per completion in ns, 0 unless bpf_stats is on).
+/// per completion in ns, 0 unless `bpf_stats` is on).
 fn aggregates_round(bin: &Path, lp: &Loop, seconds: u64) -> Result<(f64, f64)> {
     let child = spawn_tracer(bin, &["--device", lp.name(), "--quiet", "--no-records"])?;
     let ours = |n: &str| n.starts_with("blkprof");
