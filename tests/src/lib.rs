@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use analyzer::numeric::f64_to_usize_saturating;
 use tracer_common::format::{
     DiskStats, Ending, IoRecord, Task, TraceHeader, TraceReader, TraceTrailer, parse_diskstats,
 };
@@ -35,9 +36,10 @@ pub fn venv_python() -> PathBuf {
 }
 
 pub fn bin(name: &str) -> PathBuf {
-    let dir = std::env::var_os("BLKPROF_BIN_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release"));
+    let dir = std::env::var_os("BLKPROF_BIN_DIR").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release"),
+        PathBuf::from,
+    );
     let p = dir.join(name);
     assert!(
         p.exists(),
@@ -74,6 +76,10 @@ pub fn md_raid0(members: &[impl AsRef<str>], chunk_kb: u64) {
 
 /// Stop `/dev/md0` if it runs.
 pub fn md_stop() {
+    #[expect(
+        clippy::let_underscore_must_use,
+        reason = "best-effort: there may be no md0; `md_raid0`'s create fails loudly if one is left"
+    )]
     let _ = Command::new("mdadm")
         .args(["--stop", "/dev/md0"])
         .stderr(std::process::Stdio::null())
@@ -155,7 +161,7 @@ pub struct Scratch {
 }
 
 impl Scratch {
-    /// `direct_io`: loop reads/writes the backing file with O_DIRECT (realistic latency);
+    /// `direct_io`: loop reads/writes the backing file with `O_DIRECT` (realistic latency);
     /// `in_shm`: back it by /dev/shm (fastest device for overhead tests).
     pub fn new(tag: &str, size_mb: u64, direct_io: bool, in_shm: bool) -> Scratch {
         let dir = if in_shm {
@@ -196,6 +202,10 @@ impl Scratch {
 }
 
 impl Drop for Scratch {
+    #[expect(
+        clippy::let_underscore_must_use,
+        reason = "best-effort cleanup on drop (also when a test fails): nothing to report to"
+    )]
     fn drop(&mut self) {
         // Loop devices keep queue settings across detach: leave the default for the next user.
         let _ = std::fs::write(format!("/sys/block/{}/queue/nomerges", self.name), "0");
@@ -238,7 +248,15 @@ impl Tracer {
         let mut out = child.stdout.take().expect("stdout");
         std::thread::spawn(move || {
             let mut s = String::new();
+            #[expect(
+                clippy::let_underscore_must_use,
+                reason = "on a read error the test gets the output read so far (or none)"
+            )]
             let _ = out.read_to_string(&mut s);
+            #[expect(
+                clippy::let_underscore_must_use,
+                reason = "the receiver is gone when the test dropped the tracer without waiting"
+            )]
             let _ = tx.send(s);
         });
         let (etx, stderr_lines) = mpsc::channel();
@@ -282,6 +300,10 @@ impl Tracer {
                     );
                 }
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    #[expect(
+                        clippy::let_underscore_must_use,
+                        reason = "reaps the exited tracer; the panic that follows is the failure"
+                    )]
                     let _ = t.child.wait();
                     panic!("blkprof-trace exited before attaching: {}", t.stderr);
                 }
@@ -291,7 +313,7 @@ impl Tracer {
     }
 
     pub fn pid(&self) -> i32 {
-        self.child.id() as i32
+        i32::try_from(self.child.id()).expect("a pid fits a pid_t")
     }
 
     pub fn signal(&self, sig: i32) {
@@ -338,6 +360,10 @@ impl Tracer {
 
 impl Drop for Tracer {
     /// A test that panics leaves no tracer attached behind it.
+    #[expect(
+        clippy::let_underscore_must_use,
+        reason = "best-effort cleanup on drop (also when a test fails): nothing to report to"
+    )]
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
             let _ = self.child.kill();
@@ -594,6 +620,10 @@ impl FtraceBlk {
 }
 
 impl Drop for FtraceBlk {
+    #[expect(
+        clippy::let_underscore_must_use,
+        reason = "best-effort cleanup on drop (also when a test fails): nothing to report to"
+    )]
     fn drop(&mut self) {
         let _ = std::fs::write(self.tracing.join("current_tracer"), "nop");
         let _ = std::fs::write(&self.device_switch, "0");
@@ -626,7 +656,7 @@ pub fn blk_action(line: &str) -> Option<&str> {
 pub fn quantile(v: &mut [u64], q: f64) -> u64 {
     assert!(!v.is_empty(), "quantile of nothing");
     v.sort_unstable();
-    let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
+    let rank = f64_to_usize_saturating((q * v.len() as f64).ceil()).clamp(1, v.len());
     v[rank - 1]
 }
 

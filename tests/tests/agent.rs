@@ -3,13 +3,20 @@
 //! move exactly as /proc/diskstats does; the histograms' p99 must agree with the report of
 //! the trace recorded alongside within the buckets' stated error.
 
+#![expect(
+    unused_crate_dependencies,
+    reason = "a test crate links all the package's dependencies; the lib target checks them"
+)]
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use analyzer::numeric::f64_to_u64_saturating;
 use blkprof_e2e::{Scratch, TestDir, Trace, Tracer, bin, delta, fio, report_json};
+use tracer_common::format::IoRecord;
 use tracer_common::op::StatGroup;
 
 /// A port nobody listens on now.
@@ -117,6 +124,10 @@ impl Prometheus {
 }
 
 impl Drop for Prometheus {
+    #[expect(
+        clippy::let_underscore_must_use,
+        reason = "best-effort cleanup on drop (also when a test fails): nothing to report to"
+    )]
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -220,7 +231,7 @@ fn prometheus_sees_exact_counters_and_the_reports_p99() {
     let after = dev.diskstats();
     std::thread::sleep(Duration::from_millis(2500));
     let t2 = now_s();
-    let window = format!("{}ms", ((t2 - t1) * 1000.0) as u64);
+    let window = format!("{}ms", f64_to_u64_saturating((t2 - t1) * 1000.0));
     let kernel = delta(&before, &after);
 
     // Exact, but for the completions the probe never saw (this machine's vendor kernel
@@ -237,7 +248,8 @@ fn prometheus_sees_exact_counters_and_the_reports_p99() {
             .enumerate()
         {
             let sel = format!("{metric}{{{labels},op=\"{op}\"}}");
-            got[i] = prom.value(&format!("{sel} - {sel} offset {window}"), t2) as u64;
+            got[i] =
+                f64_to_u64_saturating(prom.value(&format!("{sel} - {sel} offset {window}"), t2));
         }
         rows.push(format!(
             "{op}: Prometheus {} IOs {} bytes, /proc/diskstats {k_ios} IOs {k_bytes} bytes",
@@ -340,7 +352,9 @@ fn wall_ns() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
-        .as_nanos() as i64
+        .as_nanos()
+        .try_into()
+        .expect("the wall clock before 2262")
 }
 
 #[test]
@@ -609,8 +623,8 @@ fn no_records_mode_counts_exactly_and_its_histograms_agree_with_the_records() {
                 - sample(&text0, m, &labels).unwrap_or(0.0)
         };
         let (ios, bytes) = (
-            d("blkprof_ios_total") as u64,
-            d("blkprof_bytes_total") as u64,
+            f64_to_u64_saturating(d("blkprof_ios_total")),
+            f64_to_u64_saturating(d("blkprof_bytes_total")),
         );
         let (k_ios, k_bytes) = kernel.get(&g).copied().unwrap_or_default();
         eprintln!(
@@ -628,7 +642,7 @@ fn no_records_mode_counts_exactly_and_its_histograms_agree_with_the_records() {
         let mut totals: Vec<u64> = tr
             .requests()
             .filter(|x| x.stat_group() == g)
-            .map(|x| x.total_ns())
+            .map(IoRecord::total_ns)
             .collect();
         let mut sizes: Vec<u64> = tr
             .requests()
@@ -655,7 +669,11 @@ fn no_records_mode_counts_exactly_and_its_histograms_agree_with_the_records() {
                 })
                 .collect();
             let n = cum.last().unwrap().1;
-            assert_eq!(n as u64, ios, "{metric} {op}: every IO counted");
+            assert_eq!(
+                f64_to_u64_saturating(n),
+                ios,
+                "{metric} {op}: every IO counted"
+            );
             for q in [0.5, 0.99] {
                 let rank = (q * n).ceil();
                 let got = cum.iter().find(|x| x.1 >= rank).unwrap().0;
@@ -671,7 +689,11 @@ fn no_records_mode_counts_exactly_and_its_histograms_agree_with_the_records() {
                 );
                 if metric == "blkprof_request_bytes" {
                     // Sizes are served at powers of two: the bound at or above the size.
-                    assert_eq!(got, (want as u64).next_power_of_two() as f64, "{op} p{q}");
+                    assert_eq!(
+                        got,
+                        f64_to_u64_saturating(want).next_power_of_two() as f64,
+                        "{op} p{q}"
+                    );
                 } else {
                     // The bucket's upper bound: at or above the value, by at most a quarter
                     // (the two programs read the completion time a moment apart).

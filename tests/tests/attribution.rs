@@ -1,6 +1,11 @@
 //! Attribution end to end: IOs charged to the cgroup of the task that submitted them, on real
 //! fio processes placed in fresh cgroups of this machine's unified (v2) hierarchy.
 
+#![expect(
+    unused_crate_dependencies,
+    reason = "a test crate links all the package's dependencies; the lib target checks them"
+)]
+
 use std::process::Command;
 
 use blkprof_e2e::{Scratch, TestDir, Trace, Tracer, bin, json_row, report_json};
@@ -41,6 +46,10 @@ impl Cgroup {
 }
 
 impl Drop for Cgroup {
+    #[expect(
+        clippy::let_underscore_must_use,
+        reason = "best-effort cleanup on drop (also when a test fails): nothing to report to"
+    )]
     fn drop(&mut self) {
         let _ = std::fs::remove_dir(&self.dir);
     }

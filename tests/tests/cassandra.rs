@@ -2,6 +2,11 @@
 //! real YCSB workload A for one minute, traced by blkprof-trace, reported with YCSB's results
 //! and Cassandra's log. Runs `cargo xtask cassandra` (the xtask binary) as a user would.
 
+#![expect(
+    unused_crate_dependencies,
+    reason = "a test crate links all the package's dependencies; the lib target checks them"
+)]
+
 use std::process::Command;
 
 use blkprof_e2e::{TestDir, bin};

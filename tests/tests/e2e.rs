@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use analyzer::numeric::f64_to_usize_saturating;
 use blkprof_e2e::{
     FtraceBlk, Scratch, TestDir, Trace, Tracer, assert_cut_exact, blk_action, delta, fio,
     fio_iolog, quantile, sh,
@@ -174,7 +175,7 @@ fn random_4k_reads_match_diskstats_and_fio() {
     }
     // Submission times are this request's own (the kernel's stamp read at block_io_start is
     // set at allocation): a stale one would show as seconds of queueing.
-    let slowest = trace.records.iter().map(|r| r.total_ns()).max().unwrap();
+    let slowest = trace.records.iter().map(IoRecord::total_ns).max().unwrap();
     assert!(slowest < 1_000_000_000, "slowest 4 KB read: {slowest} ns");
     // Submitter is fio, taken at submission.
     let fio_pids: std::collections::BTreeSet<u32> = trace.records.iter().map(|r| r.pid).collect();
@@ -193,13 +194,17 @@ fn random_4k_reads_match_diskstats_and_fio() {
 /// report say that the kernel's counters cannot be compared, instead of showing an empty check.
 #[test]
 fn a_device_with_iostats_off_is_traced_and_said_to_be_unaccounted() {
-    let dir = TestDir::new();
     struct IostatsOn(String);
     impl Drop for IostatsOn {
+        #[expect(
+            clippy::let_underscore_must_use,
+            reason = "best-effort cleanup on drop (also when a test fails): nothing to report to"
+        )]
         fn drop(&mut self) {
             let _ = std::fs::write(format!("/sys/block/{}/queue/iostats", self.0), "1");
         }
     }
+    let dir = TestDir::new();
     let dev = Scratch::new("nostat", 256, true, false);
     dev.set_nomerges(2);
     let _restore = IostatsOn(dev.name.clone());
@@ -365,7 +370,15 @@ fn stopping_while_io_runs_cuts_the_run_at_one_instant() {
             f.stdout
         );
     }
+    #[expect(
+        clippy::let_underscore_must_use,
+        reason = "stops the background fio, which may have ended by itself already"
+    )]
     let _ = fio.kill();
+    #[expect(
+        clippy::let_underscore_must_use,
+        reason = "reaps the fio just killed; its status says nothing about the test"
+    )]
     let _ = fio.wait();
     assert!(
         in_flight_seen > 0,
@@ -464,7 +477,7 @@ fn size_mix_equals_what_fio_issued_exactly() {
             (
                 if a == "read" { Op::Read } else { Op::Write },
                 off,
-                len as u32,
+                u32::try_from(len).expect("an IO's size fits a u32"),
             )
         })
         .collect();
@@ -652,7 +665,7 @@ fn mean_queue_size_matches_diskstats_within_5_percent() {
     );
     // In-flight counts sampled at issue are plausible: at least this IO, at most fio's iodepth
     // (plus a few requests whose completion the probe missed, if any were reported).
-    let slack = t.counters_end.reported_misses() as u32;
+    let slack = u32::try_from(t.counters_end.reported_misses()).expect("the misses fit a u32");
     let bad: Vec<_> = trace
         .records
         .iter()
@@ -817,6 +830,10 @@ fn errors_name_the_fix() {
 /// message, where this machine has none.
 fn zram0() -> Option<&'static str> {
     if !std::path::Path::new("/sys/block/zram0").exists() {
+        #[expect(
+            clippy::let_underscore_must_use,
+            reason = "best-effort: whether zram0 exists afterwards is what is checked next"
+        )]
         let _ = std::process::Command::new("modprobe").arg("zram").status();
     }
     if std::path::Path::new("/sys/block/zram0").exists() {
@@ -855,6 +872,17 @@ fn a_bio_based_device_with_no_disk_under_it_is_refused() {
 /// table, nor the report's unaccounted IOs.
 #[test]
 fn bio_based_devices_are_not_counted_as_lost_when_tracing_all() {
+    // Back to unused, also when an assertion fails.
+    struct Reset(String);
+    impl Drop for Reset {
+        #[expect(
+            clippy::let_underscore_must_use,
+            reason = "best-effort cleanup on drop (also when a test fails): nothing to report to"
+        )]
+        fn drop(&mut self) {
+            let _ = std::fs::write(format!("{}/reset", self.0), "1");
+        }
+    }
     let Some(zram) = zram0() else { return };
     let sys = format!("/sys/block/{zram}");
     let disksize: u64 = std::fs::read_to_string(format!("{sys}/disksize"))
@@ -865,13 +893,6 @@ fn bio_based_devices_are_not_counted_as_lost_when_tracing_all() {
     if disksize != 0 {
         eprintln!("skipped: {zram} is in use (disksize {disksize}); not touching it");
         return;
-    }
-    // Back to unused, also when an assertion fails.
-    struct Reset(String);
-    impl Drop for Reset {
-        fn drop(&mut self) {
-            let _ = std::fs::write(format!("{}/reset", self.0), "1");
-        }
     }
     std::fs::write(format!("{sys}/disksize"), "64M").expect("zram disksize");
     let _reset = Reset(sys.clone());
@@ -935,6 +956,17 @@ fn majmin_of(name: &str) -> (u32, u32) {
 
 #[test]
 fn disk_full_stops_cleanly_and_keeps_what_was_written() {
+    // Unmounted also when an assertion fails.
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        #[expect(
+            clippy::let_underscore_must_use,
+            reason = "best-effort cleanup on drop (also when a test fails): nothing to report to"
+        )]
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+        }
+    }
     let dir = TestDir::new();
     let dev = Scratch::new("full", 512, false, true);
     let mnt = dir.join("tiny");
@@ -943,13 +975,6 @@ fn disk_full_stops_cleanly_and_keeps_what_was_written() {
         "mount -t tmpfs -o size=192k tmpfs {}",
         mnt.display()
     ));
-    // Unmounted also when an assertion fails.
-    struct Unmount(std::path::PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("umount").arg(&self.0).status();
-        }
-    }
     let _unmount = Unmount(mnt.clone());
     let out = mnt.join("t.blkp").display().to_string();
     let t = Tracer::start(&[
@@ -1071,7 +1096,7 @@ fn rotation_keeps_the_newest_files_within_bounds() {
     assert!(f.status.success(), "{}", f.stderr);
     let mut files: Vec<_> = std::fs::read_dir(&rot)
         .unwrap()
-        .filter_map(|e| e.ok())
+        .filter_map(Result::ok)
         .map(|e| e.path())
         .filter(|p| p.extension().is_some_and(|e| e == "blkp"))
         .collect();
@@ -1129,7 +1154,7 @@ fn rotation_cuts_files_at_one_instant() {
     assert!(f.status.success(), "{}", f.stderr);
     let mut files: Vec<_> = std::fs::read_dir(&rot)
         .unwrap()
-        .filter_map(|e| e.ok())
+        .filter_map(Result::ok)
         .map(|e| e.path())
         .filter(|p| p.extension().is_some_and(|e| e == "blkp"))
         .collect();
@@ -1529,7 +1554,7 @@ fn ftrace_blk_lines_with_merges_import_to_the_same_latencies_as_our_trace() {
             // statistic of the traced ones by one rank (the p99 of 2,048 is the 21st largest,
             // and a sparse tail jumps between neighbours), so the traced quantile is held to
             // the imported ones within that many ranks of it (tb is sorted by quantile()).
-            let rank = ((q * tb.len() as f64).ceil() as usize).clamp(1, tb.len()) - 1;
+            let rank = f64_to_usize_saturating((q * tb.len() as f64).ceil()).clamp(1, tb.len()) - 1;
             let slack = usize::try_from(b - a).unwrap_or(usize::MAX);
             let (lo, hi) = (
                 tb[rank.saturating_sub(slack)],
@@ -1545,7 +1570,12 @@ fn ftrace_blk_lines_with_merges_import_to_the_same_latencies_as_our_trace() {
         }
     }
     // The lines are tens of MB; kept only when the test fails.
+    #[expect(
+        clippy::let_underscore_must_use,
+        reason = "best-effort cleanup of scratch files once every check has passed"
+    )]
     let _ = std::fs::remove_file(&lines);
+    #[expect(clippy::let_underscore_must_use, reason = "as above")]
     let _ = std::fs::remove_file(&imported);
 }
 
@@ -1556,6 +1586,7 @@ fn ftrace_blk_lines_with_merges_import_to_the_same_latencies_as_our_trace() {
 /// read sequential). `check` gates on the figures.
 #[test]
 fn workload_shape_matches_fio_jobs_of_known_pattern() {
+    const MIB: u64 = 1 << 20;
     let dir = TestDir::new();
     let dev = Scratch::new("shape", 256, true, false);
     dev.set_nomerges(2);
@@ -1582,7 +1613,6 @@ fn workload_shape_matches_fio_jobs_of_known_pattern() {
             "--size=16m",
         ]);
     });
-    const MIB: u64 = 1 << 20;
     // Reads outside fio's region (a udev probe, say) may add to the read workset: bound it by
     // them (none expected here).
     let stray_read_bytes: u64 = trace

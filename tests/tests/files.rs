@@ -3,6 +3,11 @@
 //! its name, direct IO and the file system's own metadata are told apart, and the report lists
 //! them.
 
+#![expect(
+    unused_crate_dependencies,
+    reason = "a test crate links all the package's dependencies; the lib target checks them"
+)]
+
 use std::collections::BTreeMap;
 use std::process::Command;
 
@@ -32,6 +37,10 @@ impl Fs {
 }
 
 impl Drop for Fs {
+    #[expect(
+        clippy::let_underscore_must_use,
+        reason = "best-effort cleanup on drop (also when a test fails): nothing to report to"
+    )]
     fn drop(&mut self) {
         let _ = Command::new("umount").arg(&self.mnt).status();
     }

@@ -11,11 +11,17 @@
 //! Needs the Python environment `cargo xtask setup` makes (target/fleet/venv: duckdb, pyspark)
 //! and Java 17; no root.
 
+#![expect(
+    unused_crate_dependencies,
+    reason = "a test crate links all the package's dependencies; the lib target checks them"
+)]
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
+use analyzer::numeric::f64_to_u64_saturating;
 use blkprof_e2e::{TestDir, bin, repo_root, venv_python};
 use serde_json::Value;
 
@@ -87,7 +93,7 @@ fn fleet(dir: &Path) -> (PathBuf, BTreeMap<Key, Expected>) {
                     e.ios += ios;
                     e.bytes += v["bytes"].as_u64().unwrap();
                     e.traces += 1;
-                    let ns = |x: &Value| (x.as_f64().unwrap() * 1e3).round() as u64;
+                    let ns = |x: &Value| f64_to_u64_saturating((x.as_f64().unwrap() * 1e3).round());
                     e.lat = [
                         ns(&v["device_latency_us"]["p50"]),
                         ns(&v["device_latency_us"]["p99"]),
@@ -155,7 +161,8 @@ fn key(r: &BTreeMap<String, Value>) -> Key {
 }
 
 fn num(v: &Value) -> Option<u64> {
-    v.as_u64().or_else(|| v.as_f64().map(|f| f.round() as u64))
+    v.as_u64()
+        .or_else(|| v.as_f64().map(|f| f64_to_u64_saturating(f.round())))
 }
 
 /// Every disagreement between an engine's answers and the reports', as sentences.

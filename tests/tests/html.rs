@@ -1,5 +1,10 @@
 //! The HTML report as a person sees it: rendered by a real browser (headless Chromium).
 
+#![expect(
+    unused_crate_dependencies,
+    reason = "a test crate links all the package's dependencies; the lib target checks them"
+)]
+
 use std::process::Command;
 
 use analyzer::synth::{cassandra_like, write_trace};

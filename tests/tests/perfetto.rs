@@ -1,12 +1,17 @@
 //! Proof of `blkprof export --format perfetto` with Perfetto's own proto definitions: a
 //! synthetic demo-like trace and the golden traces exported, parsed in Python with the compiled
 //! protos of the `perfetto` package (PyPI, pinned in xtask/src/fleet.rs), and checked against
-//! `blkprof report --json` by tests/perfetto/check_trace.py: the file parses, slices begin and
+//! `blkprof report --json` by `tests/perfetto/check_trace.py`: the file parses, slices begin and
 //! end in pairs in time order per lane, nest (device time inside its IO), one IO at a time per
 //! lane, exactly one outer slice per IO, counters equal to the report's series.
 //!
 //! Needs the Python environment `cargo xtask setup` makes (target/fleet/venv); no root. Not
-//! trace_processor: it downloads a binary at run time.
+//! `trace_processor`: it downloads a binary at run time.
+
+#![expect(
+    unused_crate_dependencies,
+    reason = "a test crate links all the package's dependencies; the lib target checks them"
+)]
 
 use std::path::Path;
 use std::process::{Command, Output};

@@ -1,11 +1,16 @@
 //! End-to-end tests on a device this machine does not have: an emulated NVMe disk in a nested
 //! VM with a stock kernel. `cargo xtask test` runs them inside `cargo xtask vm` (xtask/src/vm.rs)
-//! with BLKPROF_VM_DISK naming the disk; without it (on the host) they are skipped, said so.
+//! with `BLKPROF_VM_DISK` naming the disk; without it (on the host) they are skipped, said so.
+
+#![expect(
+    unused_crate_dependencies,
+    reason = "a test crate links all the package's dependencies; the lib target checks them"
+)]
 
 use std::collections::BTreeMap;
 
 use blkprof_e2e::{TestDir, Trace, Tracer, delta, fio, md_raid0, md_stop};
-use tracer_common::format::{DiskStats, Ending};
+use tracer_common::format::{DeviceInfo, DiskStats, Ending};
 use tracer_common::op::{Op, StatGroup, flags};
 
 fn disk() -> Option<String> {
@@ -269,7 +274,7 @@ fn md_raid0_members_are_traced_exactly() {
                 .devices
                 .iter()
                 .find(|x| &x.name == m)
-                .map(|x| x.dev());
+                .map(DeviceInfo::dev);
             let rec = trace.records.iter().filter(|r| Some(r.dev) == dev).count() as u64;
             assert_eq!(rec, ios, "chunk {chunk_kb} KB, {m}: records vs aggregates");
             per_member.push(ios);
@@ -411,11 +416,10 @@ fn nvme_requests_take_the_hardware_queue_of_their_cpu() {
         .collect();
     assert_eq!(from_header, from_sysfs);
     let queue_of = |cpu: u32| {
-        queues
-            .iter()
-            .find(|q| q.cpus.contains(&cpu))
-            .map(|q| q.index)
-            .unwrap_or_else(|| panic!("CPU {cpu} in no queue: {from_header:?}"))
+        queues.iter().find(|q| q.cpus.contains(&cpu)).map_or_else(
+            || panic!("CPU {cpu} in no queue: {from_header:?}"),
+            |q| q.index,
+        )
     };
     let (qa, qb) = (queue_of(first), queue_of(last));
     assert_ne!(qa, qb, "the two CPUs have queues of their own");
@@ -465,7 +469,7 @@ fn nvme_requests_take_the_hardware_queue_of_their_cpu() {
         .filter(|r| r["ios"].as_u64().unwrap() > 0)
         .map(|r| {
             (
-                r["index"].as_u64().unwrap() as u16,
+                u16::try_from(r["index"].as_u64().unwrap()).unwrap(),
                 r["ios"].as_u64().unwrap(),
             )
         })
@@ -515,6 +519,10 @@ impl VmCgroup {
 }
 
 impl Drop for VmCgroup {
+    #[expect(
+        clippy::let_underscore_must_use,
+        reason = "best-effort cleanup on drop (also when a test fails): nothing to report to"
+    )]
     fn drop(&mut self) {
         let _ = std::fs::remove_dir(&self.dir);
     }
@@ -580,8 +588,10 @@ fn writeback_is_charged_to_the_cgroup_that_dirtied_the_pages() {
             .cgroups
             .iter()
             .find(|(_, p)| p.as_str() == rel)
-            .map(|(id, _)| *id)
-            .unwrap_or_else(|| panic!("{rel} named in the trace: {:?}", trace.cgroups))
+            .map_or_else(
+                || panic!("{rel} named in the trace: {:?}", trace.cgroups),
+                |(id, _)| *id,
+            )
     };
     let (ia, ib) = (id_of(&a.rel), id_of(&b.rel));
     // Per owner: (bytes written by dd itself, bytes written by others: the flusher).

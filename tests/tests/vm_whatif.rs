@@ -2,7 +2,7 @@
 //! NVMe disk and on an md RAID0 of four others, both traced; whatif's prediction from the
 //! single disk's trace must be within 5% of the per-member IOs the array's trace counts (its
 //! `arrays` section). Needs root, fio, mdadm and five disks: it runs only in the nested VM,
-//! and only when BLKPROF_VM_WHATIF names a directory to keep the traces in:
+//! and only when `BLKPROF_VM_WHATIF` names a directory to keep the traces in:
 //!
 //! ```text
 //! cargo test -p blkprof-e2e --test vm_whatif --no-run   # prints the test executable
@@ -10,6 +10,11 @@
 //!     env BLKPROF_VM_WHATIF=$PWD/target/vm-whatif BLKPROF_BIN_DIR=$PWD/target/release \
 //!     TEST_EXECUTABLE --nocapture --test-threads=1
 //! ```
+
+#![expect(
+    unused_crate_dependencies,
+    reason = "a test crate links all the package's dependencies; the lib target checks them"
+)]
 
 use std::path::{Path, PathBuf};
 
@@ -115,7 +120,7 @@ fn whatif_predicts_a_real_md_raid0s_members() {
         )
         .unwrap();
         let predicted = serde_json::to_value(&w).unwrap();
-        let report = analyzer::summary::summarize(&md_trace, &Default::default())
+        let report = analyzer::summary::summarize(&md_trace, &analyzer::series::Options::default())
             .unwrap()
             .to_json();
         let arrays = &report.sections["arrays"]["arrays"];
@@ -127,8 +132,8 @@ fn whatif_predicts_a_real_md_raid0s_members() {
             "chunk {chunk_kb} KB: member  slot  predicted (reads/writes, if merged)  real (reads/writes)  diff"
         );
         for slot in 0..4u64 {
-            let p = &predicted["array"]["members"][slot as usize];
-            let merged = predicted["member_mix"][slot as usize]["ios_if_merged"]
+            let p = &predicted["array"]["members"][usize::try_from(slot).unwrap()];
+            let merged = predicted["member_mix"][usize::try_from(slot).unwrap()]["ios_if_merged"]
                 .as_u64()
                 .unwrap();
             let r = real["members"]
