@@ -182,6 +182,31 @@ fn prog_stats(matches: impl Fn(&str) -> bool, complete_name: &str) -> Result<(u6
     Ok((ns, completions))
 }
 
+/// Send a child SIGINT, as Ctrl-C would: the tracer then writes its trailer and summary.
+fn interrupt(child: &Child) {
+    #[expect(
+        clippy::cast_possible_wrap,
+        reason = "a pid is at most pid_max (2^22 at most), far below i32::MAX"
+    )]
+    let pid = child.id() as i32;
+    // SAFETY: kill(2) on our own child, not yet reaped (we hold it), so the pid is still its.
+    unsafe { libc::kill(pid, libc::SIGINT) };
+}
+
+/// Stop a tracer started by [`spawn_tracer`] and wait for it; its stdout (the end summary) is
+/// the error if it did not exit cleanly.
+fn stop_tracer(child: Child) -> Result<()> {
+    interrupt(&child);
+    let o = child.wait_with_output()?;
+    if !o.status.success() {
+        bail!(
+            "blkprof-trace failed: {}",
+            String::from_utf8_lossy(&o.stdout)
+        );
+    }
+    Ok(())
+}
+
 fn bpf_stats(on: bool) -> Result<()> {
     std::fs::write(
         "/proc/sys/kernel/bpf_stats_enabled",
@@ -276,21 +301,7 @@ fn traced_round(bin: &Path, lp: &Loop, traced: &Loop, seconds: u64, out: &Path) 
     let cpu = proc_cpu_s(pid) - cpu0;
     let rss = proc_hwm_mib(pid);
     let after = diskstats_reads(lp.name())?;
-    #[expect(
-        clippy::cast_possible_wrap,
-        reason = "a pid is at most pid_max (2^22 at most), far below i32::MAX"
-    )]
-    // SAFETY: kill(2) on our child.
-    unsafe {
-        libc::kill(pid as i32, libc::SIGINT)
-    };
-    let o = child.wait_with_output()?;
-    if !o.status.success() {
-        bail!(
-            "blkprof-trace failed: {}",
-            String::from_utf8_lossy(&o.stdout)
-        );
-    }
+    stop_tracer(child)?;
     let mut r = TraceReader::open(out)?;
     let mut buf = Vec::new();
     let mut records = 0u64;
@@ -338,21 +349,7 @@ fn aggregates_round(bin: &Path, lp: &Loop, seconds: u64) -> Result<(f64, f64)> {
     let (ns0, c0) = prog_stats(ours, "complet")?;
     let iops = fio_iops(&lp.dev, seconds)?;
     let (ns1, c1) = prog_stats(ours, "complet")?;
-    #[expect(
-        clippy::cast_possible_wrap,
-        reason = "a pid is at most pid_max (2^22 at most), far below i32::MAX"
-    )]
-    // SAFETY: kill(2) on our child.
-    unsafe {
-        libc::kill(child.id() as i32, libc::SIGINT)
-    };
-    let o = child.wait_with_output()?;
-    if !o.status.success() {
-        bail!(
-            "blkprof-trace --no-records failed: {}",
-            String::from_utf8_lossy(&o.stdout)
-        );
-    }
+    stop_tracer(child)?;
     Ok((
         iops,
         ns1.saturating_sub(ns0) as f64 / c1.saturating_sub(c0).max(1) as f64,
@@ -395,14 +392,7 @@ fn biolatency_round(lp: &Loop, seconds: u64) -> Result<(f64, f64)> {
     let (ns0, c0) = prog_stats(|n| n.starts_with("block_rq_"), "complete")?;
     let iops = fio_iops(&lp.dev, seconds)?;
     let (ns1, c1) = prog_stats(|n| n.starts_with("block_rq_"), "complete")?;
-    #[expect(
-        clippy::cast_possible_wrap,
-        reason = "a pid is at most pid_max (2^22 at most), far below i32::MAX"
-    )]
-    // SAFETY: kill(2) on our child.
-    unsafe {
-        libc::kill(child.id() as i32, libc::SIGINT)
-    };
+    interrupt(&child);
     #[expect(
         clippy::let_underscore_must_use,
         reason = "reaps biolatency after its SIGINT; its exit status says nothing about the figures"
@@ -765,21 +755,7 @@ fn agent_round(
     {
         bail!("the metrics endpoint never answered");
     }
-    #[expect(
-        clippy::cast_possible_wrap,
-        reason = "a pid is at most pid_max (2^22 at most), far below i32::MAX"
-    )]
-    // SAFETY: kill(2) on our child.
-    unsafe {
-        libc::kill(pid as i32, libc::SIGINT)
-    };
-    let o = child.wait_with_output()?;
-    if !o.status.success() {
-        bail!(
-            "blkprof-trace failed: {}",
-            String::from_utf8_lossy(&o.stdout)
-        );
-    }
+    stop_tracer(child)?;
     #[expect(
         clippy::let_underscore_must_use,
         reason = "the tracer's .hlog side file is not measured: best-effort cleanup"
@@ -974,14 +950,7 @@ fn cpu_round(
     let ios = diskstats_reads(lp.name())? - before;
     let cpu = pid.map_or(0.0, proc_cpu_s) - cpu0;
     if let Some(child) = tracer.take() {
-        #[expect(
-            clippy::cast_possible_wrap,
-            reason = "a pid is at most pid_max (2^22 at most), far below i32::MAX"
-        )]
-        // SAFETY: kill(2) on our child.
-        unsafe {
-            libc::kill(child.id() as i32, libc::SIGINT)
-        };
+        interrupt(&child);
         let o = child.wait_with_output()?;
         if arm != CpuArm::Biolatency && !o.status.success() {
             bail!(
