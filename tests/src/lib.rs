@@ -153,6 +153,29 @@ impl Drop for TestDir {
     }
 }
 
+/// Files written when dropped, in order, also when a test panics: the settings a test changed
+/// (sysfs, tracefs) put back.
+pub struct WriteOnDrop(pub Vec<(PathBuf, String)>);
+
+impl WriteOnDrop {
+    /// One file to write `value` to.
+    pub fn new(path: impl Into<PathBuf>, value: &str) -> WriteOnDrop {
+        WriteOnDrop(vec![(path.into(), value.to_string())])
+    }
+}
+
+impl Drop for WriteOnDrop {
+    #[expect(
+        clippy::let_underscore_must_use,
+        reason = "best-effort cleanup on drop (also when a test fails): nothing to report to"
+    )]
+    fn drop(&mut self) {
+        for (path, value) in &self.0 {
+            let _ = std::fs::write(path, value);
+        }
+    }
+}
+
 /// A loop device over a sparse file, detached and removed on drop.
 pub struct Scratch {
     pub name: String,
@@ -573,8 +596,7 @@ pub fn fio_iolog(path: &Path) -> Vec<(String, u64, u64)> {
 /// buffer size when dropped, also when a test panics.
 pub struct FtraceBlk {
     tracing: PathBuf,
-    device_switch: PathBuf,
-    buffer_size_kb: String,
+    _restore: WriteOnDrop,
 }
 
 impl FtraceBlk {
@@ -596,14 +618,19 @@ impl FtraceBlk {
             .split_once("expanded: ")
             .map_or(size.trim(), |(_, e)| e.trim_end_matches([')', '\n']))
             .to_string();
+        let device_switch = PathBuf::from(format!("/sys/block/{dev}/trace/enable"));
         let g = FtraceBlk {
-            device_switch: PathBuf::from(format!("/sys/block/{dev}/trace/enable")),
+            _restore: WriteOnDrop(vec![
+                (tracing.join("current_tracer"), "nop".into()),
+                (device_switch.clone(), "0".into()),
+                (tracing.join("trace"), String::new()),
+                (tracing.join("buffer_size_kb"), buffer_size_kb),
+            ]),
             tracing,
-            buffer_size_kb,
         };
         g.write("trace", "");
         g.write("buffer_size_kb", "65536");
-        std::fs::write(&g.device_switch, "1").expect("blk trace enable");
+        std::fs::write(&device_switch, "1").expect("blk trace enable");
         g.write("current_tracer", "blk");
         g
     }
@@ -616,19 +643,6 @@ impl FtraceBlk {
     /// Everything recorded so far (the `trace` file: all CPUs, in time order).
     pub fn text(&self) -> String {
         std::fs::read_to_string(self.tracing.join("trace")).expect("trace")
-    }
-}
-
-impl Drop for FtraceBlk {
-    #[expect(
-        clippy::let_underscore_must_use,
-        reason = "best-effort cleanup on drop (also when a test fails): nothing to report to"
-    )]
-    fn drop(&mut self) {
-        let _ = std::fs::write(self.tracing.join("current_tracer"), "nop");
-        let _ = std::fs::write(&self.device_switch, "0");
-        let _ = std::fs::write(self.tracing.join("trace"), "");
-        let _ = std::fs::write(self.tracing.join("buffer_size_kb"), &self.buffer_size_kb);
     }
 }
 

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use analyzer::numeric::f64_to_usize_saturating;
 use blkprof_e2e::{
-    FtraceBlk, Scratch, TestDir, Trace, Tracer, assert_cut_exact, blk_action, delta, fio,
-    fio_iolog, quantile, sh,
+    FtraceBlk, Scratch, TestDir, Trace, Tracer, WriteOnDrop, assert_cut_exact, blk_action, delta,
+    fio, fio_iolog, quantile, sh,
 };
 use tracer_common::format::{Ending, IoRecord};
 use tracer_common::op::{Op, StatGroup, flags};
@@ -194,20 +194,10 @@ fn random_4k_reads_match_diskstats_and_fio() {
 /// report say that the kernel's counters cannot be compared, instead of showing an empty check.
 #[test]
 fn a_device_with_iostats_off_is_traced_and_said_to_be_unaccounted() {
-    struct IostatsOn(String);
-    impl Drop for IostatsOn {
-        #[expect(
-            clippy::let_underscore_must_use,
-            reason = "best-effort cleanup on drop (also when a test fails): nothing to report to"
-        )]
-        fn drop(&mut self) {
-            let _ = std::fs::write(format!("/sys/block/{}/queue/iostats", self.0), "1");
-        }
-    }
     let dir = TestDir::new();
     let dev = Scratch::new("nostat", 256, true, false);
     dev.set_nomerges(2);
-    let _restore = IostatsOn(dev.name.clone());
+    let _restore = WriteOnDrop::new(format!("/sys/block/{}/queue/iostats", dev.name), "1");
     std::fs::write(format!("/sys/block/{}/queue/iostats", dev.name), "0").expect("iostats");
     let (trace, own, stdout) = traced(&dir, "nostat", &dev, &[], || {
         fio(&[
@@ -872,17 +862,6 @@ fn a_bio_based_device_with_no_disk_under_it_is_refused() {
 /// table, nor the report's unaccounted IOs.
 #[test]
 fn bio_based_devices_are_not_counted_as_lost_when_tracing_all() {
-    // Back to unused, also when an assertion fails.
-    struct Reset(String);
-    impl Drop for Reset {
-        #[expect(
-            clippy::let_underscore_must_use,
-            reason = "best-effort cleanup on drop (also when a test fails): nothing to report to"
-        )]
-        fn drop(&mut self) {
-            let _ = std::fs::write(format!("{}/reset", self.0), "1");
-        }
-    }
     let Some(zram) = zram0() else { return };
     let sys = format!("/sys/block/{zram}");
     let disksize: u64 = std::fs::read_to_string(format!("{sys}/disksize"))
@@ -895,7 +874,8 @@ fn bio_based_devices_are_not_counted_as_lost_when_tracing_all() {
         return;
     }
     std::fs::write(format!("{sys}/disksize"), "64M").expect("zram disksize");
-    let _reset = Reset(sys.clone());
+    // Back to unused, also when an assertion fails.
+    let _reset = WriteOnDrop::new(format!("{sys}/reset"), "1");
     let dir = TestDir::new();
     let out = out_path(&dir, "zram");
     let zram_stats = || {

@@ -986,7 +986,6 @@ fn ring_footprint(len: usize) -> u64 {
 /// from idle without dropping, and a drop is counted, never silent.
 struct DrainPace {
     ring_bytes: u64,
-    period: Duration,
     /// Ring bytes drained (by any drain) since `since`, the last timed drain.
     bytes: u64,
     since: Instant,
@@ -999,7 +998,6 @@ impl DrainPace {
     fn new(ring_bytes: u64) -> DrainPace {
         DrainPace {
             ring_bytes,
-            period: DrainPace::MIN,
             bytes: 0,
             since: Instant::now(),
         }
@@ -1011,14 +1009,14 @@ impl DrainPace {
 
     /// At a timed drain: the period until the next one, from the rate since the last.
     fn next(&mut self, now: Instant) -> Duration {
-        self.period = DrainPace::period_for(
+        let period = DrainPace::period_for(
             self.ring_bytes,
             self.bytes,
             now.saturating_duration_since(self.since),
         );
         self.bytes = 0;
         self.since = now;
-        self.period
+        period
     }
 
     /// The period in which `bytes` drained over `elapsed` would fill an eighth of the ring.
@@ -1236,7 +1234,8 @@ pub async fn run(cfg: Config) -> Result<u8> {
     // The probe never wakes us: drain the ring on a timer paced by the record rate
     // ([`DrainPace`]). (Without records the ring stays empty: no timer.)
     let records = run.probe.mode == ProbeMode::Records;
-    let mut next_drain = tokio::time::Instant::now() + run.pace.period;
+    // The first drain comes soon: the rate is not known yet.
+    let mut next_drain = tokio::time::Instant::now() + DrainPace::MIN;
     let mut interval_start_wall = run.wall_start_ns;
     let mut interval_start = Instant::now();
     let reason: &str = loop {
