@@ -70,7 +70,9 @@ enum Cmd {
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..))]
         seconds: u64,
         /// Rounds of alternating runs (untraced, attached to another device, traced,
-        /// --no-records, biolatency); the machine is noisy, so ratios are medians over rounds.
+        /// --no-records, biolatency), then as many with the device's completions on the
+        /// submitting CPU (rq_affinity 2, as NVMe: untraced, traced, biolatency); the machine
+        /// is noisy, so ratios are medians over rounds.
         #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..))]
         rounds: u64,
         /// IOs in the synthetic trace for the analyzer's benchmark.
