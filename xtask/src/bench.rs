@@ -432,6 +432,7 @@ impl Drop for QueueSetting {
 
 /// The rounds again with completions on the submitting CPU: per round, the traced/untraced
 /// and biolatency/untraced throughput, the traced run's `bpf_stats` cost, biolatency's.
+#[derive(Default)]
 struct SameCpu {
     ratios: Vec<f64>,
     bio_ratios: Vec<f64>,
@@ -453,12 +454,7 @@ fn same_cpu_rounds(
     out: &Path,
 ) -> Result<SameCpu> {
     let _affinity = QueueSetting::set(lp.name(), "rq_affinity", "2")?;
-    let mut r = SameCpu {
-        ratios: Vec::new(),
-        bio_ratios: Vec::new(),
-        traced: Vec::new(),
-        bio_ns: Vec::new(),
-    };
+    let mut r = SameCpu::default();
     for round in 0..rounds {
         bpf_stats(false)?;
         let (mut u, mut t, mut b) = (0.0, 0.0, 0.0);
@@ -624,7 +620,7 @@ fn bench_inner(seconds: u64, rounds: usize) -> Result<()> {
         traced.push(t);
         bio.push(b);
     }
-    let same = same_cpu_rounds(&ours, &lp, seconds, rounds, &out)?;
+    let mut same = same_cpu_rounds(&ours, &lp, seconds, rounds, &out)?;
     #[expect(
         clippy::let_underscore_must_use,
         reason = "best-effort cleanup of the scratch trace once the rounds are done"
@@ -714,7 +710,7 @@ fn bench_inner(seconds: u64, rounds: usize) -> Result<()> {
     let (sq1, s_ratio, sq3) = quartiles(&same.ratios);
     let (bio_q1, bio_same, bio_q3) = quartiles(&same.bio_ratios);
     let same_ns = median(&mut same.traced.iter().map(|t| t.ns_per_io).collect::<Vec<_>>());
-    let same_bio_ns = median(&mut same.bio_ns.clone());
+    let same_bio_ns = median(&mut same.bio_ns);
     println!(
         "| completions on the submitting CPU (rq_affinity 2, as NVMe): traced / untraced | {s_ratio:.3} ({sq1:.3}-{sq3:.3}) | |"
     );
