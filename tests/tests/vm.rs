@@ -446,7 +446,9 @@ fn nvme_requests_take_the_hardware_queue_of_their_cpu() {
     assert_eq!(
         (reads, writes),
         (6144, 3072),
-        "every IO of both jobs traced"
+        "every IO of both jobs traced; the tracer's end summary (what it lost, and how):\n{}\n{}",
+        f.stdout,
+        f.stderr
     );
     // The report's section counts the same per queue.
     let report = std::process::Command::new(blkprof_e2e::bin("blkprof"))
