@@ -383,6 +383,111 @@ pub struct IoEvent {
 }
 const _: () = assert!(core::mem::size_of::<IoEvent>() == 112);
 
+// ---------------------------------------------------------------------------------------------
+// Half records (docs/design/records-without-shared-state.md): each program of a request writes
+// what it alone knows to the ring of the CPU it runs on, and user space joins the halves by
+// the request's address and the kernel's start stamp (the address is reused, the stamp is
+// not). Every half begins with a [`HalfHead`]; `half` says which it is.
+// ---------------------------------------------------------------------------------------------
+
+/// [`StartHalf`]: the request entered the OS (`block_io_start`).
+pub const HALF_START: u32 = 1;
+/// [`IssueHalf`]: issued to the driver (`block_rq_issue`), again after a requeue.
+pub const HALF_ISSUE: u32 = 2;
+/// [`EndHalf`]: (part of) the request completed (`block_rq_complete`).
+pub const HALF_END: u32 = 3;
+/// [`MarkHalf`]: taken back from the driver to be issued again (`block_rq_requeue`).
+pub const HALF_REQUEUE: u32 = 4;
+/// [`MarkHalf`]: merged into another request and freed without completing (`block_rq_merge`).
+pub const HALF_MERGE: u32 = 5;
+
+/// [`EndHalf::end`]: the last part; the request is done.
+pub const END_LAST: u16 = 0;
+/// [`EndHalf::end`]: a part; the request goes on with the rest.
+pub const END_PART: u16 = 1;
+/// [`EndHalf::end`]: the data part of a flush sequence left the device; the kernel completes
+/// (and accounts) the request when the sequence ends, with another [`EndHalf`].
+pub const END_OFF_DEVICE: u16 = 2;
+
+/// What every half begins with: which half, and the request it belongs to.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HalfHead {
+    /// `HALF_*`.
+    pub half: u32,
+    /// Kernel `dev_t` of the whole disk: major << 20 | minor.
+    pub dev: u32,
+    /// The request's address.
+    pub key: u64,
+    /// The kernel's start stamp of the request (`rq->start_time_ns`): with `key`, the request.
+    pub start_ns: u64,
+}
+
+/// The submitter, written when the request enters the OS.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StartHalf {
+    pub head: HalfHead,
+    /// The submitting task's cgroup v2 id.
+    pub cgroup: u64,
+    /// Command of the submitting task, NUL-padded.
+    pub comm: [u8; 16],
+    /// Process (tgid) that submitted the request.
+    pub pid: u32,
+    /// `EV_*` bits known at the start.
+    pub flags: u32,
+}
+const _: () = assert!(core::mem::size_of::<StartHalf>() == 56);
+
+/// The instant of an issue to the driver (the kernel's stamp, `rq->io_start_time_ns`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IssueHalf {
+    pub head: HalfHead,
+    pub issue_ns: u64,
+}
+const _: () = assert!(core::mem::size_of::<IssueHalf>() == 32);
+
+/// A requeue or a merge, and when.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MarkHalf {
+    pub head: HalfHead,
+    pub at_ns: u64,
+}
+const _: () = assert!(core::mem::size_of::<MarkHalf>() == 32);
+
+/// A completion: everything of the record the completing program knows.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EndHalf {
+    pub head: HalfHead,
+    pub complete_ns: u64,
+    /// The kernel's issue stamp at completion; 0 if the queue keeps none.
+    pub issue_ns: u64,
+    /// First sector (512-byte units).
+    pub sector: u64,
+    /// Bytes of this part.
+    pub bytes: u32,
+    /// Raw `blk_opf_t`.
+    pub cmd_flags: u32,
+    /// `blk_status_t` (0 = ok).
+    pub error: i32,
+    /// `KIND_*`.
+    pub kind: u16,
+    /// `EV_*` bits.
+    pub flags: u16,
+    /// `END_*`.
+    pub end: u16,
+    /// The blk-mq hardware queue's index + 1; 0 if unknown.
+    pub hw_queue: u16,
+    /// As [`IoEvent::file_dev`].
+    pub file_dev: u32,
+    pub owner_cgroup: u64,
+    pub file_ino: u64,
+}
+const _: () = assert!(core::mem::size_of::<EndHalf>() == 88);
+
 /// The in-kernel histograms are log-linear: 4 buckets per power of two, so that a value read
 /// back from its bucket is off by at most a quarter, as with the metrics' default buckets.
 /// Bucket `i` counts the values in `(loglin_lower(i), loglin_lower(i + 1)]` (bucket 0: 0 and

@@ -14,6 +14,8 @@ pub mod format;
 #[cfg(feature = "format")]
 pub mod hdrfast;
 #[cfg(feature = "format")]
+pub mod join;
+#[cfg(feature = "format")]
 pub mod op;
 #[cfg(feature = "format")]
 pub mod time;

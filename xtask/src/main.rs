@@ -14,6 +14,7 @@
 
 mod bench;
 mod bench_analyzer;
+mod bench_join;
 mod cassandra;
 mod demo;
 mod experiment;
@@ -97,6 +98,15 @@ enum Cmd {
         /// The CPU benchmark's IO rate (IOPS).
         #[arg(long, default_value_t = 40_000)]
         cpu_rate: u64,
+        /// Only the join's benchmark (no root needed): the daemon's CPU per IO to join half
+        /// records from two rings and count the requests in flight (the design in
+        /// docs/design/records-without-shared-state.md).
+        #[arg(long, conflicts_with_all = ["analyzer_only", "agent", "cpu"])]
+        join: bool,
+        /// IOs in the join's benchmark at saturation (a quarter of them at 40k IOPS); its
+        /// halves are made in memory first, about 100 bytes per IO.
+        #[arg(long, default_value_t = 2_000_000, value_parser = clap::value_parser!(u64).range(4..=10_000_000))]
+        join_ios: u64,
     },
     /// Set up, then the seeds' experiment for real: a Cassandra 5.0 node (from Maven Central)
     /// with its data on a scratch loop device (ext4, mounted with discard), YCSB workload A
@@ -180,8 +190,13 @@ fn main() -> Result<()> {
             agent_rate,
             cpu,
             cpu_rate,
+            join,
+            join_ios,
         } => {
             let rounds = usize::try_from(rounds).context("--rounds is too large")?;
+            if join {
+                return bench_join::bench(join_ios);
+            }
             if cpu {
                 setup::setup()?;
                 return bench::bench_cpu(seconds, rounds, cpu_rate);
@@ -194,6 +209,7 @@ fn main() -> Result<()> {
                 setup::setup()?;
                 bench::bench(seconds, rounds)?;
             }
+            bench_join::bench(join_ios)?;
             bench_analyzer::bench(analyzer_ios)
         }
         Cmd::Cassandra { opts, prebuilt } => {

@@ -1,0 +1,990 @@
+//! Joining half records into the probe's records (docs/design/records-without-shared-state.md).
+//!
+//! Each program of a request writes what it alone knows to the ring of the CPU it runs on: the
+//! submitter at the start, the instant of each issue, requeues and merges, the rest at the
+//! completion. [`Joiner`] takes the halves in any order across rings, pairs them by the
+//! request's address and the kernel's start stamp, and replays their instants in time order
+//! to count the requests in flight that each record carries at its issue: in the OS from the
+//! start stamp (what /proc/diskstats counts from) to the completion or merge, at the device
+//! from each issue to the completion or requeue. A sweep goes as far as the caller says every
+//! half is in hand ([`Joiner::sweep`]): the rings are drained, less a slack for a program
+//! that stamped its instant but has not yet written its half.
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
+
+use crate::{
+    END_LAST, END_OFF_DEVICE, END_PART, EV_NEVER_ISSUED, EV_STARTED_BEFORE_ATTACH, EndHalf,
+    HALF_END, HALF_ISSUE, HALF_MERGE, HALF_REQUEUE, HALF_START, HalfHead, IoEvent, IssueHalf,
+    MarkHalf, StartHalf,
+};
+
+/// Hashing for keys that are already well spread (kernel addresses, nanosecond stamps): one
+/// multiplication per word, where the standard hasher's `SipHash` costs tens of ns per lookup.
+#[derive(Default)]
+struct MulHasher(u64);
+
+impl Hasher for MulHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(u64::from(*b));
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(26) ^ v).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type Map<K, V> = HashMap<K, V, BuildHasherDefault<MulHasher>>;
+
+/// What the sweep replays, in this order at equal instants: a request leaves before another
+/// enters (the kernel frees a request before its address is reused), and enters the OS before
+/// it is issued.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum What {
+    End,
+    Merge,
+    Requeue,
+    Start,
+    Issue,
+}
+
+const WHATS: [What; 5] = [
+    What::End,
+    What::Merge,
+    What::Requeue,
+    What::Start,
+    What::Issue,
+];
+
+/// An instant to replay: its time and [`What`] packed into one sort key (time << 3 | what;
+/// monotonic nanoseconds stay below 2^61 for 73 years of uptime).
+#[derive(Clone, Copy, Debug)]
+struct Event {
+    sort: u64,
+    req: u32,
+}
+
+impl Event {
+    fn at_ns(self) -> u64 {
+        self.sort >> 3
+    }
+    fn what(self) -> What {
+        WHATS[(self.sort & 7) as usize]
+    }
+}
+
+/// The submitter, from the start half.
+#[derive(Clone, Copy, Default)]
+struct Submitter {
+    pid: u32,
+    comm: [u8; 16],
+    cgroup: u64,
+    flags: u16,
+}
+
+/// A request between its first half and its last event swept.
+#[derive(Clone, Copy)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "four facts of a request that change apart, each read on its own"
+)]
+struct Req {
+    key: u64,
+    start_ns: u64,
+    dev: u32,
+    /// Events pushed and not yet swept.
+    pending: u32,
+    submitter: Option<Submitter>,
+    /// The first end pushed and not yet replayed; later ones wait in [`Joiner::ends`].
+    end: Option<EndHalf>,
+    issue_ns: u64,
+    os_at_issue: u32,
+    dev_at_issue: u32,
+    requeues: u16,
+    bytes_done: u32,
+    in_os: bool,
+    at_device: bool,
+    /// Started (swept), and not yet ended or merged.
+    live: bool,
+    /// Ended, merged or given up: nothing more to emit.
+    done: bool,
+}
+
+/// Counts a user should see beside the records: what the join could not pair or place.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct JoinStats {
+    /// Records put together.
+    pub joined: u64,
+    /// Requests whose address came back in a new request before their completion was seen:
+    /// completions the probe did not see (the kernel did not run its program, or its half was
+    /// lost to a full ring).
+    pub missed_completions: u64,
+    /// Completed requests without a start half although they started after the probe
+    /// attached (the start half was lost): recorded without a submitter.
+    pub starts_lost: u64,
+    /// Halves that arrived after the sweep had passed their instant (their program ran
+    /// later than the slack allows): counted where the sweep was.
+    pub late: u64,
+    /// Halves too short for their kind, or of no known kind.
+    pub malformed: u64,
+    /// Requests still open when the join ended (in flight at the end, or their completion
+    /// lost).
+    pub open_at_end: u64,
+}
+
+/// Requests in flight on one device.
+#[derive(Clone, Copy)]
+struct DevCount {
+    dev: u32,
+    os: u32,
+    device: u32,
+}
+
+pub struct Joiner {
+    /// When the probe attached: a request stamped before it has no start half.
+    attach_ns: u64,
+    reqs: Vec<Req>,
+    free: Vec<u32>,
+    /// (address, start stamp) -> its request: the join.
+    by_start: Map<(u64, u64), u32>,
+    /// Address -> the request with it in the OS, as far as the sweep has come: the one a new
+    /// start at that address finds there missed its completion.
+    live: Map<u64, u32>,
+    /// Events pushed and not yet replayed, per ring, each in time order.
+    events: Vec<Vec<Event>>,
+    /// Ends of a request after its first (a request completed in parts), in arrival order.
+    ends: Map<u32, VecDeque<EndHalf>>,
+    /// Events due in a sweep (kept to reuse its allocation).
+    due: Vec<Event>,
+    /// Where the last sweep stopped: events at or before it are replayed.
+    swept_ns: u64,
+    counts: Vec<DevCount>,
+    stats: JoinStats,
+}
+
+/// Read a plain-old-data half from the start of `bytes`, if it is long enough.
+fn read<T: Copy>(bytes: &[u8]) -> Option<T> {
+    if bytes.len() < std::mem::size_of::<T>() {
+        return None;
+    }
+    // SAFETY: length checked; the halves are plain old data for which any bit pattern is
+    // valid.
+    Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
+}
+
+impl Joiner {
+    /// A joiner for halves from `rings` rings (one per CPU).
+    pub fn new(attach_ns: u64, rings: usize) -> Joiner {
+        Joiner {
+            attach_ns,
+            reqs: Vec::new(),
+            free: Vec::new(),
+            by_start: Map::default(),
+            live: Map::default(),
+            events: vec![Vec::new(); rings.max(1)],
+            ends: Map::default(),
+            due: Vec::new(),
+            swept_ns: 0,
+            counts: Vec::new(),
+            stats: JoinStats::default(),
+        }
+    }
+
+    pub fn stats(&self) -> JoinStats {
+        self.stats
+    }
+
+    /// Requests known and not yet done (bounded by the requests in flight plus a sweep's
+    /// worth).
+    pub fn open(&self) -> usize {
+        self.reqs.len() - self.free.len()
+    }
+
+    /// Take one half as read from ring `ring`.
+    pub fn push(&mut self, ring: usize, bytes: &[u8]) {
+        let ring = ring % self.events.len();
+        let Some(head) = read::<HalfHead>(bytes) else {
+            self.stats.malformed += 1;
+            return;
+        };
+        match head.half {
+            HALF_START => match read::<StartHalf>(bytes) {
+                Some(h) => {
+                    let r = self.request(&head);
+                    self.reqs[r as usize].submitter = Some(Submitter {
+                        pid: h.pid,
+                        comm: h.comm,
+                        cgroup: h.cgroup,
+                        // EV_* bits are the low 16.
+                        flags: u16::try_from(h.flags & 0xffff).unwrap_or_default(),
+                    });
+                    self.event(ring, r, head.start_ns, What::Start);
+                }
+                None => self.stats.malformed += 1,
+            },
+            HALF_ISSUE => match read::<IssueHalf>(bytes) {
+                Some(h) => {
+                    let r = self.request(&head);
+                    self.event(ring, r, h.issue_ns, What::Issue);
+                }
+                None => self.stats.malformed += 1,
+            },
+            HALF_REQUEUE | HALF_MERGE => match read::<MarkHalf>(bytes) {
+                Some(h) => {
+                    let r = self.request(&head);
+                    let what = if head.half == HALF_MERGE {
+                        What::Merge
+                    } else {
+                        What::Requeue
+                    };
+                    self.event(ring, r, h.at_ns, what);
+                }
+                None => self.stats.malformed += 1,
+            },
+            HALF_END => match read::<EndHalf>(bytes) {
+                Some(h) if matches!(h.end, END_LAST | END_PART | END_OFF_DEVICE) => {
+                    let r = self.request(&head);
+                    let q = &mut self.reqs[r as usize];
+                    if q.end.is_some() {
+                        // An earlier part is still waiting for the sweep.
+                        self.ends.entry(r).or_default().push_back(h);
+                    } else {
+                        q.end = Some(h);
+                    }
+                    self.event(ring, r, h.complete_ns, What::End);
+                }
+                _ => self.stats.malformed += 1,
+            },
+            _ => self.stats.malformed += 1,
+        }
+    }
+
+    fn event(&mut self, ring: usize, req: u32, at_ns: u64, what: What) {
+        if at_ns <= self.swept_ns {
+            self.stats.late += 1;
+        }
+        self.reqs[req as usize].pending += 1;
+        let e = Event {
+            sort: (at_ns.min(u64::MAX >> 3) << 3) | what as u64,
+            req,
+        };
+        // A ring is in the order its CPU ran the programs, which is time order but for a start
+        // half (stamped by the kernel before the program ran): insertion from the back keeps
+        // the ring's events sorted at a step or two each.
+        let v = &mut self.events[ring];
+        v.push(e);
+        let mut i = v.len() - 1;
+        while i > 0 && v[i - 1].sort > e.sort {
+            v[i] = v[i - 1];
+            i -= 1;
+        }
+        v[i] = e;
+    }
+
+    /// The request a half belongs to, made if it is the first of its halves to arrive.
+    fn request(&mut self, head: &HalfHead) -> u32 {
+        if let Some(&i) = self.by_start.get(&(head.key, head.start_ns)) {
+            return i;
+        }
+        let q = Req {
+            key: head.key,
+            start_ns: head.start_ns,
+            dev: head.dev,
+            pending: 0,
+            submitter: None,
+            end: None,
+            issue_ns: 0,
+            os_at_issue: 0,
+            dev_at_issue: 0,
+            requeues: 0,
+            bytes_done: 0,
+            in_os: false,
+            at_device: false,
+            live: false,
+            done: false,
+        };
+        let i = if let Some(i) = self.free.pop() {
+            self.reqs[i as usize] = q;
+            i
+        } else {
+            self.reqs.push(q);
+            // Requests open at once are those in flight plus a drain's worth: far below 2^32.
+            u32::try_from(self.reqs.len() - 1).expect("fewer than 2^32 requests open")
+        };
+        self.by_start.insert((head.key, head.start_ns), i);
+        i
+    }
+
+    fn count(&mut self, dev: u32) -> &mut DevCount {
+        let i = if let Some(i) = self.counts.iter().position(|c| c.dev == dev) {
+            i
+        } else {
+            self.counts.push(DevCount {
+                dev,
+                os: 0,
+                device: 0,
+            });
+            self.counts.len() - 1
+        };
+        &mut self.counts[i]
+    }
+
+    /// Give back what the request holds of the counts.
+    fn leave(&mut self, r: u32) {
+        let q = &self.reqs[r as usize];
+        let (dev, key, in_os, at_device, live) = (q.dev, q.key, q.in_os, q.at_device, q.live);
+        let c = self.count(dev);
+        if in_os {
+            c.os = c.os.saturating_sub(1);
+        }
+        if at_device {
+            c.device = c.device.saturating_sub(1);
+        }
+        if live && self.live.get(&key) == Some(&r) {
+            self.live.remove(&key);
+        }
+        let q = &mut self.reqs[r as usize];
+        q.in_os = false;
+        q.at_device = false;
+        q.live = false;
+    }
+
+    /// Replay every event at or before `upto_ns` in time order, handing each completed
+    /// request's record to `out`. The caller promises that every half of an instant at or
+    /// before `upto_ns` has been pushed; one that comes later is counted as late.
+    pub fn sweep(&mut self, upto_ns: u64, out: &mut impl FnMut(IoEvent)) {
+        // Events at one instant (rare: nanosecond stamps) are replayed in `What` order; two
+        // requests' issues at one instant go in either order, as the kernel's own might.
+        let mut due = std::mem::take(&mut self.due);
+        for v in &mut self.events {
+            let n = v.partition_point(|e| e.at_ns() <= upto_ns);
+            due.extend(v.drain(..n));
+        }
+        // One sorted run per ring: the stable sort finds the runs and merges them.
+        due.sort_by_key(|e| e.sort);
+        for ev in &due {
+            self.replay(ev, out);
+        }
+        due.clear();
+        self.due = due;
+        self.swept_ns = self.swept_ns.max(upto_ns);
+    }
+
+    /// Replay everything pushed, whatever its instant (at the end of a run).
+    pub fn finish(&mut self, out: &mut impl FnMut(IoEvent)) {
+        self.sweep(u64::MAX, out);
+        self.stats.open_at_end += self.open() as u64;
+    }
+
+    fn replay(&mut self, ev: &Event, out: &mut impl FnMut(IoEvent)) {
+        let r = ev.req;
+        self.reqs[r as usize].pending -= 1;
+        if self.reqs[r as usize].done {
+            self.release_if_idle(r);
+            return;
+        }
+        match ev.what() {
+            What::Start => {
+                self.enter(r);
+                let dev = self.reqs[r as usize].dev;
+                if !self.reqs[r as usize].in_os {
+                    self.count(dev).os += 1;
+                }
+                let q = &mut self.reqs[r as usize];
+                q.in_os = true;
+                q.live = true;
+            }
+            What::Issue => {
+                let dev = self.reqs[r as usize].dev;
+                let (in_os, at_device) = {
+                    let q = &self.reqs[r as usize];
+                    (q.in_os, q.at_device)
+                };
+                if !in_os {
+                    // Met first at its issue: started before the probe attached, or its start
+                    // half was lost; in the OS from here, as the in-kernel counts did.
+                    self.enter(r);
+                    self.count(dev).os += 1;
+                }
+                let c = self.count(dev);
+                if !at_device {
+                    c.device += 1;
+                }
+                let (os, device) = (c.os, c.device);
+                let q = &mut self.reqs[r as usize];
+                q.in_os = true;
+                q.live = true;
+                q.at_device = true;
+                q.issue_ns = ev.at_ns();
+                q.dev_at_issue = device;
+                q.os_at_issue = os.max(device);
+            }
+            What::Requeue => {
+                let q = &mut self.reqs[r as usize];
+                q.requeues = q.requeues.saturating_add(1);
+                if q.at_device {
+                    q.at_device = false;
+                    let dev = q.dev;
+                    let c = self.count(dev);
+                    c.device = c.device.saturating_sub(1);
+                }
+            }
+            What::Merge => {
+                self.leave(r);
+                self.reqs[r as usize].done = true;
+            }
+            What::End => {
+                let Some(half) = self.reqs[r as usize].end.take() else {
+                    return;
+                };
+                if !self.ends.is_empty()
+                    && let Some(more) = self.ends.get_mut(&r)
+                {
+                    self.reqs[r as usize].end = more.pop_front();
+                    if more.is_empty() {
+                        self.ends.remove(&r);
+                    }
+                }
+                let q = &mut self.reqs[r as usize];
+                match half.end {
+                    END_PART => {
+                        q.bytes_done = q.bytes_done.wrapping_add(half.bytes);
+                    }
+                    END_OFF_DEVICE => {
+                        q.bytes_done = q.bytes_done.wrapping_add(half.bytes);
+                        if q.at_device {
+                            q.at_device = false;
+                            let dev = q.dev;
+                            let c = self.count(dev);
+                            c.device = c.device.saturating_sub(1);
+                        }
+                    }
+                    _ => {
+                        // END_LAST (push takes no other value).
+                        self.leave(r);
+                        let ev = self.record(r, &half);
+                        self.stats.joined += 1;
+                        self.reqs[r as usize].done = true;
+                        out(ev);
+                    }
+                }
+            }
+        }
+        self.release_if_idle(r);
+    }
+
+    /// This request enters the OS (as the sweep has come). Another with its address still
+    /// there missed its completion (the kernel frees a request before it reuses its address):
+    /// give back its counts.
+    fn enter(&mut self, r: u32) {
+        let key = self.reqs[r as usize].key;
+        if let Some(old) = self.live.insert(key, r)
+            && old != r
+        {
+            let q = &self.reqs[old as usize];
+            if q.live && !q.done && q.key == key {
+                self.leave(old);
+                self.reqs[old as usize].done = true;
+                self.stats.missed_completions += 1;
+                self.release_if_idle(old);
+            }
+        }
+    }
+
+    /// The record of a completed request.
+    fn record(&mut self, r: u32, h: &EndHalf) -> IoEvent {
+        let q = &self.reqs[r as usize];
+        let mut flags = h.flags;
+        let (pid, comm, cgroup) = if let Some(s) = q.submitter {
+            flags |= s.flags;
+            (s.pid, s.comm, s.cgroup)
+        } else {
+            if q.start_ns < self.attach_ns {
+                flags |= EV_STARTED_BEFORE_ATTACH;
+            } else {
+                self.stats.starts_lost += 1;
+            }
+            (0, [0; 16], 0)
+        };
+        // The issue instant: from the issue half; else the kernel's stamp at completion.
+        let issue_ns = if q.issue_ns != 0 {
+            q.issue_ns
+        } else {
+            h.issue_ns
+        };
+        if issue_ns == 0 {
+            flags |= EV_NEVER_ISSUED;
+        }
+        IoEvent {
+            enter_ns: q.start_ns,
+            issue_ns,
+            complete_ns: h.complete_ns,
+            sector: h.sector,
+            dev: q.dev,
+            bytes: q.bytes_done.wrapping_add(h.bytes),
+            cmd_flags: h.cmd_flags,
+            pid,
+            dev_inflight: q.dev_at_issue,
+            os_inflight: q.os_at_issue,
+            error: h.error,
+            requeues: q.requeues,
+            kind: h.kind,
+            flags,
+            hw_queue: h.hw_queue,
+            file_dev: h.file_dev,
+            comm,
+            cgroup,
+            owner_cgroup: h.owner_cgroup,
+            file_ino: h.file_ino,
+        }
+    }
+
+    /// Free a request that is done and has no event left to replay.
+    fn release_if_idle(&mut self, r: u32) {
+        let q = &self.reqs[r as usize];
+        if !q.done || q.pending != 0 {
+            return;
+        }
+        let (key, start_ns) = (q.key, q.start_ns);
+        self.by_start.remove(&(key, start_ns));
+        if !self.ends.is_empty() {
+            self.ends.remove(&r);
+        }
+        self.free.push(r);
+    }
+}
+
+#[cfg(test)]
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "the simulation's indices and sizes are small and its numbers its own"
+)]
+mod tests {
+    use std::collections::{HashMap, HashSet};
+
+    use crate::{
+        END_LAST, END_PART, EV_STARTED_BEFORE_ATTACH, EndHalf, HALF_END, HALF_ISSUE, HALF_MERGE,
+        HALF_REQUEUE, HALF_START, HalfHead, IoEvent, IssueHalf, MarkHalf, StartHalf,
+    };
+
+    use super::Joiner;
+
+    /// xorshift64*: reproducible draws without a dependency.
+    struct Rng(u64);
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
+        }
+    }
+
+    fn bytes_of<T: Copy>(v: &T) -> Vec<u8> {
+        // SAFETY: the halves are repr(C) plain old data without padding bytes read here
+        // uninitialised (Default-built, then fields set).
+        unsafe { std::slice::from_raw_parts(std::ptr::from_ref(v).cast::<u8>(), size_of::<T>()) }
+            .to_vec()
+    }
+
+    const DEV: u32 = 7 << 20;
+
+    /// One simulated request: its instants as the kernel stamps them.
+    struct SimReq {
+        key: u64,
+        start: u64,
+        /// Issues, each with the requeue that ended it (the last has none).
+        issues: Vec<(u64, Option<u64>)>,
+        merged: Option<u64>,
+        /// Parts completed before the last (instant, bytes).
+        parts: Vec<(u64, u32)>,
+        complete: Option<u64>,
+        bytes: u32,
+        /// The completion half is lost.
+        missed: bool,
+        /// When its address is free again.
+        free_at: u64,
+    }
+
+    /// What a program writes, when, on which ring.
+    struct Prog {
+        at_ns: u64,
+        ring: usize,
+        bytes: Vec<u8>,
+    }
+
+    struct Sim {
+        reqs: Vec<SimReq>,
+        progs: Vec<Prog>,
+    }
+
+    /// Requests on one device at a queue depth around 100, with requeues, merges, parts and
+    /// lost completions; start halves written up to `start_delay` after the kernel's stamp
+    /// (and now and then `preempted` after), before the request's issue or merge.
+    #[expect(
+        clippy::too_many_lines,
+        clippy::many_single_char_names,
+        reason = "one request's life drawn step by step, then its halves; split up, the two \
+                  would no longer read side by side"
+    )]
+    fn simulate(seed: u64, n: usize, start_delay: u64, preempted: u64) -> Sim {
+        let mut rng = Rng(seed | 1);
+        let mut used = HashSet::new();
+        let mut t = 1_000_000;
+        let mut unique = |mut v: u64| {
+            while !used.insert(v) {
+                v += 1;
+            }
+            v
+        };
+        let mut key_free: Vec<u64> = vec![0; 256];
+        let mut reqs = Vec::new();
+        for _ in 0..n {
+            t += 1 + rng.below(500);
+            let start = unique(t);
+            let Some(k) = (0..256).find(|&k| key_free[k] < start) else {
+                continue;
+            };
+            let key = 0xffff_8880_0000_0000 + k as u64 * 0x140;
+            let mut r = SimReq {
+                key,
+                start,
+                issues: Vec::new(),
+                merged: None,
+                parts: Vec::new(),
+                complete: None,
+                bytes: 4096 * (1 + rng.below(32) as u32),
+                missed: false,
+                free_at: 0,
+            };
+            if rng.below(100) < 3 {
+                let m = unique(start + 1 + rng.below(3_000));
+                r.merged = Some(m);
+                r.free_at = m;
+            } else {
+                let mut at = unique(start + 1 + rng.below(5_000));
+                if rng.below(100) < 5 {
+                    let rq = unique(at + 1 + rng.below(5_000));
+                    r.issues.push((at, Some(rq)));
+                    at = unique(rq + 1 + rng.below(1_000));
+                }
+                r.issues.push((at, None));
+                let mut c = at + 1 + rng.below(20_000);
+                if rng.below(100) < 3 {
+                    let part = unique(c);
+                    r.parts.push((part, 4096));
+                    r.bytes += 4096;
+                    c = part + 1 + rng.below(2_000);
+                }
+                let c = unique(c);
+                r.complete = Some(c);
+                r.missed = rng.below(100) < 2;
+                r.free_at = c;
+            }
+            key_free[k] = r.free_at;
+            reqs.push(r);
+        }
+        let mut progs = Vec::new();
+        for (i, r) in reqs.iter().enumerate() {
+            let head = |half| HalfHead {
+                half,
+                dev: DEV,
+                key: r.key,
+                start_ns: r.start,
+            };
+            let cpu = rng.below(2) as usize;
+            let delay = if rng.below(100) == 0 {
+                preempted
+            } else {
+                rng.below(start_delay + 1)
+            };
+            // The kernel stamps the start, then (preemptible in between) the start program
+            // runs, always before the request can be issued or merged.
+            let first = r
+                .issues
+                .first()
+                .map(|i| i.0)
+                .or(r.merged)
+                .unwrap_or(u64::MAX);
+            progs.push(Prog {
+                at_ns: (r.start + delay).min(first - 1),
+                ring: cpu,
+                bytes: bytes_of(&StartHalf {
+                    head: head(HALF_START),
+                    pid: 1000 + i as u32,
+                    comm: *b"fio\0\0\0\0\0\0\0\0\0\0\0\0\0",
+                    cgroup: 42,
+                    flags: 0,
+                }),
+            });
+            for &(at, requeue) in &r.issues {
+                progs.push(Prog {
+                    at_ns: at,
+                    ring: cpu,
+                    bytes: bytes_of(&IssueHalf {
+                        head: head(HALF_ISSUE),
+                        issue_ns: at,
+                    }),
+                });
+                if let Some(rq) = requeue {
+                    progs.push(Prog {
+                        at_ns: rq,
+                        ring: 1 - cpu,
+                        bytes: bytes_of(&MarkHalf {
+                            head: head(HALF_REQUEUE),
+                            at_ns: rq,
+                        }),
+                    });
+                }
+            }
+            if let Some(m) = r.merged {
+                progs.push(Prog {
+                    at_ns: m,
+                    ring: cpu,
+                    bytes: bytes_of(&MarkHalf {
+                        head: head(HALF_MERGE),
+                        at_ns: m,
+                    }),
+                });
+            }
+            let end_cpu = rng.below(2) as usize;
+            let end = |complete_ns, bytes, end| EndHalf {
+                head: head(HALF_END),
+                complete_ns,
+                issue_ns: r.issues.last().map_or(0, |i| i.0),
+                sector: i as u64,
+                bytes,
+                cmd_flags: 0,
+                end,
+                ..EndHalf::default()
+            };
+            for &(at, bytes) in &r.parts {
+                progs.push(Prog {
+                    at_ns: at,
+                    ring: end_cpu,
+                    bytes: bytes_of(&end(at, bytes, END_PART)),
+                });
+            }
+            if let Some(c) = r.complete
+                && !r.missed
+            {
+                let last = r.bytes - r.parts.iter().map(|p| p.1).sum::<u32>();
+                progs.push(Prog {
+                    at_ns: c,
+                    ring: end_cpu,
+                    bytes: bytes_of(&end(c, last, END_LAST)),
+                });
+            }
+        }
+        progs.sort_by_key(|p| p.at_ns);
+        Sim { reqs, progs }
+    }
+
+    /// Drain both rings every `period` ns and sweep up to the drain less `slack`.
+    fn join(sim: &Sim, period: u64, slack: u64) -> (Vec<IoEvent>, Joiner) {
+        let mut j = Joiner::new(0, 2);
+        let mut out = Vec::new();
+        let mut next = 0;
+        let end = sim.progs.last().map_or(0, |p| p.at_ns);
+        let mut drain = sim.progs.first().map_or(0, |p| p.at_ns) + period;
+        loop {
+            let upto = sim.progs[next..].partition_point(|p| p.at_ns <= drain) + next;
+            for ring in 0..2 {
+                for p in &sim.progs[next..upto] {
+                    if p.ring == ring {
+                        j.push(ring, &p.bytes);
+                    }
+                }
+            }
+            next = upto;
+            j.sweep(drain.saturating_sub(slack), &mut |e| out.push(e));
+            if drain > end {
+                break;
+            }
+            drain += period;
+        }
+        j.finish(&mut |e| out.push(e));
+        (out, j)
+    }
+
+    /// The counts each completed request must carry at its (last) issue, from the simulated
+    /// intervals: in the OS from the start to the completion, merge, or (completion lost) the
+    /// next start at its address; at the device over each issue until its requeue or end.
+    fn expected(sim: &Sim) -> HashMap<u64, (u32, u32)> {
+        let mut next_start: HashMap<u64, u64> = HashMap::new();
+        let mut leave = vec![u64::MAX; sim.reqs.len()];
+        for (i, r) in sim.reqs.iter().enumerate().rev() {
+            leave[i] = match (r.merged, r.complete, r.missed) {
+                (Some(m), _, _) => m,
+                (None, Some(c), false) => c,
+                _ => next_start.get(&r.key).copied().unwrap_or(u64::MAX),
+            };
+            next_start.insert(r.key, r.start);
+        }
+        let mut want = HashMap::new();
+        for (i, r) in sim.reqs.iter().enumerate() {
+            if r.missed || r.complete.is_none() {
+                continue;
+            }
+            let t = r.issues.last().unwrap().0;
+            let os = (0..sim.reqs.len())
+                .filter(|&q| sim.reqs[q].start <= t && t < leave[q])
+                .count() as u32;
+            let dev = (0..sim.reqs.len())
+                .filter(|&q| {
+                    let iq = &sim.reqs[q].issues;
+                    iq.iter().enumerate().any(|(k, &(at, rq))| {
+                        let until = rq.unwrap_or(if k + 1 == iq.len() {
+                            leave[q]
+                        } else {
+                            u64::MAX
+                        });
+                        at <= t && t < until
+                    })
+                })
+                .count() as u32;
+            want.insert(i as u64, (os.max(dev), dev));
+        }
+        want
+    }
+
+    #[test]
+    fn joined_records_carry_the_exact_counts_of_their_intervals() {
+        for seed in 1..=8 {
+            let sim = simulate(seed, 3_000, 2_000, 50_000);
+            let want = expected(&sim);
+            let (out, j) = join(&sim, 20_000, 60_000);
+            let st = j.stats();
+            assert_eq!(st.late, 0, "seed {seed}");
+            assert_eq!(st.malformed, 0);
+            assert_eq!(
+                out.len(),
+                want.len(),
+                "seed {seed}: every completion one record"
+            );
+            for e in &out {
+                let r = &sim.reqs[e.sector as usize];
+                assert_eq!(
+                    (e.os_inflight, e.dev_inflight),
+                    want[&e.sector],
+                    "seed {seed}, request {}",
+                    e.sector
+                );
+                assert_eq!(e.bytes, r.bytes);
+                assert_eq!(e.enter_ns, r.start);
+                assert_eq!(e.issue_ns, r.issues.last().unwrap().0);
+                assert_eq!(e.requeues as usize, r.issues.len() - 1);
+                assert_eq!(e.pid, 1000 + e.sector as u32);
+                assert_eq!(&e.comm[..4], b"fio\0");
+            }
+            // A lost completion is seen when its address comes back; the others are open.
+            let reused = sim
+                .reqs
+                .iter()
+                .enumerate()
+                .filter(|(i, r)| r.missed && sim.reqs[i + 1..].iter().any(|q| q.key == r.key))
+                .count() as u64;
+            let never = sim.reqs.iter().filter(|r| r.missed).count() as u64 - reused;
+            assert_eq!(st.missed_completions, reused, "seed {seed}");
+            assert_eq!(st.open_at_end, never, "seed {seed}");
+            assert_eq!(j.open(), never as usize);
+            // Records come out in completion order within a sweep, and every one exactly
+            // once.
+            let ids: HashSet<u64> = out.iter().map(|e| e.sector).collect();
+            assert_eq!(ids.len(), out.len());
+        }
+    }
+
+    #[test]
+    fn halves_behind_the_sweep_are_counted_late_and_still_joined() {
+        // A start half written 50 µs after its stamp, with a slack of 1 µs: the sweep has
+        // passed its instant. The record still comes out whole, with its submitter.
+        let sim = simulate(3, 2_000, 2_000, 50_000);
+        let want = expected(&sim);
+        let (out, j) = join(&sim, 20_000, 1_000);
+        let st = j.stats();
+        assert!(st.late > 0);
+        assert_eq!(out.len(), want.len());
+        assert!(out.iter().all(|e| e.pid == 1000 + e.sector as u32));
+        // Counts move by the late ones only, never wrap.
+        let off = out
+            .iter()
+            .filter(|e| (e.os_inflight, e.dev_inflight) != want[&e.sector])
+            .count();
+        assert!(off > 0 && (off as u64) < st.late * 200, "{off} off, {st:?}");
+        assert!(out.iter().all(|e| e.os_inflight < 1_000));
+    }
+
+    #[test]
+    fn a_request_from_before_the_attach_has_no_submitter_and_is_flagged() {
+        let mut j = Joiner::new(5_000, 2);
+        let head = |half, start_ns| HalfHead {
+            half,
+            dev: DEV,
+            key: 0x1000,
+            start_ns,
+        };
+        j.push(
+            0,
+            &bytes_of(&IssueHalf {
+                head: head(HALF_ISSUE, 4_000),
+                issue_ns: 6_000,
+            }),
+        );
+        j.push(
+            0,
+            &bytes_of(&EndHalf {
+                head: head(HALF_END, 4_000),
+                complete_ns: 9_000,
+                issue_ns: 6_000,
+                bytes: 4096,
+                ..EndHalf::default()
+            }),
+        );
+        // Its address comes back for a request started after the attach whose start half is
+        // lost: no submitter either, but not "before the attach".
+        j.push(
+            0,
+            &bytes_of(&EndHalf {
+                head: head(HALF_END, 10_000),
+                complete_ns: 12_000,
+                issue_ns: 11_000,
+                bytes: 512,
+                ..EndHalf::default()
+            }),
+        );
+        let mut out = Vec::new();
+        j.sweep(20_000, &mut |e| out.push(e));
+        assert_eq!(out.len(), 2);
+        assert_ne!(out[0].flags & EV_STARTED_BEFORE_ATTACH, 0);
+        assert_eq!((out[0].os_inflight, out[0].dev_inflight), (1, 1));
+        assert_eq!(out[1].flags & EV_STARTED_BEFORE_ATTACH, 0);
+        assert_eq!(out[1].issue_ns, 11_000);
+        assert_eq!(j.stats().starts_lost, 1);
+        assert_eq!(j.open(), 0);
+    }
+
+    #[test]
+    fn short_or_unknown_halves_are_counted_malformed() {
+        let mut j = Joiner::new(0, 2);
+        j.push(0, &[1, 0, 0]);
+        let mut h = bytes_of(&StartHalf::default());
+        h[0] = 99;
+        j.push(1, &h);
+        let mut s = bytes_of(&StartHalf {
+            head: HalfHead {
+                half: HALF_START,
+                ..HalfHead::default()
+            },
+            ..StartHalf::default()
+        });
+        s.truncate(30);
+        j.push(0, &s);
+        assert_eq!(j.stats().malformed, 3);
+        assert_eq!(j.open(), 0);
+    }
+}
