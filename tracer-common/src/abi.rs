@@ -52,6 +52,22 @@ pub const PROGRAMS_GETRQ: [(&str, &str); 6] = [
 /// stamps; no per-IO record, no request tracked from its submission.
 pub const PROGRAMS_AGGREGATES: [(&str, &str); 1] = [("blkprof_complete_agg", "block_rq_complete")];
 
+/// The half-record programs (docs/design/records-without-shared-state.md; 6.5+, and devices
+/// whose kernel stamps every request's start): each writes what it knows to its CPU's ring.
+pub const PROGRAMS_HALVES: [(&str, &str); 5] = [
+    ("blkprof_start_half", "block_io_start"),
+    ("blkprof_issue_half", "block_rq_issue"),
+    ("blkprof_requeue_half", "block_rq_requeue"),
+    ("blkprof_merge_half", "block_rq_merge"),
+    ("blkprof_complete_half", "block_rq_complete"),
+];
+
+/// The rings of the half programs: CPU `c` writes to ring `c % HALF_RINGS`.
+pub const HALF_RINGS: usize = 8;
+pub const MAP_HALF_RINGS: [&str; HALF_RINGS] = [
+    "HALVES0", "HALVES1", "HALVES2", "HALVES3", "HALVES4", "HALVES5", "HALVES6", "HALVES7",
+];
+
 /// Programs that return at once, on the tracepoints the probe uses (6.5+): the cost of being
 /// attached, which `cargo xtask bench` measures the probe against.
 pub const PROGRAMS_NOP: [(&str, &str); 3] = [
@@ -436,8 +452,12 @@ pub struct StartHalf {
     pub pid: u32,
     /// `EV_*` bits known at the start.
     pub flags: u32,
+    /// When the program ran: the instant the request counts as in the OS from, as the
+    /// in-kernel counts did. (The kernel's start stamp can be much earlier: taken from the
+    /// submitter's plug, which caches the clock until the task sleeps.)
+    pub at_ns: u64,
 }
-const _: () = assert!(core::mem::size_of::<StartHalf>() == 56);
+const _: () = assert!(core::mem::size_of::<StartHalf>() == 64);
 
 /// The instant of an issue to the driver (the kernel's stamp, `rq->io_start_time_ns`).
 #[repr(C)]

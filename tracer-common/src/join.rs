@@ -123,12 +123,17 @@ pub struct JoinStats {
     /// completions the probe did not see (the kernel did not run its program, or its half was
     /// lost to a full ring).
     pub missed_completions: u64,
+    /// Completed requests that started before the probe attached (no submitter).
+    pub started_before_attach: u64,
     /// Completed requests without a start half although they started after the probe
     /// attached (the start half was lost): recorded without a submitter.
     pub starts_lost: u64,
     /// Halves that arrived after the sweep had passed their instant (their program ran
     /// later than the slack allows): counted where the sweep was.
     pub late: u64,
+    /// Requests whose start half carried another start stamp than their other halves (the
+    /// kernel stamps when it accounts the request, after the start program).
+    pub restamped: u64,
     /// Halves too short for their kind, or of no known kind.
     pub malformed: u64,
     /// Requests still open when the join ended (in flight at the end, or their completion
@@ -194,6 +199,11 @@ impl Joiner {
         }
     }
 
+    /// When the probe was whole: requests stamped before it have no start half.
+    pub fn set_attach_ns(&mut self, attach_ns: u64) {
+        self.attach_ns = attach_ns;
+    }
+
     pub fn stats(&self) -> JoinStats {
         self.stats
     }
@@ -214,7 +224,11 @@ impl Joiner {
         match head.half {
             HALF_START => match read::<StartHalf>(bytes) {
                 Some(h) => {
-                    let r = self.request(&head);
+                    // Not joined by its stamp: at `block_io_start` the kernel may not have
+                    // stamped the request yet (it does when it accounts it, right after; the
+                    // field can hold a stamp of an earlier request). The sweep gives it to the
+                    // request issued or completed next at its address ([`Joiner::adopt`]).
+                    let r = self.new_request(&head);
                     self.reqs[r as usize].submitter = Some(Submitter {
                         pid: h.pid,
                         comm: h.comm,
@@ -222,7 +236,8 @@ impl Joiner {
                         // EV_* bits are the low 16.
                         flags: u16::try_from(h.flags & 0xffff).unwrap_or_default(),
                     });
-                    self.event(ring, r, head.start_ns, What::Start);
+                    let at_ns = if h.at_ns != 0 { h.at_ns } else { head.start_ns };
+                    self.event(ring, r, at_ns, What::Start);
                 }
                 None => self.stats.malformed += 1,
             },
@@ -290,6 +305,13 @@ impl Joiner {
         if let Some(&i) = self.by_start.get(&(head.key, head.start_ns)) {
             return i;
         }
+        let i = self.new_request(head);
+        self.by_start.insert((head.key, head.start_ns), i);
+        i
+    }
+
+    /// A request of its own (for a start half: not found by its stamp).
+    fn new_request(&mut self, head: &HalfHead) -> u32 {
         let q = Req {
             key: head.key,
             start_ns: head.start_ns,
@@ -315,7 +337,6 @@ impl Joiner {
             // Requests open at once are those in flight plus a drain's worth: far below 2^32.
             u32::try_from(self.reqs.len() - 1).expect("fewer than 2^32 requests open")
         };
-        self.by_start.insert((head.key, head.start_ns), i);
         i
     }
 
@@ -399,6 +420,7 @@ impl Joiner {
                 q.live = true;
             }
             What::Issue => {
+                self.adopt(r);
                 let dev = self.reqs[r as usize].dev;
                 let (in_os, at_device) = {
                     let q = &self.reqs[r as usize];
@@ -434,6 +456,7 @@ impl Joiner {
                 }
             }
             What::Merge => {
+                self.adopt(r);
                 self.leave(r);
                 self.reqs[r as usize].done = true;
             }
@@ -465,6 +488,7 @@ impl Joiner {
                     }
                     _ => {
                         // END_LAST (push takes no other value).
+                        self.adopt(r);
                         self.leave(r);
                         let ev = self.record(r, &half);
                         self.stats.joined += 1;
@@ -475,6 +499,44 @@ impl Joiner {
             }
         }
         self.release_if_idle(r);
+    }
+
+    /// At its issue (or its end or merge, if never issued): a start half waiting in the OS at this
+    /// request's address with nothing else of its own is this request's (requests at one
+    /// address follow one another, and a start program runs before the issue): take its
+    /// submitter and its place in the OS.
+    fn adopt(&mut self, r: u32) {
+        let q = &self.reqs[r as usize];
+        if q.submitter.is_some() || q.in_os {
+            return;
+        }
+        let Some(&s) = self.live.get(&q.key) else {
+            return;
+        };
+        let sq = self.reqs[s as usize];
+        if s == r
+            || !sq.live
+            || sq.done
+            || sq.submitter.is_none()
+            || sq.at_device
+            || sq.issue_ns != 0
+            || sq.end.is_some()
+        {
+            return;
+        }
+        let q = &mut self.reqs[r as usize];
+        q.submitter = sq.submitter;
+        q.in_os = sq.in_os;
+        q.live = true;
+        let st = &mut self.reqs[s as usize];
+        st.in_os = false;
+        st.live = false;
+        st.done = true;
+        self.live.insert(sq.key, r);
+        if sq.start_ns != self.reqs[r as usize].start_ns {
+            self.stats.restamped += 1;
+        }
+        self.release_if_idle(s);
     }
 
     /// This request enters the OS (as the sweep has come). Another with its address still
@@ -505,6 +567,7 @@ impl Joiner {
         } else {
             if q.start_ns < self.attach_ns {
                 flags |= EV_STARTED_BEFORE_ATTACH;
+                self.stats.started_before_attach += 1;
             } else {
                 self.stats.starts_lost += 1;
             }
@@ -550,7 +613,9 @@ impl Joiner {
             return;
         }
         let (key, start_ns) = (q.key, q.start_ns);
-        self.by_start.remove(&(key, start_ns));
+        if self.by_start.get(&(key, start_ns)) == Some(&r) {
+            self.by_start.remove(&(key, start_ns));
+        }
         if !self.ends.is_empty() {
             self.ends.remove(&r);
         }
@@ -710,15 +775,26 @@ mod tests {
                 .map(|i| i.0)
                 .or(r.merged)
                 .unwrap_or(u64::MAX);
+            // Now and then the start program reads a stale stamp (the kernel stamps the request
+            // when it accounts it, after the program).
+            let restamped = r.merged.is_none() && rng.below(100) < 5;
             progs.push(Prog {
                 at_ns: (r.start + delay).min(first - 1),
                 ring: cpu,
                 bytes: bytes_of(&StartHalf {
-                    head: head(HALF_START),
+                    head: HalfHead {
+                        start_ns: if restamped {
+                            r.start.saturating_sub(25_000_000_000)
+                        } else {
+                            r.start
+                        },
+                        ..head(HALF_START)
+                    },
                     pid: 1000 + i as u32,
                     comm: *b"fio\0\0\0\0\0\0\0\0\0\0\0\0\0",
                     cgroup: 42,
                     flags: 0,
+                    at_ns: r.start,
                 }),
             });
             for &(at, requeue) in &r.issues {

@@ -28,7 +28,9 @@ use core::intrinsics::{AtomicOrdering, atomic_cxchg, atomic_xadd};
 use aya_ebpf::{
     helpers::{
         bpf_get_current_pid_tgid, bpf_ktime_get_ns,
-        generated::{bpf_get_current_cgroup_id, bpf_get_current_task_btf},
+        generated::{
+            bpf_get_current_cgroup_id, bpf_get_current_task_btf, bpf_get_smp_processor_id,
+        },
     },
     macros::{btf_tracepoint, map},
     maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
@@ -42,6 +44,10 @@ use tracer_common::{
     SIZE_BUCKETS, dev_join, loglin_le_bucket,
 };
 use tracer_common::{Cuts, EV_OUTSIDE_CUT, RequestSlot, SLOT_COUNT};
+use tracer_common::{
+    END_LAST, END_OFF_DEVICE, END_PART, EndHalf, HALF_END, HALF_ISSUE, HALF_MERGE, HALF_REQUEUE,
+    HALF_RINGS, HALF_START, HalfHead, IssueHalf, MarkHalf, StartHalf,
+};
 use tracer_common::{
     FILE_DEV_ANON, FILE_DEV_DEVICE, FILE_NAME_DEPTH, FILE_NAME_LEN, FileKey, FileName,
 };
@@ -1370,6 +1376,272 @@ fn finish(cfg: &ProbeConfig, rq: *const u8, st: &mut RequestState, kind: u16, cm
     // No wakeup: the daemon drains the ring on a timer (every 20 ms; a 16 MB ring holds 0.8 s
     // at 200k IOPS). Asking how full the ring is, per record, read a line the reader writes.
     entry.submit(BPF_RB_NO_WAKEUP);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Half records (docs/design/records-without-shared-state.md): no per-request state and no
+// in-flight counters in the kernel. Each program writes what it alone knows to the ring of its
+// CPU; user space joins the halves by (request address, the kernel's start stamp) and counts
+// the requests in flight from their instants. Devices on this path have the kernel stamp every
+// request's start (iostats on).
+// ---------------------------------------------------------------------------------------------
+
+#[map]
+static HALVES0: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
+#[map]
+static HALVES1: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
+#[map]
+static HALVES2: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
+#[map]
+static HALVES3: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
+#[map]
+static HALVES4: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
+#[map]
+static HALVES5: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
+#[map]
+static HALVES6: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
+#[map]
+static HALVES7: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
+
+/// Write `half` to this CPU's ring; a full ring drops it, counted.
+#[inline(always)]
+fn write_half<T: 'static>(half: T) {
+    // SAFETY: helper without preconditions.
+    let cpu = unsafe { bpf_get_smp_processor_id() } as usize % HALF_RINGS;
+    let entry = match cpu {
+        0 => HALVES0.reserve::<T>(0),
+        1 => HALVES1.reserve::<T>(0),
+        2 => HALVES2.reserve::<T>(0),
+        3 => HALVES3.reserve::<T>(0),
+        4 => HALVES4.reserve::<T>(0),
+        5 => HALVES5.reserve::<T>(0),
+        6 => HALVES6.reserve::<T>(0),
+        _ => HALVES7.reserve::<T>(0),
+    };
+    match entry {
+        Some(mut e) => {
+            e.write(half);
+            e.submit(BPF_RB_NO_WAKEUP);
+        }
+        None => bump(Counter::RingDrops),
+    }
+}
+
+#[inline(always)]
+fn half_head(half: u32, dev: u32, key: u64, start_ns: u64) -> HalfHead {
+    HalfHead {
+        half,
+        dev,
+        key,
+        start_ns,
+    }
+}
+
+#[btf_tracepoint(function = "block_io_start")]
+pub fn blkprof_start_half(ctx: BtfTracePointContext) -> i32 {
+    try_start_half(&ctx);
+    0
+}
+
+fn try_start_half(ctx: &BtfTracePointContext) -> Option<()> {
+    let cfg = config();
+    let rq: *const u8 = ctx.arg(0);
+    let dev = traced_dev(cfg, rq)?;
+    let key = key_of(ctx, SCRATCH_IO_START);
+    let [c0, c1] = current_comm();
+    let mut comm = [0u8; 16];
+    // SAFETY: two u64 stores into a 16-byte local.
+    unsafe {
+        core::ptr::write_unaligned(comm.as_mut_ptr().cast::<u64>(), c0);
+        core::ptr::write_unaligned(comm.as_mut_ptr().cast::<u64>().add(1), c1);
+    }
+    write_half(StartHalf {
+        head: half_head(
+            HALF_START,
+            dev,
+            key,
+            load(rq, cfg_u32(&cfg.rq_start_time_ns)),
+        ),
+        // SAFETY: helper without preconditions.
+        cgroup: unsafe { bpf_get_current_cgroup_id() },
+        comm,
+        pid: (bpf_get_current_pid_tgid() >> 32) as u32,
+        flags: 0,
+        at_ns: now_ns(),
+    });
+    Some(())
+}
+
+#[btf_tracepoint(function = "block_rq_issue")]
+pub fn blkprof_issue_half(ctx: BtfTracePointContext) -> i32 {
+    try_issue_half(&ctx);
+    0
+}
+
+fn try_issue_half(ctx: &BtfTracePointContext) -> Option<()> {
+    let cfg = config();
+    let rq: *const u8 = ctx.arg(0);
+    let dev = traced_dev(cfg, rq)?;
+    let key = key_of(ctx, SCRATCH_ISSUE);
+    let start_ns: u64 = load(rq, cfg_u32(&cfg.rq_start_time_ns));
+    // This program's clock, as the in-kernel path takes it: the kernel's own issue stamp may
+    // be the submitter's plug's cached clock, earlier than the start program ran.
+    let issue_ns = now_ns();
+    let cmd_flags: u32 = load(rq, cfg_u32(&cfg.rq_cmd_flags));
+    let rq_flags: u32 = load(rq, cfg_u32(&cfg.rq_rq_flags));
+    if cmd_flags & cfg_u32(&cfg.req_op_mask) == cfg_u32(&cfg.req_op_flush)
+        && rq_flags & cfg_u32(&cfg.rqf_flush_seq) != 0
+    {
+        // The block layer's own flush request, which no start event sees: its submitter is
+        // the task that issues it.
+        let [c0, c1] = current_comm();
+        let mut comm = [0u8; 16];
+        // SAFETY: two u64 stores into a 16-byte local.
+        unsafe {
+            core::ptr::write_unaligned(comm.as_mut_ptr().cast::<u64>(), c0);
+            core::ptr::write_unaligned(comm.as_mut_ptr().cast::<u64>().add(1), c1);
+        }
+        write_half(StartHalf {
+            head: half_head(HALF_START, dev, key, start_ns),
+            // SAFETY: helper without preconditions.
+            cgroup: unsafe { bpf_get_current_cgroup_id() },
+            comm,
+            pid: (bpf_get_current_pid_tgid() >> 32) as u32,
+            flags: 0,
+            at_ns: now_ns(),
+        });
+    }
+    write_half(IssueHalf {
+        head: half_head(HALF_ISSUE, dev, key, start_ns),
+        issue_ns,
+    });
+    Some(())
+}
+
+#[btf_tracepoint(function = "block_rq_requeue")]
+pub fn blkprof_requeue_half(ctx: BtfTracePointContext) -> i32 {
+    try_mark_half(&ctx, HALF_REQUEUE, SCRATCH_REQUEUE);
+    0
+}
+
+#[btf_tracepoint(function = "block_rq_merge")]
+pub fn blkprof_merge_half(ctx: BtfTracePointContext) -> i32 {
+    try_mark_half(&ctx, HALF_MERGE, SCRATCH_MERGE);
+    0
+}
+
+#[inline(always)]
+fn try_mark_half(ctx: &BtfTracePointContext, half: u32, scratch: u32) -> Option<()> {
+    let cfg = config();
+    let rq: *const u8 = ctx.arg(0);
+    let dev = traced_dev(cfg, rq)?;
+    let key = key_of(ctx, scratch);
+    write_half(MarkHalf {
+        head: half_head(half, dev, key, load(rq, cfg_u32(&cfg.rq_start_time_ns))),
+        at_ns: now_ns(),
+    });
+    Some(())
+}
+
+#[btf_tracepoint(function = "block_rq_complete")]
+pub fn blkprof_complete_half(ctx: BtfTracePointContext) -> i32 {
+    try_complete_half(&ctx);
+    0
+}
+
+fn try_complete_half(ctx: &BtfTracePointContext) -> Option<()> {
+    let cfg = config();
+    let rq: *const u8 = ctx.arg(0);
+    let error: i32 = ctx.arg::<u64>(1) as u8 as i32;
+    let nr_bytes: u32 = ctx.arg::<u64>(2) as u32;
+    let dev = traced_dev(cfg, rq)?;
+    let key = key_of(ctx, SCRATCH_COMPLETE);
+    let cmd_flags: u32 = load(rq, cfg_u32(&cfg.rq_cmd_flags));
+    let rq_flags: u32 = load(rq, cfg_u32(&cfg.rq_rq_flags));
+    let flush_seq = rq_flags & cfg_u32(&cfg.rqf_flush_seq) != 0;
+    let op = cmd_flags & cfg_u32(&cfg.req_op_mask);
+    let flush_rq = op == cfg_u32(&cfg.req_op_flush) && flush_seq;
+    let end = if flush_rq {
+        END_LAST
+    } else {
+        let bio: *const u8 = load(rq, cfg_u32(&cfg.rq_bio));
+        let remaining: u32 = load(rq, cfg_u32(&cfg.rq_data_len));
+        if !bio.is_null() && nr_bytes < remaining {
+            END_PART
+        } else if flush_seq {
+            END_OFF_DEVICE
+        } else {
+            END_LAST
+        }
+    };
+    let complete_ns = now_ns();
+    let start_ns: u64 = load(rq, cfg_u32(&cfg.rq_start_time_ns));
+    let accounted = rq_flags & cfg_u32(&cfg.rqf_io_stat) != 0;
+    let mut issue_ns: u64 = load(rq, cfg_u32(&cfg.rq_io_start_time_ns));
+    if issue_ns > complete_ns || issue_ns < start_ns {
+        issue_ns = 0;
+    }
+    let mut flags = if accounted || flush_rq {
+        0
+    } else {
+        EV_NOT_ACCOUNTED
+    };
+    let (inside, epoch) = CUTS.get(0).map_or((false, 0), |c| {
+        (
+            complete_ns > c.start_after_ns && complete_ns <= c.end_at_ns,
+            Cuts::epoch_of(c.rotation, complete_ns),
+        )
+    });
+    if !inside {
+        flags |= EV_OUTSIDE_CUT;
+    }
+    // The exact aggregates, as the `--no-records` program keeps them, without a slot for a
+    // request completed in parts: each part adds its bytes where it completes (as the kernel's
+    // own counters do), the last part the IO (its size bucket is the last part's).
+    if inside {
+        let agg_key = AggKey {
+            dev,
+            op: op
+                | if flush_rq { AGG_FLUSH_RQ } else { 0 }
+                | if flags & EV_NOT_ACCOUNTED != 0 {
+                    AGG_NOT_ACCOUNTED
+                } else {
+                    0
+                }
+                | epoch,
+        };
+        let enter_ns = if accounted || flush_rq { start_ns } else { 0 };
+        match aggregate(&agg_key) {
+            Some(a) if end == END_LAST => {
+                aggregate_io(a, u64::from(nr_bytes), enter_ns, issue_ns, complete_ns);
+            }
+            // SAFETY: map value pointer; this CPU's.
+            Some(a) => unsafe { (*a).bytes += u64::from(nr_bytes) },
+            None => bump(Counter::AggregateMapFull),
+        }
+    }
+    let (file_dev, file_ino) = if end == END_LAST {
+        file_of(cfg, rq)
+    } else {
+        (0, 0)
+    };
+    write_half(EndHalf {
+        head: half_head(HALF_END, dev, key, start_ns),
+        complete_ns,
+        issue_ns,
+        sector: load(rq, cfg_u32(&cfg.rq_sector)),
+        bytes: nr_bytes,
+        cmd_flags,
+        error,
+        kind: if flush_rq { KIND_FLUSH_RQ } else { KIND_IO },
+        flags,
+        end,
+        hw_queue: hw_queue(cfg, rq),
+        file_dev,
+        owner_cgroup: owner_cgroup(cfg, rq),
+        file_ino,
+    });
+    Some(())
 }
 
 #[cfg(not(test))]

@@ -142,6 +142,10 @@ pub struct Args {
     /// (benchmarks: the cost of the loads; the ids are then v1 cgroups').
     #[arg(long, hide = true)]
     pub owner_cgroups_always: bool,
+    /// Records as half records on a ring per CPU, joined here (work in progress:
+    /// docs/design/records-without-shared-state.md; kernels with block_io_start).
+    #[arg(long, hide = true)]
+    pub halves: bool,
 }
 
 fn parse_listen(s: &str) -> Result<std::net::SocketAddr, String> {
@@ -208,6 +212,8 @@ pub struct Config {
     pub mode: crate::probe::ProbeMode,
     /// `--owner-cgroups-always` (benchmarks).
     pub owner_always: bool,
+    /// `--halves` (work in progress).
+    pub halves: bool,
     /// `--files`.
     pub files: bool,
     /// `--device` as given (recorded in the trace header's filters).
@@ -395,6 +401,7 @@ impl Args {
             flight_recorder,
             mode,
             owner_always: self.owner_cgroups_always,
+            halves: self.halves,
             files: self.files,
         })
     }

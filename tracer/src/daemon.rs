@@ -173,6 +173,8 @@ struct Run {
     cgroup_keep: HashMap<u64, bool>,
     /// A trigger fired: dump at this instant, saying why.
     pending_dump: Option<(tokio::time::Instant, String)>,
+    /// Half records' rings and their join (`--halves`).
+    halves: Option<Halves>,
     /// When the ring is drained next.
     pace: DrainPace,
 }
@@ -485,6 +487,8 @@ impl Run {
         // (tracepoint probes run with preemption off); what it wrote is in the ring by now.
         std::thread::sleep(Duration::from_millis(1));
         drain_ring(ring, self);
+        // The join's records up to the instant, before the file closes.
+        self.sweep_halves(at);
         // The parity before the instant no longer changes: it and the other's value frozen at
         // the last rotation are the aggregates at the instant.
         let frozen = self.probe.aggregates_of(Some(before))?;
@@ -520,11 +524,49 @@ impl Run {
         Ok(())
     }
 
+    /// Drain the half records' rings into the join; their ring bytes.
+    fn drain_halves(&mut self) -> u64 {
+        let Some(h) = &mut self.halves else {
+            return 0;
+        };
+        let mut bytes = 0;
+        for (i, rb) in h.rings.iter_mut().enumerate() {
+            while let Some(item) = rb.next() {
+                bytes += ring_footprint(item.len());
+                h.joiner.push(i, &item);
+            }
+        }
+        bytes
+    }
+
+    /// The join's records up to `upto_ns`, handled as the probe's own.
+    fn sweep_halves(&mut self, upto_ns: u64) {
+        let Some(mut h) = self.halves.take() else {
+            return;
+        };
+        h.joiner.sweep(upto_ns, &mut |ev| self.handle_event(ev));
+        self.halves = Some(h);
+    }
+
+    /// The end: every half in, every record out.
+    fn finish_halves(&mut self) {
+        self.drain_halves();
+        let Some(mut h) = self.halves.take() else {
+            return;
+        };
+        h.joiner.finish(&mut |ev| self.handle_event(ev));
+        self.halves = Some(h);
+    }
+
     fn handle(&mut self, bytes: &[u8]) {
         let Some(ev) = decode_event(bytes) else {
             self.malformed += 1;
             return;
         };
+        self.handle_event(ev);
+    }
+
+    fn handle_event(&mut self, ev: IoEvent) {
         let (op, mut fl) = self.probe.decoder.decode(ev.cmd_flags);
         if ev.kind == KIND_FLUSH_RQ {
             fl |= flags::FLUSH_RQ;
@@ -670,6 +712,11 @@ impl Run {
     /// The probe's counters, with the file names user space left out.
     fn counters(&self) -> Result<ProbeCounters, crate::probe::ProbeError> {
         let mut c = self.probe.counters()?;
+        if let Some(h) = &self.halves {
+            let st = h.joiner.stats();
+            c.missed_completions += st.missed_completions;
+            c.started_before_attach += st.started_before_attach;
+        }
         if let Some(f) = &self.file_names {
             c.file_name_drops += f.dropped;
         }
@@ -968,7 +1015,24 @@ fn drain_ring(rb: &mut RingBuf<MapData>, run: &mut Run) {
         bytes += ring_footprint(item.len());
         run.handle(&item);
     }
+    if run.halves.is_some() {
+        // Every half of an instant before this clock read is in its ring once the rings are
+        // drained, but a start half, stamped by the kernel before its program ran.
+        let now = clock::monotonic_ns();
+        bytes += run.drain_halves();
+        run.sweep_halves(now.saturating_sub(HALF_SLACK_NS));
+    }
     run.pace.drained(bytes);
+}
+
+/// How far behind the drain the join's sweep stays: room for a start half whose submitting
+/// task was preempted between the kernel's stamp and the program.
+const HALF_SLACK_NS: u64 = 100_000;
+
+/// The half records' rings and their join.
+struct Halves {
+    rings: Vec<RingBuf<MapData>>,
+    joiner: tracer_common::join::Joiner,
 }
 
 /// The ring space a record of `len` bytes took: its data rounded up to 8 bytes, after the
@@ -992,7 +1056,7 @@ struct DrainPace {
 }
 
 impl DrainPace {
-    const MIN: Duration = Duration::from_millis(20);
+    const MIN: Duration = Duration::from_millis(2);
     const MAX: Duration = Duration::from_millis(100);
 
     fn new(ring_bytes: u64) -> DrainPace {
@@ -1079,8 +1143,14 @@ pub async fn run(cfg: Config) -> Result<u8> {
         devices: devices.iter().map(DeviceInfo::dev).collect(),
         owner_always: cfg.owner_always,
         files: cfg.files,
+        halves: cfg.halves,
     })?;
     let ring = probe.take_ring()?;
+    let half_rings = probe.take_half_rings()?;
+    let halves = (!half_rings.is_empty()).then(|| Halves {
+        joiner: tracer_common::join::Joiner::new(clock::monotonic_ns(), half_rings.len()),
+        rings: half_rings,
+    });
     let file_names = if probe.config.files != 0 {
         Some(crate::files::Files::new(probe.take_names_ring()?))
     } else {
@@ -1097,6 +1167,7 @@ pub async fn run(cfg: Config) -> Result<u8> {
         ops: cfg.ops.clone(),
     };
     let cfg_ring_bytes = cfg.ring_bytes;
+    let cfg_halves = cfg.halves;
     let mut run = Run {
         host: read_file("/proc/sys/kernel/hostname"),
         kernel: read_file("/proc/sys/kernel/osrelease"),
@@ -1144,9 +1215,15 @@ pub async fn run(cfg: Config) -> Result<u8> {
         last_cgroups: None,
         cgroup_keep: HashMap::new(),
         pending_dump: None,
-        pace: DrainPace::new(u64::from(cfg_ring_bytes)),
+        halves,
+        pace: DrainPace::new(u64::from(cfg_ring_bytes) / if cfg_halves { 8 } else { 1 }),
     };
     run.probe.attach()?;
+    if let Some(h) = &mut run.halves {
+        // The start program attaches last: a request stamped before now may have no start
+        // half (it started before the probe was whole).
+        h.joiner.set_attach_ns(clock::monotonic_ns());
+    }
     // The start: IOs completing after this instant belong to the run, in the records, the
     // aggregates and the kernel's counters alike.
     let (cut, ds) = run.cut(true)?;
@@ -1356,6 +1433,7 @@ pub async fn run(cfg: Config) -> Result<u8> {
     }
     run.probe.detach();
     drain_ring(ring.get_mut(), &mut run);
+    run.finish_halves();
     let len = clock::duration_ns(interval_start.elapsed());
     run.tick(
         interval_start_wall,
@@ -1566,6 +1644,20 @@ fn summary(
     }
     if run.malformed > 0 {
         writeln!(out, "warning: {} malformed ring records", run.malformed)?;
+    }
+    if let Some(h) = &run.halves {
+        let st = h.joiner.stats();
+        writeln!(
+            out,
+            "half records: {} joined ({} restamped), {} started before the attach, {} without their start half, {} behind the sweep, {} malformed, {} open at the end",
+            thousands(st.joined),
+            thousands(st.restamped),
+            thousands(st.started_before_attach),
+            thousands(st.starts_lost),
+            thousands(st.late),
+            thousands(st.malformed),
+            thousands(st.open_at_end),
+        )?;
     }
     if let Some((path, records, bytes)) = closed {
         let per_io = if *records > 0 {

@@ -91,6 +91,9 @@ pub struct ProbeOptions {
     pub owner_always: bool,
     /// `--files`: name the file of each IO's data pages.
     pub files: bool,
+    /// Records as half records on a ring per CPU, joined in user space
+    /// (docs/design/records-without-shared-state.md); `Records` mode only.
+    pub halves: bool,
 }
 
 pub struct Probe {
@@ -102,6 +105,8 @@ pub struct Probe {
     pub mode: ProbeMode,
     /// Whether records carry the cgroup each IO is charged to, and why not.
     pub owner_cgroups: tracer_common::format::OwnerCgroups,
+    /// Records come as half records on [`tracer_common::MAP_HALF_RINGS`].
+    pub halves: bool,
     /// The programs loaded, (program, tracepoint), submission side first.
     programs: &'static [(&'static str, &'static str)],
     links: Vec<(String, aya::programs::tp_btf::BtfTracePointLinkId)>,
@@ -153,10 +158,23 @@ impl Probe {
             config.filter_list[..opts.devices.len()].copy_from_slice(&opts.devices);
         }
         let btf = Btf::from_sys_fs().map_err(|e| ProbeError::Load(format!("kernel BTF: {e}")))?;
-        let mut ebpf = EbpfLoader::new()
+        let halves = opts.halves && opts.mode == ProbeMode::Records && hooks == Hooks::IoStart;
+        let mut loader = EbpfLoader::new();
+        loader
             .btf(Some(&btf))
             .override_global(GLOBAL_CONFIG, &config, true)
-            .map_max_entries(MAP_EVENTS, opts.ring_bytes)
+            .map_max_entries(MAP_EVENTS, if halves { 4096 } else { opts.ring_bytes });
+        // A ring per CPU (CPUs beyond the rings share them): the ring budget split among the
+        // rings in use, each a power of two; the others the smallest.
+        let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        let used = cpus.min(tracer_common::HALF_RINGS);
+        let per_ring = (opts.ring_bytes / used as u32)
+            .next_power_of_two()
+            .max(1 << 16);
+        for (i, name) in tracer_common::MAP_HALF_RINGS.iter().enumerate() {
+            loader.map_max_entries(name, if halves && i < used { per_ring } else { 4096 });
+        }
+        let mut ebpf = loader
             .load(PROBE_OBJECT)
             .map_err(|e| ProbeError::Load(format!("{e:#}")))?;
         if !opts.devices.is_empty() {
@@ -172,6 +190,7 @@ impl Probe {
             }
         }
         let programs: &'static [(&'static str, &'static str)] = match opts.mode {
+            ProbeMode::Records if halves => &tracer_common::PROGRAMS_HALVES,
             ProbeMode::Records => hooks.programs(),
             ProbeMode::Aggregates => &tracer_common::PROGRAMS_AGGREGATES,
             ProbeMode::Nop => &tracer_common::PROGRAMS_NOP,
@@ -193,6 +212,7 @@ impl Probe {
             config,
             hooks,
             mode: opts.mode,
+            halves,
             owner_cgroups,
             programs,
             links: Vec::new(),
@@ -303,6 +323,26 @@ impl Probe {
                 .and_then(|h| h.get(&key, 0).ok())
                 .is_some_and(|s| s.enter_ns == st.enter_ns),
         }
+    }
+
+    /// The half records' rings in use (none unless [`Probe::halves`]).
+    pub fn take_half_rings(&mut self) -> Result<Vec<RingBuf<MapData>>, ProbeError> {
+        if !self.halves {
+            return Ok(Vec::new());
+        }
+        let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        let mut rings = Vec::new();
+        for name in &tracer_common::MAP_HALF_RINGS[..cpus.min(tracer_common::HALF_RINGS)] {
+            let map = self.ebpf.take_map(name).ok_or_else(|| ProbeError::Map {
+                map: (*name).into(),
+                reason: "missing".into(),
+            })?;
+            rings.push(RingBuf::try_from(map).map_err(|e| ProbeError::Map {
+                map: (*name).into(),
+                reason: e.to_string(),
+            })?);
+        }
+        Ok(rings)
     }
 
     pub fn take_ring(&mut self) -> Result<RingBuf<MapData>, ProbeError> {
