@@ -112,6 +112,8 @@ struct Req {
     live: bool,
     /// Ended, merged or given up: nothing more to emit.
     done: bool,
+    /// Found by its (address, start stamp) in `by_start` (a start half's request is not).
+    indexed: bool,
 }
 
 /// Counts a user should see beside the records: what the join could not pair or place.
@@ -307,6 +309,7 @@ impl Joiner {
         }
         let i = self.new_request(head);
         self.by_start.insert((head.key, head.start_ns), i);
+        self.reqs[i as usize].indexed = true;
         i
     }
 
@@ -328,6 +331,7 @@ impl Joiner {
             at_device: false,
             live: false,
             done: false,
+            indexed: false,
         };
         let i = if let Some(i) = self.free.pop() {
             self.reqs[i as usize] = q;
@@ -513,7 +517,7 @@ impl Joiner {
         let Some(&s) = self.live.get(&q.key) else {
             return;
         };
-        let sq = self.reqs[s as usize];
+        let sq = &self.reqs[s as usize];
         if s == r
             || !sq.live
             || sq.done
@@ -524,17 +528,20 @@ impl Joiner {
         {
             return;
         }
+        let (submitter, in_os, key, start_ns) = (sq.submitter, sq.in_os, sq.key, sq.start_ns);
         let q = &mut self.reqs[r as usize];
-        q.submitter = sq.submitter;
-        q.in_os = sq.in_os;
+        q.submitter = submitter;
+        q.in_os = in_os;
         q.live = true;
+        if start_ns != q.start_ns {
+            self.stats.restamped += 1;
+        }
         let st = &mut self.reqs[s as usize];
         st.in_os = false;
         st.live = false;
         st.done = true;
-        self.live.insert(sq.key, r);
-        if sq.start_ns != self.reqs[r as usize].start_ns {
-            self.stats.restamped += 1;
+        if let Some(l) = self.live.get_mut(&key) {
+            *l = r;
         }
         self.release_if_idle(s);
     }
@@ -612,8 +619,8 @@ impl Joiner {
         if !q.done || q.pending != 0 {
             return;
         }
-        let (key, start_ns) = (q.key, q.start_ns);
-        if self.by_start.get(&(key, start_ns)) == Some(&r) {
+        let (key, start_ns, indexed) = (q.key, q.start_ns, q.indexed);
+        if indexed {
             self.by_start.remove(&(key, start_ns));
         }
         if !self.ends.is_empty() {

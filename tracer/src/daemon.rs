@@ -530,11 +530,9 @@ impl Run {
             return 0;
         };
         let mut bytes = 0;
+        let joiner = &mut h.joiner;
         for (i, rb) in h.rings.iter_mut().enumerate() {
-            while let Some(item) = rb.next() {
-                bytes += ring_footprint(item.len());
-                h.joiner.push(i, &item);
-            }
+            bytes += rb.drain(|item| joiner.push(i, item));
         }
         bytes
     }
@@ -1031,7 +1029,7 @@ const HALF_SLACK_NS: u64 = 100_000;
 
 /// The half records' rings and their join.
 struct Halves {
-    rings: Vec<RingBuf<MapData>>,
+    rings: Vec<crate::ringread::BatchRing>,
     joiner: tracer_common::join::Joiner,
 }
 

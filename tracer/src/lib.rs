@@ -13,4 +13,5 @@ pub mod metrics;
 pub mod named;
 pub mod probe;
 pub mod recorder;
+pub mod ringread;
 pub mod stats;

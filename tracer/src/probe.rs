@@ -107,6 +107,8 @@ pub struct Probe {
     pub owner_cgroups: tracer_common::format::OwnerCgroups,
     /// Records come as half records on [`tracer_common::MAP_HALF_RINGS`].
     pub halves: bool,
+    /// The size of each half-record ring in use.
+    half_ring_bytes: u32,
     /// The programs loaded, (program, tracepoint), submission side first.
     programs: &'static [(&'static str, &'static str)],
     links: Vec<(String, aya::programs::tp_btf::BtfTracePointLinkId)>,
@@ -213,6 +215,7 @@ impl Probe {
             hooks,
             mode: opts.mode,
             halves,
+            half_ring_bytes: per_ring,
             owner_cgroups,
             programs,
             links: Vec::new(),
@@ -326,7 +329,7 @@ impl Probe {
     }
 
     /// The half records' rings in use (none unless [`Probe::halves`]).
-    pub fn take_half_rings(&mut self) -> Result<Vec<RingBuf<MapData>>, ProbeError> {
+    pub fn take_half_rings(&mut self) -> Result<Vec<crate::ringread::BatchRing>, ProbeError> {
         if !self.halves {
             return Ok(Vec::new());
         }
@@ -337,10 +340,20 @@ impl Probe {
                 map: (*name).into(),
                 reason: "missing".into(),
             })?;
-            rings.push(RingBuf::try_from(map).map_err(|e| ProbeError::Map {
-                map: (*name).into(),
-                reason: e.to_string(),
-            })?);
+            let aya::maps::Map::RingBuf(data) = map else {
+                return Err(ProbeError::Map {
+                    map: (*name).into(),
+                    reason: "not a ring buffer".into(),
+                });
+            };
+            rings.push(
+                crate::ringread::BatchRing::new(data, self.half_ring_bytes as usize).map_err(
+                    |e| ProbeError::Map {
+                        map: (*name).into(),
+                        reason: e.to_string(),
+                    },
+                )?,
+            );
         }
         Ok(rings)
     }
