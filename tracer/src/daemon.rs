@@ -1647,9 +1647,8 @@ fn summary(
         let st = h.joiner.stats();
         writeln!(
             out,
-            "half records: {} joined ({} restamped), {} started before the attach, {} without their start half, {} behind the sweep, {} malformed, {} open at the end",
+            "half records: {} joined, {} started before the attach, {} without their start half, {} behind the sweep, {} malformed, {} open at the end",
             thousands(st.joined),
-            thousands(st.restamped),
             thousands(st.started_before_attach),
             thousands(st.starts_lost),
             thousands(st.late),
