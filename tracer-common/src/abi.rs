@@ -387,7 +387,8 @@ const _: () = assert!(core::mem::size_of::<IoEvent>() == 112);
 // Half records (docs/design/records-without-shared-state.md): each program of a request writes
 // what it alone knows to the ring of the CPU it runs on, and user space joins the halves by
 // the request's address and the kernel's start stamp (the address is reused, the stamp is
-// not). Every half begins with a [`HalfHead`]; `half` says which it is.
+// not), the start half by its address alone (`tracer_common::join`). Every half begins with
+// a [`HalfHead`]; `half` says which it is.
 // ---------------------------------------------------------------------------------------------
 
 /// [`StartHalf`]: the request entered the OS (`block_io_start`).
@@ -420,6 +421,7 @@ pub struct HalfHead {
     /// The request's address.
     pub key: u64,
     /// The kernel's start stamp of the request (`rq->start_time_ns`): with `key`, the request.
+    /// In a start half not yet stamped for this request (it may hold an earlier request's).
     pub start_ns: u64,
 }
 
@@ -436,8 +438,12 @@ pub struct StartHalf {
     pub pid: u32,
     /// `EV_*` bits known at the start.
     pub flags: u32,
+    /// When the program ran: the instant the request counts as in the OS from, as the
+    /// in-kernel counts did. (The kernel's start stamp can be much earlier: taken from the
+    /// submitter's plug, which caches the clock until the task sleeps.)
+    pub at_ns: u64,
 }
-const _: () = assert!(core::mem::size_of::<StartHalf>() == 56);
+const _: () = assert!(core::mem::size_of::<StartHalf>() == 64);
 
 /// The instant of an issue to the driver (the kernel's stamp, `rq->io_start_time_ns`).
 #[repr(C)]

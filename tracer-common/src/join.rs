@@ -2,13 +2,17 @@
 //!
 //! Each program of a request writes what it alone knows to the ring of the CPU it runs on: the
 //! submitter at the start, the instant of each issue, requeues and merges, the rest at the
-//! completion. [`Joiner`] takes the halves in any order across rings, pairs them by the
-//! request's address and the kernel's start stamp, and replays their instants in time order
-//! to count the requests in flight that each record carries at its issue: in the OS from the
-//! start stamp (what /proc/diskstats counts from) to the completion or merge, at the device
-//! from each issue to the completion or requeue. A sweep goes as far as the caller says every
-//! half is in hand ([`Joiner::sweep`]): the rings are drained, less a slack for a program
-//! that stamped its instant but has not yet written its half.
+//! completion. [`Joiner`] takes the halves in any order across rings and replays their
+//! instants (each program's own clock) in time order. The issue, requeue, merge and end
+//! halves of a request are paired by its address and the kernel's start stamp; a start half
+//! goes to the request issued (or ended, or merged) next at its address, because
+//! `block_io_start` runs before the kernel stamps the request (Linux 6.18 stamps it right
+//! after, in `blk_account_io_start`). The replay counts the requests in flight that each
+//! record carries at its issue: in the OS from the start program to the completion or merge,
+//! at the device from each issue to the completion or requeue, as the in-kernel counters do.
+//! A sweep goes as far as the caller says every half is in hand ([`Joiner::sweep`]): the
+//! rings are drained, less a slack for a program that read its clock but has not yet written
+//! its half.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -112,6 +116,8 @@ struct Req {
     live: bool,
     /// Ended, merged or given up: nothing more to emit.
     done: bool,
+    /// Found by its (address, start stamp) in `by_start` (a start half's request is not).
+    indexed: bool,
 }
 
 /// Counts a user should see beside the records: what the join could not pair or place.
@@ -123,12 +129,17 @@ pub struct JoinStats {
     /// completions the probe did not see (the kernel did not run its program, or its half was
     /// lost to a full ring).
     pub missed_completions: u64,
+    /// Completed requests that started before the probe attached (no submitter).
+    pub started_before_attach: u64,
     /// Completed requests without a start half although they started after the probe
     /// attached (the start half was lost): recorded without a submitter.
     pub starts_lost: u64,
     /// Halves that arrived after the sweep had passed their instant (their program ran
     /// later than the slack allows): counted where the sweep was.
     pub late: u64,
+    /// Requests whose start half carried another start stamp than their other halves (the
+    /// kernel stamps when it accounts the request, after the start program).
+    pub restamped: u64,
     /// Halves too short for their kind, or of no known kind.
     pub malformed: u64,
     /// Requests still open when the join ended (in flight at the end, or their completion
@@ -194,6 +205,11 @@ impl Joiner {
         }
     }
 
+    /// When the probe was whole: requests stamped before it have no start half.
+    pub fn set_attach_ns(&mut self, attach_ns: u64) {
+        self.attach_ns = attach_ns;
+    }
+
     pub fn stats(&self) -> JoinStats {
         self.stats
     }
@@ -214,7 +230,11 @@ impl Joiner {
         match head.half {
             HALF_START => match read::<StartHalf>(bytes) {
                 Some(h) => {
-                    let r = self.request(&head);
+                    // Not joined by its stamp: at `block_io_start` the kernel may not have
+                    // stamped the request yet (it does when it accounts it, right after; the
+                    // field can hold a stamp of an earlier request). The sweep gives it to the
+                    // request issued or completed next at its address ([`Joiner::adopt`]).
+                    let r = self.new_request(&head);
                     self.reqs[r as usize].submitter = Some(Submitter {
                         pid: h.pid,
                         comm: h.comm,
@@ -222,7 +242,8 @@ impl Joiner {
                         // EV_* bits are the low 16.
                         flags: u16::try_from(h.flags & 0xffff).unwrap_or_default(),
                     });
-                    self.event(ring, r, head.start_ns, What::Start);
+                    let at_ns = if h.at_ns != 0 { h.at_ns } else { head.start_ns };
+                    self.event(ring, r, at_ns, What::Start);
                 }
                 None => self.stats.malformed += 1,
             },
@@ -290,6 +311,14 @@ impl Joiner {
         if let Some(&i) = self.by_start.get(&(head.key, head.start_ns)) {
             return i;
         }
+        let i = self.new_request(head);
+        self.by_start.insert((head.key, head.start_ns), i);
+        self.reqs[i as usize].indexed = true;
+        i
+    }
+
+    /// A request of its own (for a start half: not found by its stamp).
+    fn new_request(&mut self, head: &HalfHead) -> u32 {
         let q = Req {
             key: head.key,
             start_ns: head.start_ns,
@@ -306,17 +335,16 @@ impl Joiner {
             at_device: false,
             live: false,
             done: false,
+            indexed: false,
         };
-        let i = if let Some(i) = self.free.pop() {
+        if let Some(i) = self.free.pop() {
             self.reqs[i as usize] = q;
             i
         } else {
             self.reqs.push(q);
             // Requests open at once are those in flight plus a drain's worth: far below 2^32.
             u32::try_from(self.reqs.len() - 1).expect("fewer than 2^32 requests open")
-        };
-        self.by_start.insert((head.key, head.start_ns), i);
-        i
+        }
     }
 
     fn count(&mut self, dev: u32) -> &mut DevCount {
@@ -399,6 +427,7 @@ impl Joiner {
                 q.live = true;
             }
             What::Issue => {
+                self.adopt(r);
                 let dev = self.reqs[r as usize].dev;
                 let (in_os, at_device) = {
                     let q = &self.reqs[r as usize];
@@ -434,6 +463,7 @@ impl Joiner {
                 }
             }
             What::Merge => {
+                self.adopt(r);
                 self.leave(r);
                 self.reqs[r as usize].done = true;
             }
@@ -465,6 +495,7 @@ impl Joiner {
                     }
                     _ => {
                         // END_LAST (push takes no other value).
+                        self.adopt(r);
                         self.leave(r);
                         let ev = self.record(r, &half);
                         self.stats.joined += 1;
@@ -475,6 +506,47 @@ impl Joiner {
             }
         }
         self.release_if_idle(r);
+    }
+
+    /// At its issue (or its end or merge, if never issued): a start half waiting in the OS at this
+    /// request's address with nothing else of its own is this request's (requests at one
+    /// address follow one another, and a start program runs before the issue): take its
+    /// submitter and its place in the OS.
+    fn adopt(&mut self, r: u32) {
+        let q = &self.reqs[r as usize];
+        if q.submitter.is_some() || q.in_os {
+            return;
+        }
+        let Some(&s) = self.live.get(&q.key) else {
+            return;
+        };
+        let sq = &self.reqs[s as usize];
+        if s == r
+            || !sq.live
+            || sq.done
+            || sq.submitter.is_none()
+            || sq.at_device
+            || sq.issue_ns != 0
+            || sq.end.is_some()
+        {
+            return;
+        }
+        let (submitter, in_os, key, start_ns) = (sq.submitter, sq.in_os, sq.key, sq.start_ns);
+        let q = &mut self.reqs[r as usize];
+        q.submitter = submitter;
+        q.in_os = in_os;
+        q.live = true;
+        if start_ns != q.start_ns {
+            self.stats.restamped += 1;
+        }
+        let st = &mut self.reqs[s as usize];
+        st.in_os = false;
+        st.live = false;
+        st.done = true;
+        if let Some(l) = self.live.get_mut(&key) {
+            *l = r;
+        }
+        self.release_if_idle(s);
     }
 
     /// This request enters the OS (as the sweep has come). Another with its address still
@@ -505,6 +577,7 @@ impl Joiner {
         } else {
             if q.start_ns < self.attach_ns {
                 flags |= EV_STARTED_BEFORE_ATTACH;
+                self.stats.started_before_attach += 1;
             } else {
                 self.stats.starts_lost += 1;
             }
@@ -549,8 +622,10 @@ impl Joiner {
         if !q.done || q.pending != 0 {
             return;
         }
-        let (key, start_ns) = (q.key, q.start_ns);
-        self.by_start.remove(&(key, start_ns));
+        let (key, start_ns, indexed) = (q.key, q.start_ns, q.indexed);
+        if indexed {
+            self.by_start.remove(&(key, start_ns));
+        }
         if !self.ends.is_empty() {
             self.ends.remove(&r);
         }
@@ -710,15 +785,26 @@ mod tests {
                 .map(|i| i.0)
                 .or(r.merged)
                 .unwrap_or(u64::MAX);
+            // Now and then the start program reads a stale stamp (the kernel stamps the request
+            // when it accounts it, after the program).
+            let restamped = r.merged.is_none() && rng.below(100) < 5;
             progs.push(Prog {
                 at_ns: (r.start + delay).min(first - 1),
                 ring: cpu,
                 bytes: bytes_of(&StartHalf {
-                    head: head(HALF_START),
+                    head: HalfHead {
+                        start_ns: if restamped {
+                            r.start.saturating_sub(25_000_000_000)
+                        } else {
+                            r.start
+                        },
+                        ..head(HALF_START)
+                    },
                     pid: 1000 + i as u32,
                     comm: *b"fio\0\0\0\0\0\0\0\0\0\0\0\0\0",
                     cgroup: 42,
                     flags: 0,
+                    at_ns: r.start,
                 }),
             });
             for &(at, requeue) in &r.issues {

@@ -125,6 +125,7 @@ fn rate(ios: u64, every_ns: u64, drain_ns: u64) -> Result<()> {
                         comm: *b"cassandra\0\0\0\0\0\0\0",
                         pid: 4321,
                         flags: 0,
+                        at_ns: h.at_ns,
                     },
                     out,
                 ),
