@@ -3,18 +3,19 @@
 //! Each program of a request writes what it alone knows to the ring of the CPU it runs on: the
 //! submitter at the start, the instant of each issue, requeues and merges, the rest at the
 //! completion. [`Joiner`] takes the halves in any order across rings and replays their
-//! instants (each program's own clock) in time order. The issue, requeue, merge and end
-//! halves of a request are paired by its address and the kernel's start stamp; a start half
-//! goes to the request issued (or ended, or merged) next at its address, because
-//! `block_io_start` runs before the kernel stamps the request (Linux 6.18 stamps it right
-//! after, in `blk_account_io_start`). The replay counts the requests in flight that each
-//! record carries at its issue: in the OS from the start program to the completion or merge,
-//! at the device from each issue to the completion or requeue, as the in-kernel counters do.
-//! A sweep goes as far as the caller says every half is in hand ([`Joiner::sweep`]): the
-//! rings are drained, less a slack for a program that read its clock but has not yet written
-//! its half.
+//! instants (each program's own clock) in time order. In that order the events at one request
+//! address belong to one request after another (the kernel frees a request before it reuses
+//! it), so the join is by address alone, at the replay: a start makes the address's request,
+//! its issues, requeues and end find it there. (The kernel's start stamp cannot pair them:
+//! `block_io_start` runs before Linux 6.18 stamps the request.) A start that finds a request
+//! still there counts that one's completion as missed. The replay counts the requests in
+//! flight that each record carries at its issue: in the OS from the start program to the
+//! completion or merge, at the device from each issue to the completion or requeue, as the
+//! in-kernel counters do. A sweep goes as far as the caller says every half is in hand
+//! ([`Joiner::sweep`]): the rings are drained, less a slack for a program that read its clock
+//! but has not yet written its half.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::{
@@ -23,8 +24,8 @@ use crate::{
     MarkHalf, StartHalf,
 };
 
-/// Hashing for keys that are already well spread (kernel addresses, nanosecond stamps): one
-/// multiplication per word, where the standard hasher's `SipHash` costs tens of ns per lookup.
+/// Hashing for keys that are already well spread (kernel addresses): one multiplication,
+/// where the standard hasher's `SipHash` costs tens of ns per lookup.
 #[derive(Default)]
 struct MulHasher(u64);
 
@@ -45,8 +46,7 @@ impl Hasher for MulHasher {
 type Map<K, V> = HashMap<K, V, BuildHasherDefault<MulHasher>>;
 
 /// What the sweep replays, in this order at equal instants: a request leaves before another
-/// enters (the kernel frees a request before its address is reused), and enters the OS before
-/// it is issued.
+/// enters at its address, and enters the OS before it is issued.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum What {
     End,
@@ -64,12 +64,15 @@ const WHATS: [What; 5] = [
     What::Issue,
 ];
 
-/// An instant to replay: its time and [`What`] packed into one sort key (time << 3 | what;
-/// monotonic nanoseconds stay below 2^61 for 73 years of uptime).
+/// An instant to replay: time and [`What`] packed into one sort key (time << 3 | what;
+/// monotonic nanoseconds stay below 2^61 for 73 years of uptime), the request's address and
+/// device, and where its half waits (a start's or an end's payload), if it has one.
 #[derive(Clone, Copy, Debug)]
 struct Event {
     sort: u64,
-    req: u32,
+    key: u64,
+    dev: u32,
+    payload: u32,
 }
 
 impl Event {
@@ -90,34 +93,50 @@ struct Submitter {
     flags: u16,
 }
 
-/// A request between its first half and its last event swept.
-#[derive(Clone, Copy)]
-#[expect(
-    clippy::struct_excessive_bools,
-    reason = "four facts of a request that change apart, each read on its own"
-)]
-struct Req {
-    key: u64,
-    start_ns: u64,
-    dev: u32,
-    /// Events pushed and not yet swept.
-    pending: u32,
+/// Halves' payloads between their push and their replay, in reused slots.
+struct Slab<T> {
+    items: Vec<T>,
+    free: Vec<u32>,
+}
+
+impl<T: Copy> Slab<T> {
+    fn new() -> Self {
+        Slab {
+            items: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+    fn put(&mut self, v: T) -> u32 {
+        if let Some(i) = self.free.pop() {
+            self.items[i as usize] = v;
+            i
+        } else {
+            self.items.push(v);
+            // Halves waiting at once are a drain's worth: far below 2^32.
+            u32::try_from(self.items.len() - 1).expect("fewer than 2^32 halves waiting")
+        }
+    }
+    fn take(&mut self, i: u32) -> T {
+        self.free.push(i);
+        self.items[i as usize]
+    }
+    fn waiting(&self) -> usize {
+        self.items.len() - self.free.len()
+    }
+}
+
+/// The request at an address, from its start (or its first event) to its end, as far as the
+/// sweep has come. Requests at one address follow one another: in time order, each event at
+/// an address is the current request's.
+#[derive(Clone, Copy, Default)]
+struct Live {
     submitter: Option<Submitter>,
-    /// The first end pushed and not yet replayed; later ones wait in [`Joiner::ends`].
-    end: Option<EndHalf>,
     issue_ns: u64,
     os_at_issue: u32,
     dev_at_issue: u32,
-    requeues: u16,
     bytes_done: u32,
-    in_os: bool,
+    requeues: u16,
     at_device: bool,
-    /// Started (swept), and not yet ended or merged.
-    live: bool,
-    /// Ended, merged or given up: nothing more to emit.
-    done: bool,
-    /// Found by its (address, start stamp) in `by_start` (a start half's request is not).
-    indexed: bool,
 }
 
 /// Counts a user should see beside the records: what the join could not pair or place.
@@ -137,9 +156,6 @@ pub struct JoinStats {
     /// Halves that arrived after the sweep had passed their instant (their program ran
     /// later than the slack allows): counted where the sweep was.
     pub late: u64,
-    /// Requests whose start half carried another start stamp than their other halves (the
-    /// kernel stamps when it accounts the request, after the start program).
-    pub restamped: u64,
     /// Halves too short for their kind, or of no known kind.
     pub malformed: u64,
     /// Requests still open when the join ended (in flight at the end, or their completion
@@ -156,21 +172,16 @@ struct DevCount {
 }
 
 pub struct Joiner {
-    /// When the probe attached: a request stamped before it has no start half.
+    /// When the probe was whole: a request stamped before it has no start half.
     attach_ns: u64,
-    reqs: Vec<Req>,
-    free: Vec<u32>,
-    /// (address, start stamp) -> its request: the join.
-    by_start: Map<(u64, u64), u32>,
-    /// Address -> the request with it in the OS, as far as the sweep has come: the one a new
-    /// start at that address finds there missed its completion.
-    live: Map<u64, u32>,
     /// Events pushed and not yet replayed, per ring, each in time order.
     events: Vec<Vec<Event>>,
-    /// Ends of a request after its first (a request completed in parts), in arrival order.
-    ends: Map<u32, VecDeque<EndHalf>>,
     /// Events due in a sweep (kept to reuse its allocation).
     due: Vec<Event>,
+    starts: Slab<Submitter>,
+    ends: Slab<EndHalf>,
+    /// Address -> the request there, as far as the sweep has come.
+    live: Map<u64, Live>,
     /// Where the last sweep stopped: events at or before it are replayed.
     swept_ns: u64,
     counts: Vec<DevCount>,
@@ -187,18 +198,19 @@ fn read<T: Copy>(bytes: &[u8]) -> Option<T> {
     Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
 }
 
+/// No payload.
+const NONE: u32 = u32::MAX;
+
 impl Joiner {
     /// A joiner for halves from `rings` rings (one per CPU).
     pub fn new(attach_ns: u64, rings: usize) -> Joiner {
         Joiner {
             attach_ns,
-            reqs: Vec::new(),
-            free: Vec::new(),
-            by_start: Map::default(),
-            live: Map::default(),
             events: vec![Vec::new(); rings.max(1)],
-            ends: Map::default(),
             due: Vec::new(),
+            starts: Slab::new(),
+            ends: Slab::new(),
+            live: Map::default(),
             swept_ns: 0,
             counts: Vec::new(),
             stats: JoinStats::default(),
@@ -214,10 +226,9 @@ impl Joiner {
         self.stats
     }
 
-    /// Requests known and not yet done (bounded by the requests in flight plus a sweep's
-    /// worth).
+    /// Requests in the OS as far as the sweep has come, and halves waiting for it.
     pub fn open(&self) -> usize {
-        self.reqs.len() - self.free.len()
+        self.live.len() + self.starts.waiting() + self.ends.waiting()
     }
 
     /// Take one half as read from ring `ring`.
@@ -230,12 +241,7 @@ impl Joiner {
         match head.half {
             HALF_START => match read::<StartHalf>(bytes) {
                 Some(h) => {
-                    // Not joined by its stamp: at `block_io_start` the kernel may not have
-                    // stamped the request yet (it does when it accounts it, right after; the
-                    // field can hold a stamp of an earlier request). The sweep gives it to the
-                    // request issued or completed next at its address ([`Joiner::adopt`]).
-                    let r = self.new_request(&head);
-                    self.reqs[r as usize].submitter = Some(Submitter {
+                    let p = self.starts.put(Submitter {
                         pid: h.pid,
                         comm: h.comm,
                         cgroup: h.cgroup,
@@ -243,40 +249,29 @@ impl Joiner {
                         flags: u16::try_from(h.flags & 0xffff).unwrap_or_default(),
                     });
                     let at_ns = if h.at_ns != 0 { h.at_ns } else { head.start_ns };
-                    self.event(ring, r, at_ns, What::Start);
+                    self.event(ring, &head, at_ns, What::Start, p);
                 }
                 None => self.stats.malformed += 1,
             },
             HALF_ISSUE => match read::<IssueHalf>(bytes) {
-                Some(h) => {
-                    let r = self.request(&head);
-                    self.event(ring, r, h.issue_ns, What::Issue);
-                }
+                Some(h) => self.event(ring, &head, h.issue_ns, What::Issue, NONE),
                 None => self.stats.malformed += 1,
             },
             HALF_REQUEUE | HALF_MERGE => match read::<MarkHalf>(bytes) {
                 Some(h) => {
-                    let r = self.request(&head);
                     let what = if head.half == HALF_MERGE {
                         What::Merge
                     } else {
                         What::Requeue
                     };
-                    self.event(ring, r, h.at_ns, what);
+                    self.event(ring, &head, h.at_ns, what, NONE);
                 }
                 None => self.stats.malformed += 1,
             },
             HALF_END => match read::<EndHalf>(bytes) {
                 Some(h) if matches!(h.end, END_LAST | END_PART | END_OFF_DEVICE) => {
-                    let r = self.request(&head);
-                    let q = &mut self.reqs[r as usize];
-                    if q.end.is_some() {
-                        // An earlier part is still waiting for the sweep.
-                        self.ends.entry(r).or_default().push_back(h);
-                    } else {
-                        q.end = Some(h);
-                    }
-                    self.event(ring, r, h.complete_ns, What::End);
+                    let p = self.ends.put(h);
+                    self.event(ring, &head, h.complete_ns, What::End, p);
                 }
                 _ => self.stats.malformed += 1,
             },
@@ -284,18 +279,18 @@ impl Joiner {
         }
     }
 
-    fn event(&mut self, ring: usize, req: u32, at_ns: u64, what: What) {
+    fn event(&mut self, ring: usize, head: &HalfHead, at_ns: u64, what: What, payload: u32) {
         if at_ns <= self.swept_ns {
             self.stats.late += 1;
         }
-        self.reqs[req as usize].pending += 1;
         let e = Event {
             sort: (at_ns.min(u64::MAX >> 3) << 3) | what as u64,
-            req,
+            key: head.key,
+            dev: head.dev,
+            payload,
         };
-        // A ring is in the order its CPU ran the programs, which is time order but for a start
-        // half (stamped by the kernel before the program ran): insertion from the back keeps
-        // the ring's events sorted at a step or two each.
+        // A ring is in the order its CPU ran the programs, and each program stamps its event
+        // with its own clock: insertion from the back keeps the ring sorted at a step each.
         let v = &mut self.events[ring];
         v.push(e);
         let mut i = v.len() - 1;
@@ -306,49 +301,13 @@ impl Joiner {
         v[i] = e;
     }
 
-    /// The request a half belongs to, made if it is the first of its halves to arrive.
-    fn request(&mut self, head: &HalfHead) -> u32 {
-        if let Some(&i) = self.by_start.get(&(head.key, head.start_ns)) {
-            return i;
-        }
-        let i = self.new_request(head);
-        self.by_start.insert((head.key, head.start_ns), i);
-        self.reqs[i as usize].indexed = true;
-        i
-    }
-
-    /// A request of its own (for a start half: not found by its stamp).
-    fn new_request(&mut self, head: &HalfHead) -> u32 {
-        let q = Req {
-            key: head.key,
-            start_ns: head.start_ns,
-            dev: head.dev,
-            pending: 0,
-            submitter: None,
-            end: None,
-            issue_ns: 0,
-            os_at_issue: 0,
-            dev_at_issue: 0,
-            requeues: 0,
-            bytes_done: 0,
-            in_os: false,
-            at_device: false,
-            live: false,
-            done: false,
-            indexed: false,
-        };
-        if let Some(i) = self.free.pop() {
-            self.reqs[i as usize] = q;
-            i
-        } else {
-            self.reqs.push(q);
-            // Requests open at once are those in flight plus a drain's worth: far below 2^32.
-            u32::try_from(self.reqs.len() - 1).expect("fewer than 2^32 requests open")
-        }
-    }
-
     fn count(&mut self, dev: u32) -> &mut DevCount {
-        let i = if let Some(i) = self.counts.iter().position(|c| c.dev == dev) {
+        let i = self.count_index(dev);
+        &mut self.counts[i]
+    }
+
+    fn count_index(&mut self, dev: u32) -> usize {
+        if let Some(i) = self.counts.iter().position(|c| c.dev == dev) {
             i
         } else {
             self.counts.push(DevCount {
@@ -357,36 +316,31 @@ impl Joiner {
                 device: 0,
             });
             self.counts.len() - 1
-        };
-        &mut self.counts[i]
+        }
     }
 
-    /// Give back what the request holds of the counts.
-    fn leave(&mut self, r: u32) {
-        let q = &self.reqs[r as usize];
-        let (dev, key, in_os, at_device, live) = (q.dev, q.key, q.in_os, q.at_device, q.live);
+    /// Give back what a request leaving the OS held of the counts.
+    fn leave(&mut self, dev: u32, l: &Live) {
         let c = self.count(dev);
-        if in_os {
-            c.os = c.os.saturating_sub(1);
-        }
-        if at_device {
+        c.os = c.os.saturating_sub(1);
+        if l.at_device {
             c.device = c.device.saturating_sub(1);
         }
-        if live && self.live.get(&key) == Some(&r) {
-            self.live.remove(&key);
+    }
+
+    /// The request at `key`: the live one, or one met first here (started before the probe
+    /// attached, or its start half lost), entering the OS now.
+    fn current(&mut self, key: u64, dev: u32) -> &mut Live {
+        if !self.live.contains_key(&key) {
+            self.count(dev).os += 1;
         }
-        let q = &mut self.reqs[r as usize];
-        q.in_os = false;
-        q.at_device = false;
-        q.live = false;
+        self.live.entry(key).or_default()
     }
 
     /// Replay every event at or before `upto_ns` in time order, handing each completed
     /// request's record to `out`. The caller promises that every half of an instant at or
     /// before `upto_ns` has been pushed; one that comes later is counted as late.
     pub fn sweep(&mut self, upto_ns: u64, out: &mut impl FnMut(IoEvent)) {
-        // Events at one instant (rare: nanosecond stamps) are replayed in `What` order; two
-        // requests' issues at one instant go in either order, as the kernel's own might.
         let mut due = std::mem::take(&mut self.due);
         for v in &mut self.events {
             let n = v.partition_point(|e| e.at_ns() <= upto_ns);
@@ -395,7 +349,7 @@ impl Joiner {
         // One sorted run per ring: the stable sort finds the runs and merges them.
         due.sort_by_key(|e| e.sort);
         for ev in &due {
-            self.replay(ev, out);
+            self.replay(*ev, out);
         }
         due.clear();
         self.due = due;
@@ -405,177 +359,106 @@ impl Joiner {
     /// Replay everything pushed, whatever its instant (at the end of a run).
     pub fn finish(&mut self, out: &mut impl FnMut(IoEvent)) {
         self.sweep(u64::MAX, out);
-        self.stats.open_at_end += self.open() as u64;
+        self.stats.open_at_end += self.live.len() as u64;
     }
 
-    fn replay(&mut self, ev: &Event, out: &mut impl FnMut(IoEvent)) {
-        let r = ev.req;
-        self.reqs[r as usize].pending -= 1;
-        if self.reqs[r as usize].done {
-            self.release_if_idle(r);
-            return;
-        }
+    fn replay(&mut self, ev: Event, out: &mut impl FnMut(IoEvent)) {
+        let (key, dev) = (ev.key, ev.dev);
         match ev.what() {
             What::Start => {
-                self.enter(r);
-                let dev = self.reqs[r as usize].dev;
-                if !self.reqs[r as usize].in_os {
-                    self.count(dev).os += 1;
+                let submitter = self.starts.take(ev.payload);
+                if let Some(old) = self.live.remove(&key) {
+                    // Still in the OS when its address starts a new request: its completion
+                    // was not seen (the kernel frees a request before it reuses it).
+                    self.leave(dev, &old);
+                    self.stats.missed_completions += 1;
                 }
-                let q = &mut self.reqs[r as usize];
-                q.in_os = true;
-                q.live = true;
+                self.count(dev).os += 1;
+                self.live.insert(
+                    key,
+                    Live {
+                        submitter: Some(submitter),
+                        ..Live::default()
+                    },
+                );
             }
             What::Issue => {
-                self.adopt(r);
-                let dev = self.reqs[r as usize].dev;
-                let (in_os, at_device) = {
-                    let q = &self.reqs[r as usize];
-                    (q.in_os, q.at_device)
-                };
-                if !in_os {
-                    // Met first at its issue: started before the probe attached, or its start
-                    // half was lost; in the OS from here, as the in-kernel counts did.
-                    self.enter(r);
-                    self.count(dev).os += 1;
+                let ci = self.count_index(dev);
+                let mut fresh = false;
+                let l = self.live.entry(key).or_insert_with(|| {
+                    fresh = true;
+                    Live::default()
+                });
+                let c = &mut self.counts[ci];
+                if fresh {
+                    // Met first at its issue: in the OS from here.
+                    c.os += 1;
                 }
-                let c = self.count(dev);
-                if !at_device {
+                if !l.at_device {
                     c.device += 1;
                 }
-                let (os, device) = (c.os, c.device);
-                let q = &mut self.reqs[r as usize];
-                q.in_os = true;
-                q.live = true;
-                q.at_device = true;
-                q.issue_ns = ev.at_ns();
-                q.dev_at_issue = device;
-                q.os_at_issue = os.max(device);
+                l.at_device = true;
+                l.issue_ns = ev.at_ns();
+                l.dev_at_issue = c.device;
+                l.os_at_issue = c.os.max(c.device);
             }
             What::Requeue => {
-                let q = &mut self.reqs[r as usize];
-                q.requeues = q.requeues.saturating_add(1);
-                if q.at_device {
-                    q.at_device = false;
-                    let dev = q.dev;
+                let l = self.current(key, dev);
+                l.requeues = l.requeues.saturating_add(1);
+                if l.at_device {
+                    l.at_device = false;
                     let c = self.count(dev);
                     c.device = c.device.saturating_sub(1);
                 }
             }
             What::Merge => {
-                self.adopt(r);
-                self.leave(r);
-                self.reqs[r as usize].done = true;
+                if let Some(l) = self.live.remove(&key) {
+                    self.leave(dev, &l);
+                }
             }
             What::End => {
-                let Some(half) = self.reqs[r as usize].end.take() else {
-                    return;
-                };
-                if !self.ends.is_empty()
-                    && let Some(more) = self.ends.get_mut(&r)
-                {
-                    self.reqs[r as usize].end = more.pop_front();
-                    if more.is_empty() {
-                        self.ends.remove(&r);
-                    }
-                }
-                let q = &mut self.reqs[r as usize];
+                let half = self.ends.take(ev.payload);
                 match half.end {
                     END_PART => {
-                        q.bytes_done = q.bytes_done.wrapping_add(half.bytes);
+                        let l = self.current(key, dev);
+                        l.bytes_done = l.bytes_done.wrapping_add(half.bytes);
                     }
                     END_OFF_DEVICE => {
-                        q.bytes_done = q.bytes_done.wrapping_add(half.bytes);
-                        if q.at_device {
-                            q.at_device = false;
-                            let dev = q.dev;
+                        let l = self.current(key, dev);
+                        l.bytes_done = l.bytes_done.wrapping_add(half.bytes);
+                        if l.at_device {
+                            l.at_device = false;
                             let c = self.count(dev);
                             c.device = c.device.saturating_sub(1);
                         }
                     }
                     _ => {
                         // END_LAST (push takes no other value).
-                        self.adopt(r);
-                        self.leave(r);
-                        let ev = self.record(r, &half);
+                        let l = match self.live.remove(&key) {
+                            Some(l) => {
+                                self.leave(dev, &l);
+                                l
+                            }
+                            // Met first at its end: it holds no count.
+                            None => Live::default(),
+                        };
+                        let record = self.record(dev, &l, &half);
                         self.stats.joined += 1;
-                        self.reqs[r as usize].done = true;
-                        out(ev);
+                        out(record);
                     }
                 }
-            }
-        }
-        self.release_if_idle(r);
-    }
-
-    /// At its issue (or its end or merge, if never issued): a start half waiting in the OS at this
-    /// request's address with nothing else of its own is this request's (requests at one
-    /// address follow one another, and a start program runs before the issue): take its
-    /// submitter and its place in the OS.
-    fn adopt(&mut self, r: u32) {
-        let q = &self.reqs[r as usize];
-        if q.submitter.is_some() || q.in_os {
-            return;
-        }
-        let Some(&s) = self.live.get(&q.key) else {
-            return;
-        };
-        let sq = &self.reqs[s as usize];
-        if s == r
-            || !sq.live
-            || sq.done
-            || sq.submitter.is_none()
-            || sq.at_device
-            || sq.issue_ns != 0
-            || sq.end.is_some()
-        {
-            return;
-        }
-        let (submitter, in_os, key, start_ns) = (sq.submitter, sq.in_os, sq.key, sq.start_ns);
-        let q = &mut self.reqs[r as usize];
-        q.submitter = submitter;
-        q.in_os = in_os;
-        q.live = true;
-        if start_ns != q.start_ns {
-            self.stats.restamped += 1;
-        }
-        let st = &mut self.reqs[s as usize];
-        st.in_os = false;
-        st.live = false;
-        st.done = true;
-        if let Some(l) = self.live.get_mut(&key) {
-            *l = r;
-        }
-        self.release_if_idle(s);
-    }
-
-    /// This request enters the OS (as the sweep has come). Another with its address still
-    /// there missed its completion (the kernel frees a request before it reuses its address):
-    /// give back its counts.
-    fn enter(&mut self, r: u32) {
-        let key = self.reqs[r as usize].key;
-        if let Some(old) = self.live.insert(key, r)
-            && old != r
-        {
-            let q = &self.reqs[old as usize];
-            if q.live && !q.done && q.key == key {
-                self.leave(old);
-                self.reqs[old as usize].done = true;
-                self.stats.missed_completions += 1;
-                self.release_if_idle(old);
             }
         }
     }
 
     /// The record of a completed request.
-    fn record(&mut self, r: u32, h: &EndHalf) -> IoEvent {
-        let q = &self.reqs[r as usize];
+    fn record(&mut self, dev: u32, l: &Live, h: &EndHalf) -> IoEvent {
         let mut flags = h.flags;
-        let (pid, comm, cgroup) = if let Some(s) = q.submitter {
+        let (pid, comm, cgroup) = if let Some(s) = l.submitter {
             flags |= s.flags;
             (s.pid, s.comm, s.cgroup)
         } else {
-            if q.start_ns < self.attach_ns {
+            if h.head.start_ns < self.attach_ns {
                 flags |= EV_STARTED_BEFORE_ATTACH;
                 self.stats.started_before_attach += 1;
             } else {
@@ -584,8 +467,8 @@ impl Joiner {
             (0, [0; 16], 0)
         };
         // The issue instant: from the issue half; else the kernel's stamp at completion.
-        let issue_ns = if q.issue_ns != 0 {
-            q.issue_ns
+        let issue_ns = if l.issue_ns != 0 {
+            l.issue_ns
         } else {
             h.issue_ns
         };
@@ -593,18 +476,18 @@ impl Joiner {
             flags |= EV_NEVER_ISSUED;
         }
         IoEvent {
-            enter_ns: q.start_ns,
+            enter_ns: h.head.start_ns,
             issue_ns,
             complete_ns: h.complete_ns,
             sector: h.sector,
-            dev: q.dev,
-            bytes: q.bytes_done.wrapping_add(h.bytes),
+            dev,
+            bytes: l.bytes_done.wrapping_add(h.bytes),
             cmd_flags: h.cmd_flags,
             pid,
-            dev_inflight: q.dev_at_issue,
-            os_inflight: q.os_at_issue,
+            dev_inflight: l.dev_at_issue,
+            os_inflight: l.os_at_issue,
             error: h.error,
-            requeues: q.requeues,
+            requeues: l.requeues,
             kind: h.kind,
             flags,
             hw_queue: h.hw_queue,
@@ -614,22 +497,6 @@ impl Joiner {
             owner_cgroup: h.owner_cgroup,
             file_ino: h.file_ino,
         }
-    }
-
-    /// Free a request that is done and has no event left to replay.
-    fn release_if_idle(&mut self, r: u32) {
-        let q = &self.reqs[r as usize];
-        if !q.done || q.pending != 0 {
-            return;
-        }
-        let (key, start_ns, indexed) = (q.key, q.start_ns, q.indexed);
-        if indexed {
-            self.by_start.remove(&(key, start_ns));
-        }
-        if !self.ends.is_empty() {
-            self.ends.remove(&r);
-        }
-        self.free.push(r);
     }
 }
 
