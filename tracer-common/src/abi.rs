@@ -402,8 +402,8 @@ const _: () = assert!(core::mem::size_of::<IoEvent>() == 112);
 // ---------------------------------------------------------------------------------------------
 // Half records (docs/design/records-without-shared-state.md): each program of a request writes
 // what it alone knows to the ring of the CPU it runs on, and user space joins the halves by
-// the request's address and the kernel's start stamp (the address is reused, the stamp is
-// not). Every half begins with a [`HalfHead`]; `half` says which it is.
+// the request's address, replaying them in time order (`tracer_common::join`). Every half
+// begins with a [`HalfHead`]; `half` says which it is.
 // ---------------------------------------------------------------------------------------------
 
 /// [`StartHalf`]: the request entered the OS (`block_io_start`).
@@ -435,7 +435,8 @@ pub struct HalfHead {
     pub dev: u32,
     /// The request's address.
     pub key: u64,
-    /// The kernel's start stamp of the request (`rq->start_time_ns`): with `key`, the request.
+    /// The kernel's start stamp of the request (`rq->start_time_ns`), the record's start. In a
+    /// start half not yet stamped for this request (it may hold an earlier request's).
     pub start_ns: u64,
 }
 
