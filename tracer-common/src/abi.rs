@@ -155,6 +155,13 @@ pub enum Counter {
     /// A file met for the first time whose name could not be reserved on the names ring (ring
     /// full): its IOs name the inode only.
     FileNameDrops = 10,
+    /// Half records ([`PROGRAMS_HALVES`]): an issue, requeue or partial-completion half lost
+    /// to a full ring (its record lacks that instant or those bytes). A lost start half counts
+    /// as [`Counter::SubmitterLost`], a lost last end half as [`Counter::RingDrops`].
+    HalfDrops = 11,
+    /// Half records: a merge half lost to a full ring. The merged request looks unclosed to
+    /// the join, as one whose completion was missed, and is told apart by this count.
+    MergeHalfDrops = 12,
 }
 pub const COUNTER_SLOTS: u32 = 16;
 

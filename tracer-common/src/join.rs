@@ -19,9 +19,9 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::{
-    END_LAST, END_OFF_DEVICE, END_PART, EV_NEVER_ISSUED, EV_STARTED_BEFORE_ATTACH, EndHalf,
-    HALF_END, HALF_ISSUE, HALF_MERGE, HALF_REQUEUE, HALF_START, HalfHead, IoEvent, IssueHalf,
-    MarkHalf, StartHalf,
+    END_LAST, END_OFF_DEVICE, END_PART, EV_NEVER_ISSUED, EV_NOT_ACCOUNTED,
+    EV_STARTED_BEFORE_ATTACH, EndHalf, HALF_END, HALF_ISSUE, HALF_MERGE, HALF_REQUEUE, HALF_START,
+    HalfHead, IoEvent, IssueHalf, MarkHalf, StartHalf,
 };
 
 /// Hashing for keys that are already well spread (kernel addresses): one multiplication,
@@ -91,6 +91,8 @@ struct Submitter {
     comm: [u8; 16],
     cgroup: u64,
     flags: u16,
+    /// The start program's clock.
+    at_ns: u64,
 }
 
 /// Halves' payloads between their push and their replay, in reused slots.
@@ -131,6 +133,8 @@ impl<T: Copy> Slab<T> {
 #[derive(Clone, Copy, Default)]
 struct Live {
     submitter: Option<Submitter>,
+    /// Its first event's instant (its start's, if seen).
+    since_ns: u64,
     issue_ns: u64,
     os_at_issue: u32,
     dev_at_issue: u32,
@@ -231,6 +235,13 @@ impl Joiner {
         self.live.len() + self.starts.waiting() + self.ends.waiting()
     }
 
+    /// Requests in the OS, as far as the sweep has come, that started at or before `at_ns`
+    /// (those met first after their start, from their first event): the ones in flight at a
+    /// cut that have not completed yet.
+    pub fn open_started_by(&self, at_ns: u64) -> usize {
+        self.live.values().filter(|l| l.since_ns <= at_ns).count()
+    }
+
     /// Take one half as read from ring `ring`.
     pub fn push(&mut self, ring: usize, bytes: &[u8]) {
         let ring = ring % self.events.len();
@@ -241,14 +252,15 @@ impl Joiner {
         match head.half {
             HALF_START => match read::<StartHalf>(bytes) {
                 Some(h) => {
+                    let at_ns = if h.at_ns != 0 { h.at_ns } else { head.start_ns };
                     let p = self.starts.put(Submitter {
                         pid: h.pid,
                         comm: h.comm,
                         cgroup: h.cgroup,
                         // EV_* bits are the low 16.
                         flags: u16::try_from(h.flags & 0xffff).unwrap_or_default(),
+                        at_ns,
                     });
-                    let at_ns = if h.at_ns != 0 { h.at_ns } else { head.start_ns };
                     self.event(ring, &head, at_ns, What::Start, p);
                 }
                 None => self.stats.malformed += 1,
@@ -330,11 +342,14 @@ impl Joiner {
 
     /// The request at `key`: the live one, or one met first here (started before the probe
     /// attached, or its start half lost), entering the OS now.
-    fn current(&mut self, key: u64, dev: u32) -> &mut Live {
+    fn current(&mut self, key: u64, dev: u32, at_ns: u64) -> &mut Live {
         if !self.live.contains_key(&key) {
             self.count(dev).os += 1;
         }
-        self.live.entry(key).or_default()
+        self.live.entry(key).or_insert_with(|| Live {
+            since_ns: at_ns,
+            ..Live::default()
+        })
     }
 
     /// Replay every event at or before `upto_ns` in time order, handing each completed
@@ -358,8 +373,14 @@ impl Joiner {
 
     /// Replay everything pushed, whatever its instant (at the end of a run).
     pub fn finish(&mut self, out: &mut impl FnMut(IoEvent)) {
+        self.finish_by(u64::MAX, out);
+    }
+
+    /// [`Joiner::finish`] for a run that ended at `end_ns`: requests that started after it
+    /// and are still open are not counted as open at the end (the probe went away first).
+    pub fn finish_by(&mut self, end_ns: u64, out: &mut impl FnMut(IoEvent)) {
         self.sweep(u64::MAX, out);
-        self.stats.open_at_end += self.live.len() as u64;
+        self.stats.open_at_end += self.open_started_by(end_ns) as u64;
     }
 
     fn replay(&mut self, ev: Event, out: &mut impl FnMut(IoEvent)) {
@@ -378,6 +399,7 @@ impl Joiner {
                     key,
                     Live {
                         submitter: Some(submitter),
+                        since_ns: submitter.at_ns,
                         ..Live::default()
                     },
                 );
@@ -387,7 +409,10 @@ impl Joiner {
                 let mut fresh = false;
                 let l = self.live.entry(key).or_insert_with(|| {
                     fresh = true;
-                    Live::default()
+                    Live {
+                        since_ns: ev.at_ns(),
+                        ..Live::default()
+                    }
                 });
                 let c = &mut self.counts[ci];
                 if fresh {
@@ -403,7 +428,7 @@ impl Joiner {
                 l.os_at_issue = c.os.max(c.device);
             }
             What::Requeue => {
-                let l = self.current(key, dev);
+                let l = self.current(key, dev, ev.at_ns());
                 l.requeues = l.requeues.saturating_add(1);
                 if l.at_device {
                     l.at_device = false;
@@ -420,11 +445,11 @@ impl Joiner {
                 let half = self.ends.take(ev.payload);
                 match half.end {
                     END_PART => {
-                        let l = self.current(key, dev);
+                        let l = self.current(key, dev, ev.at_ns());
                         l.bytes_done = l.bytes_done.wrapping_add(half.bytes);
                     }
                     END_OFF_DEVICE => {
-                        let l = self.current(key, dev);
+                        let l = self.current(key, dev, ev.at_ns());
                         l.bytes_done = l.bytes_done.wrapping_add(half.bytes);
                         if l.at_device {
                             l.at_device = false;
@@ -458,7 +483,16 @@ impl Joiner {
             flags |= s.flags;
             (s.pid, s.comm, s.cgroup)
         } else {
-            if h.head.start_ns < self.attach_ns {
+            // A request the kernel does not account has a stale start stamp: its issue or
+            // completion instant says at least whether it went on after the attach.
+            let started = if flags & EV_NOT_ACCOUNTED == 0 {
+                h.head.start_ns
+            } else if l.issue_ns != 0 {
+                l.issue_ns
+            } else {
+                h.complete_ns
+            };
+            if started < self.attach_ns {
                 flags |= EV_STARTED_BEFORE_ATTACH;
                 self.stats.started_before_attach += 1;
             } else {
@@ -467,16 +501,32 @@ impl Joiner {
             (0, [0; 16], 0)
         };
         // The issue instant: from the issue half; else the kernel's stamp at completion.
-        let issue_ns = if l.issue_ns != 0 {
+        let mut issue_ns = if l.issue_ns != 0 {
             l.issue_ns
         } else {
             h.issue_ns
+        };
+        // The start: the kernel's stamp, which its counters use; on a request it does not
+        // account the stamp is an earlier request's, so the start program's clock (else the
+        // issue's, else the completion's).
+        let enter_ns = if flags & EV_NOT_ACCOUNTED == 0 {
+            h.head.start_ns
+        } else {
+            if l.issue_ns == 0 {
+                // The kernel's issue stamp is as stale as its start stamp here.
+                issue_ns = 0;
+            }
+            l.submitter
+                .map(|s| s.at_ns)
+                .filter(|&t| t != 0)
+                .or((issue_ns != 0).then_some(issue_ns))
+                .unwrap_or(h.complete_ns)
         };
         if issue_ns == 0 {
             flags |= EV_NEVER_ISSUED;
         }
         IoEvent {
-            enter_ns: h.head.start_ns,
+            enter_ns,
             issue_ns,
             complete_ns: h.complete_ns,
             sector: h.sector,
@@ -509,8 +559,9 @@ mod tests {
     use std::collections::{HashMap, HashSet};
 
     use crate::{
-        END_LAST, END_PART, EV_STARTED_BEFORE_ATTACH, EndHalf, HALF_END, HALF_ISSUE, HALF_MERGE,
-        HALF_REQUEUE, HALF_START, HalfHead, IoEvent, IssueHalf, MarkHalf, StartHalf,
+        END_LAST, END_PART, EV_NEVER_ISSUED, EV_NOT_ACCOUNTED, EV_STARTED_BEFORE_ATTACH, EndHalf,
+        HALF_END, HALF_ISSUE, HALF_MERGE, HALF_REQUEUE, HALF_START, HalfHead, IoEvent, IssueHalf,
+        MarkHalf, StartHalf,
     };
 
     use super::Joiner;
@@ -919,6 +970,67 @@ mod tests {
         assert_eq!(out[1].issue_ns, 11_000);
         assert_eq!(j.stats().starts_lost, 1);
         assert_eq!(j.open(), 0);
+    }
+
+    #[test]
+    fn a_request_the_kernel_does_not_account_is_timed_by_the_programs_clocks() {
+        // iostats off: the kernel's start and issue stamps are an earlier request's.
+        let mut j = Joiner::new(1_000, 1);
+        let head = |half| HalfHead {
+            half,
+            dev: DEV,
+            key: 0x2000,
+            start_ns: 7,
+        };
+        j.push(
+            0,
+            &bytes_of(&StartHalf {
+                head: head(HALF_START),
+                pid: 42,
+                at_ns: 50_000,
+                ..StartHalf::default()
+            }),
+        );
+        j.push(
+            0,
+            &bytes_of(&IssueHalf {
+                head: head(HALF_ISSUE),
+                issue_ns: 51_000,
+            }),
+        );
+        let end = EndHalf {
+            head: head(HALF_END),
+            complete_ns: 60_000,
+            issue_ns: 9,
+            bytes: 4096,
+            flags: EV_NOT_ACCOUNTED,
+            ..EndHalf::default()
+        };
+        j.push(0, &bytes_of(&end));
+        // Its address again, its start and issue halves lost: no instant but the completion's.
+        j.push(
+            0,
+            &bytes_of(&EndHalf {
+                complete_ns: 70_000,
+                ..end
+            }),
+        );
+        let mut out = Vec::new();
+        j.finish(&mut |e| out.push(e));
+        assert_eq!(out.len(), 2);
+        assert_eq!(
+            (
+                out[0].enter_ns,
+                out[0].issue_ns,
+                out[0].complete_ns,
+                out[0].pid
+            ),
+            (50_000, 51_000, 60_000, 42)
+        );
+        assert_eq!((out[1].enter_ns, out[1].issue_ns), (70_000, 0));
+        assert_ne!(out[1].flags & EV_NEVER_ISSUED, 0);
+        assert_eq!(out[1].flags & EV_STARTED_BEFORE_ATTACH, 0);
+        assert_eq!(j.stats().starts_lost, 1);
     }
 
     #[test]

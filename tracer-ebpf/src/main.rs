@@ -1403,9 +1403,9 @@ static HALVES6: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
 #[map]
 static HALVES7: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
 
-/// Write `half` to this CPU's ring; a full ring drops it, counted.
+/// Write `half` to this CPU's ring; a full ring drops it, counted in `lost`.
 #[inline(always)]
-fn write_half<T: 'static>(half: T) {
+fn write_half<T: 'static>(half: T, lost: Counter) {
     // SAFETY: helper without preconditions.
     let cpu = unsafe { bpf_get_smp_processor_id() } as usize % HALF_RINGS;
     let entry = match cpu {
@@ -1423,7 +1423,7 @@ fn write_half<T: 'static>(half: T) {
             e.write(half);
             e.submit(BPF_RB_NO_WAKEUP);
         }
-        None => bump(Counter::RingDrops),
+        None => bump(lost),
     }
 }
 
@@ -1455,20 +1455,23 @@ fn try_start_half(ctx: &BtfTracePointContext) -> Option<()> {
         core::ptr::write_unaligned(comm.as_mut_ptr().cast::<u64>(), c0);
         core::ptr::write_unaligned(comm.as_mut_ptr().cast::<u64>().add(1), c1);
     }
-    write_half(StartHalf {
-        head: half_head(
-            HALF_START,
-            dev,
-            key,
-            load(rq, cfg_u32(&cfg.rq_start_time_ns)),
-        ),
-        // SAFETY: helper without preconditions.
-        cgroup: unsafe { bpf_get_current_cgroup_id() },
-        comm,
-        pid: (bpf_get_current_pid_tgid() >> 32) as u32,
-        flags: 0,
-        at_ns: now_ns(),
-    });
+    write_half(
+        StartHalf {
+            head: half_head(
+                HALF_START,
+                dev,
+                key,
+                load(rq, cfg_u32(&cfg.rq_start_time_ns)),
+            ),
+            // SAFETY: helper without preconditions.
+            cgroup: unsafe { bpf_get_current_cgroup_id() },
+            comm,
+            pid: (bpf_get_current_pid_tgid() >> 32) as u32,
+            flags: 0,
+            at_ns: now_ns(),
+        },
+        Counter::SubmitterLost,
+    );
     Some(())
 }
 
@@ -1501,20 +1504,26 @@ fn try_issue_half(ctx: &BtfTracePointContext) -> Option<()> {
             core::ptr::write_unaligned(comm.as_mut_ptr().cast::<u64>(), c0);
             core::ptr::write_unaligned(comm.as_mut_ptr().cast::<u64>().add(1), c1);
         }
-        write_half(StartHalf {
-            head: half_head(HALF_START, dev, key, start_ns),
-            // SAFETY: helper without preconditions.
-            cgroup: unsafe { bpf_get_current_cgroup_id() },
-            comm,
-            pid: (bpf_get_current_pid_tgid() >> 32) as u32,
-            flags: 0,
-            at_ns: now_ns(),
-        });
+        write_half(
+            StartHalf {
+                head: half_head(HALF_START, dev, key, start_ns),
+                // SAFETY: helper without preconditions.
+                cgroup: unsafe { bpf_get_current_cgroup_id() },
+                comm,
+                pid: (bpf_get_current_pid_tgid() >> 32) as u32,
+                flags: 0,
+                at_ns: now_ns(),
+            },
+            Counter::SubmitterLost,
+        );
     }
-    write_half(IssueHalf {
-        head: half_head(HALF_ISSUE, dev, key, start_ns),
-        issue_ns,
-    });
+    write_half(
+        IssueHalf {
+            head: half_head(HALF_ISSUE, dev, key, start_ns),
+            issue_ns,
+        },
+        Counter::HalfDrops,
+    );
     Some(())
 }
 
@@ -1536,10 +1545,17 @@ fn try_mark_half(ctx: &BtfTracePointContext, half: u32, scratch: u32) -> Option<
     let rq: *const u8 = ctx.arg(0);
     let dev = traced_dev(cfg, rq)?;
     let key = key_of(ctx, scratch);
-    write_half(MarkHalf {
-        head: half_head(half, dev, key, load(rq, cfg_u32(&cfg.rq_start_time_ns))),
-        at_ns: now_ns(),
-    });
+    write_half(
+        MarkHalf {
+            head: half_head(half, dev, key, load(rq, cfg_u32(&cfg.rq_start_time_ns))),
+            at_ns: now_ns(),
+        },
+        if half == HALF_MERGE {
+            Counter::MergeHalfDrops
+        } else {
+            Counter::HalfDrops
+        },
+    );
     Some(())
 }
 
@@ -1625,22 +1641,29 @@ fn try_complete_half(ctx: &BtfTracePointContext) -> Option<()> {
     } else {
         (0, 0)
     };
-    write_half(EndHalf {
-        head: half_head(HALF_END, dev, key, start_ns),
-        complete_ns,
-        issue_ns,
-        sector: load(rq, cfg_u32(&cfg.rq_sector)),
-        bytes: nr_bytes,
-        cmd_flags,
-        error,
-        kind: if flush_rq { KIND_FLUSH_RQ } else { KIND_IO },
-        flags,
-        end,
-        hw_queue: hw_queue(cfg, rq),
-        file_dev,
-        owner_cgroup: owner_cgroup(cfg, rq),
-        file_ino,
-    });
+    write_half(
+        EndHalf {
+            head: half_head(HALF_END, dev, key, start_ns),
+            complete_ns,
+            issue_ns,
+            sector: load(rq, cfg_u32(&cfg.rq_sector)),
+            bytes: nr_bytes,
+            cmd_flags,
+            error,
+            kind: if flush_rq { KIND_FLUSH_RQ } else { KIND_IO },
+            flags,
+            end,
+            hw_queue: hw_queue(cfg, rq),
+            file_dev,
+            owner_cgroup: owner_cgroup(cfg, rq),
+            file_ino,
+        },
+        if end == END_LAST {
+            Counter::RingDrops
+        } else {
+            Counter::HalfDrops
+        },
+    );
     Some(())
 }
 

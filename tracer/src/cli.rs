@@ -142,10 +142,11 @@ pub struct Args {
     /// (benchmarks: the cost of the loads; the ids are then v1 cgroups').
     #[arg(long, hide = true)]
     pub owner_cgroups_always: bool,
-    /// Records as half records on a ring per CPU, joined here (work in progress:
-    /// docs/design/records-without-shared-state.md; kernels with block_io_start).
+    /// Records joined in the kernel, one ring record per IO (the path of kernels without
+    /// block_io_start), where half records on a ring per CPU joined here are the default
+    /// (docs/design/records-without-shared-state.md): for benchmarks and comparison.
     #[arg(long, hide = true)]
-    pub halves: bool,
+    pub whole_records: bool,
 }
 
 fn parse_listen(s: &str) -> Result<std::net::SocketAddr, String> {
@@ -212,7 +213,7 @@ pub struct Config {
     pub mode: crate::probe::ProbeMode,
     /// `--owner-cgroups-always` (benchmarks).
     pub owner_always: bool,
-    /// `--halves` (work in progress).
+    /// Half records where the kernel has `block_io_start` (not `--whole-records`).
     pub halves: bool,
     /// `--files`.
     pub files: bool,
@@ -401,7 +402,7 @@ impl Args {
             flight_recorder,
             mode,
             owner_always: self.owner_cgroups_always,
-            halves: self.halves,
+            halves: !self.whole_records,
             files: self.files,
         })
     }

@@ -108,7 +108,7 @@ pub struct Probe {
     /// Records come as half records on [`tracer_common::MAP_HALF_RINGS`].
     pub halves: bool,
     /// The size of each half-record ring in use.
-    half_ring_bytes: u32,
+    pub half_ring_bytes: u32,
     /// The programs loaded, (program, tracepoint), submission side first.
     programs: &'static [(&'static str, &'static str)],
     links: Vec<(String, aya::programs::tp_btf::BtfTracePointLinkId)>,
@@ -433,6 +433,8 @@ impl Probe {
             ],
             submitters_lost: sums[Counter::SubmitterLost as usize],
             file_name_drops: sums[Counter::FileNameDrops as usize],
+            half_drops: sums[Counter::HalfDrops as usize],
+            merge_half_drops: sums[Counter::MergeHalfDrops as usize],
             programs,
         })
     }

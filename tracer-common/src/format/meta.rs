@@ -215,6 +215,15 @@ pub struct ProbeCounters {
     /// inode only.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub file_name_drops: u64,
+    /// Half records: issue, requeue and partial-completion halves lost to a full ring (their
+    /// records lack an issue instant, a requeue or some bytes). Lost start halves count in
+    /// `submitters_lost`, lost last halves (whole records) in `ring_drops`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub half_drops: u64,
+    /// Half records: merge halves lost to a full ring (not IOs: the merged request's bytes
+    /// are in another's record).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub merge_half_drops: u64,
     pub programs: Vec<ProgramStats>,
 }
 
