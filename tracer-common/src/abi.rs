@@ -62,6 +62,9 @@ pub const PROGRAMS_HALVES: [(&str, &str); 5] = [
     ("blkprof_complete_half", "block_rq_complete"),
 ];
 
+/// The ring of [`HALF_LOST`] marks, shared by all CPUs (written only when a ring is full).
+pub const MAP_HALF_LOST: &str = "HALFLOST";
+
 /// The rings of the half programs: CPU `c` writes to ring `c % HALF_RINGS`.
 pub const HALF_RINGS: usize = 8;
 pub const MAP_HALF_RINGS: [&str; HALF_RINGS] = [
@@ -162,6 +165,9 @@ pub enum Counter {
     /// Half records: a merge half lost to a full ring. The merged request looks unclosed to
     /// the join, as one whose completion was missed, and is told apart by this count.
     MergeHalfDrops = 12,
+    /// Half records: a half lost with [`MAP_HALF_LOST`] full too, so not named to the join (a
+    /// lost last end half then cannot be told from a missed completion).
+    LostUnnamed = 13,
 }
 pub const COUNTER_SLOTS: u32 = 16;
 
@@ -423,6 +429,11 @@ pub const HALF_END: u32 = 3;
 pub const HALF_REQUEUE: u32 = 4;
 /// [`MarkHalf`]: merged into another request and freed without completing (`block_rq_merge`).
 pub const HALF_MERGE: u32 = 5;
+/// Or'ed into a lost half's kind: a [`MarkHalf`] on [`MAP_HALF_LOST`] naming the request and
+/// instant of a half lost to a full ring, so that the join still replays the event (a start
+/// without its submitter, an issue, a requeue; a merge or a last end closes the request without
+/// a record, its loss a ring drop and not a missed completion).
+pub const HALF_LOST: u32 = 0x100;
 
 /// [`EndHalf::end`]: the last part; the request is done.
 pub const END_LAST: u16 = 0;

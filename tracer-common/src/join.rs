@@ -20,8 +20,8 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::{
     END_LAST, END_OFF_DEVICE, END_PART, EV_NEVER_ISSUED, EV_NOT_ACCOUNTED,
-    EV_STARTED_BEFORE_ATTACH, EndHalf, HALF_END, HALF_ISSUE, HALF_MERGE, HALF_REQUEUE, HALF_START,
-    HalfHead, IoEvent, IssueHalf, MarkHalf, StartHalf,
+    EV_STARTED_BEFORE_ATTACH, EndHalf, HALF_END, HALF_ISSUE, HALF_LOST, HALF_MERGE, HALF_REQUEUE,
+    HALF_START, HalfHead, IoEvent, IssueHalf, MarkHalf, StartHalf,
 };
 
 /// Hashing for keys that are already well spread (kernel addresses): one multiplication,
@@ -165,6 +165,9 @@ pub struct JoinStats {
     /// Requests still open when the join ended (in flight at the end, or their completion
     /// lost).
     pub open_at_end: u64,
+    /// Requests whose last end half was lost to a full ring, named by a lost mark
+    /// ([`crate::HALF_LOST`]): closed without a record (a ring drop).
+    pub gone: u64,
 }
 
 /// Requests in flight on one device.
@@ -287,6 +290,28 @@ impl Joiner {
                 }
                 _ => self.stats.malformed += 1,
             },
+            lost if lost & HALF_LOST != 0 => match read::<MarkHalf>(bytes) {
+                // A half lost to a full ring, named: its event without its payload.
+                Some(h) => {
+                    let what = match lost & !HALF_LOST {
+                        HALF_START => What::Start,
+                        HALF_ISSUE => What::Issue,
+                        HALF_REQUEUE => What::Requeue,
+                        // A lost last end leaves as a merged request: no record.
+                        HALF_END => {
+                            self.stats.gone += 1;
+                            What::Merge
+                        }
+                        HALF_MERGE => What::Merge,
+                        _ => {
+                            self.stats.malformed += 1;
+                            return;
+                        }
+                    };
+                    self.event(ring, &head, h.at_ns, what, NONE);
+                }
+                None => self.stats.malformed += 1,
+            },
             _ => self.stats.malformed += 1,
         }
     }
@@ -387,7 +412,8 @@ impl Joiner {
         let (key, dev) = (ev.key, ev.dev);
         match ev.what() {
             What::Start => {
-                let submitter = self.starts.take(ev.payload);
+                // None: its start half was lost, only its instant named.
+                let submitter = (ev.payload != NONE).then(|| self.starts.take(ev.payload));
                 if let Some(old) = self.live.remove(&key) {
                     // Still in the OS when its address starts a new request: its completion
                     // was not seen (the kernel frees a request before it reuses it).
@@ -398,8 +424,8 @@ impl Joiner {
                 self.live.insert(
                     key,
                     Live {
-                        submitter: Some(submitter),
-                        since_ns: submitter.at_ns,
+                        submitter,
+                        since_ns: ev.at_ns(),
                         ..Live::default()
                     },
                 );
@@ -560,8 +586,8 @@ mod tests {
 
     use crate::{
         END_LAST, END_PART, EV_NEVER_ISSUED, EV_NOT_ACCOUNTED, EV_STARTED_BEFORE_ATTACH, EndHalf,
-        HALF_END, HALF_ISSUE, HALF_MERGE, HALF_REQUEUE, HALF_START, HalfHead, IoEvent, IssueHalf,
-        MarkHalf, StartHalf,
+        HALF_END, HALF_ISSUE, HALF_LOST, HALF_MERGE, HALF_REQUEUE, HALF_START, HalfHead, IoEvent,
+        IssueHalf, MarkHalf, StartHalf,
     };
 
     use super::Joiner;
@@ -1031,6 +1057,97 @@ mod tests {
         assert_ne!(out[1].flags & EV_NEVER_ISSUED, 0);
         assert_eq!(out[1].flags & EV_STARTED_BEFORE_ATTACH, 0);
         assert_eq!(j.stats().starts_lost, 1);
+    }
+
+    #[test]
+    fn halves_lost_to_a_full_ring_and_named_still_count_and_close() {
+        let mut j = Joiner::new(0, 2);
+        let head = |half, key| HalfHead {
+            half,
+            dev: DEV,
+            key,
+            start_ns: 1,
+        };
+        let lost = |half, key, at_ns| MarkHalf {
+            head: head(half | HALF_LOST, key),
+            at_ns,
+        };
+        // A: start and issue halves lost, named; its end written.
+        j.push(1, &bytes_of(&lost(HALF_START, 0xa, 100)));
+        j.push(1, &bytes_of(&lost(HALF_ISSUE, 0xa, 110)));
+        // B: started and issued while A is at the device, its last end lost, named.
+        j.push(
+            0,
+            &bytes_of(&StartHalf {
+                head: head(HALF_START, 0xb),
+                at_ns: 120,
+                ..StartHalf::default()
+            }),
+        );
+        j.push(
+            0,
+            &bytes_of(&IssueHalf {
+                head: head(HALF_ISSUE, 0xb),
+                issue_ns: 130,
+            }),
+        );
+        j.push(1, &bytes_of(&lost(HALF_END, 0xb, 140)));
+        j.push(
+            0,
+            &bytes_of(&EndHalf {
+                head: head(HALF_END, 0xa),
+                complete_ns: 150,
+                bytes: 4096,
+                ..EndHalf::default()
+            }),
+        );
+        // C at B's address: B closed by its lost end, so no missed completion; C's issue
+        // finds one request at the device, itself.
+        j.push(
+            0,
+            &bytes_of(&StartHalf {
+                head: head(HALF_START, 0xb),
+                at_ns: 160,
+                ..StartHalf::default()
+            }),
+        );
+        j.push(
+            0,
+            &bytes_of(&IssueHalf {
+                head: head(HALF_ISSUE, 0xb),
+                issue_ns: 170,
+            }),
+        );
+        j.push(
+            0,
+            &bytes_of(&EndHalf {
+                head: head(HALF_END, 0xb),
+                complete_ns: 180,
+                bytes: 512,
+                ..EndHalf::default()
+            }),
+        );
+        let mut out = Vec::new();
+        j.finish(&mut |e| out.push(e));
+        assert_eq!(out.len(), 2, "A and C, not B");
+        // A: no submitter, its issue instant from the mark; it was alone at the device.
+        assert_eq!(
+            (out[0].pid, out[0].issue_ns, out[0].dev_inflight),
+            (0, 110, 1)
+        );
+        // C: B gone, A done, alone in the OS and at the device.
+        assert_eq!(
+            (
+                out[1].bytes,
+                out[1].issue_ns,
+                out[1].dev_inflight,
+                out[1].os_inflight
+            ),
+            (512, 170, 1, 1)
+        );
+        let st = j.stats();
+        assert_eq!((st.gone, st.missed_completions, st.open_at_end), (1, 0, 0));
+        assert_eq!(st.starts_lost, 1);
     }
 
     #[test]

@@ -45,8 +45,8 @@ use tracer_common::{
 };
 use tracer_common::{Cuts, EV_OUTSIDE_CUT, RequestSlot, SLOT_COUNT};
 use tracer_common::{
-    END_LAST, END_OFF_DEVICE, END_PART, EndHalf, HALF_END, HALF_ISSUE, HALF_MERGE, HALF_REQUEUE,
-    HALF_RINGS, HALF_START, HalfHead, IssueHalf, MarkHalf, StartHalf,
+    END_LAST, END_OFF_DEVICE, END_PART, EndHalf, HALF_END, HALF_ISSUE, HALF_LOST, HALF_MERGE,
+    HALF_REQUEUE, HALF_RINGS, HALF_START, HalfHead, IssueHalf, MarkHalf, StartHalf,
 };
 use tracer_common::{
     FILE_DEV_ANON, FILE_DEV_DEVICE, FILE_NAME_DEPTH, FILE_NAME_LEN, FileKey, FileName,
@@ -1403,9 +1403,15 @@ static HALVES6: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
 #[map]
 static HALVES7: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
 
-/// Write `half` to this CPU's ring; a full ring drops it, counted in `lost`.
+/// Marks of halves lost to a full ring (sized by the loader).
+#[map]
+static HALFLOST: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
+
+/// Write `half` (whose head is `head`, its instant `at_ns`) to this CPU's ring; a full ring
+/// drops it, counted in `lost`, and, if `name`, the request and instant are named on the ring
+/// of lost marks (see [`HALF_LOST`]).
 #[inline(always)]
-fn write_half<T: 'static>(half: T, lost: Counter) {
+fn write_half<T: 'static>(half: T, head: HalfHead, at_ns: u64, lost: Counter, name: bool) {
     // SAFETY: helper without preconditions.
     let cpu = unsafe { bpf_get_smp_processor_id() } as usize % HALF_RINGS;
     let entry = match cpu {
@@ -1423,7 +1429,23 @@ fn write_half<T: 'static>(half: T, lost: Counter) {
             e.write(half);
             e.submit(BPF_RB_NO_WAKEUP);
         }
-        None => bump(lost),
+        None if !name => bump(lost),
+        None => {
+            bump(lost);
+            match HALFLOST.reserve::<MarkHalf>(0) {
+                Some(mut e) => {
+                    e.write(MarkHalf {
+                        head: HalfHead {
+                            half: head.half | HALF_LOST,
+                            ..head
+                        },
+                        at_ns,
+                    });
+                    e.submit(BPF_RB_NO_WAKEUP);
+                }
+                None => bump(Counter::LostUnnamed),
+            }
+        }
     }
 }
 
@@ -1455,22 +1477,27 @@ fn try_start_half(ctx: &BtfTracePointContext) -> Option<()> {
         core::ptr::write_unaligned(comm.as_mut_ptr().cast::<u64>(), c0);
         core::ptr::write_unaligned(comm.as_mut_ptr().cast::<u64>().add(1), c1);
     }
+    let head = half_head(
+        HALF_START,
+        dev,
+        key,
+        load(rq, cfg_u32(&cfg.rq_start_time_ns)),
+    );
+    let at_ns = now_ns();
     write_half(
         StartHalf {
-            head: half_head(
-                HALF_START,
-                dev,
-                key,
-                load(rq, cfg_u32(&cfg.rq_start_time_ns)),
-            ),
+            head,
             // SAFETY: helper without preconditions.
             cgroup: unsafe { bpf_get_current_cgroup_id() },
             comm,
             pid: (bpf_get_current_pid_tgid() >> 32) as u32,
             flags: 0,
-            at_ns: now_ns(),
+            at_ns,
         },
+        head,
+        at_ns,
         Counter::SubmitterLost,
+        true,
     );
     Some(())
 }
@@ -1504,25 +1531,31 @@ fn try_issue_half(ctx: &BtfTracePointContext) -> Option<()> {
             core::ptr::write_unaligned(comm.as_mut_ptr().cast::<u64>(), c0);
             core::ptr::write_unaligned(comm.as_mut_ptr().cast::<u64>().add(1), c1);
         }
+        let head = half_head(HALF_START, dev, key, start_ns);
+        let at_ns = now_ns();
         write_half(
             StartHalf {
-                head: half_head(HALF_START, dev, key, start_ns),
+                head,
                 // SAFETY: helper without preconditions.
                 cgroup: unsafe { bpf_get_current_cgroup_id() },
                 comm,
                 pid: (bpf_get_current_pid_tgid() >> 32) as u32,
                 flags: 0,
-                at_ns: now_ns(),
+                at_ns,
             },
+            head,
+            at_ns,
             Counter::SubmitterLost,
+            true,
         );
     }
+    let head = half_head(HALF_ISSUE, dev, key, start_ns);
     write_half(
-        IssueHalf {
-            head: half_head(HALF_ISSUE, dev, key, start_ns),
-            issue_ns,
-        },
+        IssueHalf { head, issue_ns },
+        head,
+        issue_ns,
         Counter::HalfDrops,
+        true,
     );
     Some(())
 }
@@ -1545,16 +1578,18 @@ fn try_mark_half(ctx: &BtfTracePointContext, half: u32, scratch: u32) -> Option<
     let rq: *const u8 = ctx.arg(0);
     let dev = traced_dev(cfg, rq)?;
     let key = key_of(ctx, scratch);
+    let head = half_head(half, dev, key, load(rq, cfg_u32(&cfg.rq_start_time_ns)));
+    let at_ns = now_ns();
     write_half(
-        MarkHalf {
-            head: half_head(half, dev, key, load(rq, cfg_u32(&cfg.rq_start_time_ns))),
-            at_ns: now_ns(),
-        },
+        MarkHalf { head, at_ns },
+        head,
+        at_ns,
         if half == HALF_MERGE {
             Counter::MergeHalfDrops
         } else {
             Counter::HalfDrops
         },
+        true,
     );
     Some(())
 }
@@ -1641,9 +1676,10 @@ fn try_complete_half(ctx: &BtfTracePointContext) -> Option<()> {
     } else {
         (0, 0)
     };
+    let head = half_head(HALF_END, dev, key, start_ns);
     write_half(
         EndHalf {
-            head: half_head(HALF_END, dev, key, start_ns),
+            head,
             complete_ns,
             issue_ns,
             sector: load(rq, cfg_u32(&cfg.rq_sector)),
@@ -1658,11 +1694,15 @@ fn try_complete_half(ctx: &BtfTracePointContext) -> Option<()> {
             owner_cgroup: owner_cgroup(cfg, rq),
             file_ino,
         },
+        head,
+        complete_ns,
         if end == END_LAST {
             Counter::RingDrops
         } else {
             Counter::HalfDrops
         },
+        // A part's loss leaves the record short of its bytes; only the last closes.
+        end == END_LAST,
     );
     Some(())
 }

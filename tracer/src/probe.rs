@@ -109,6 +109,8 @@ pub struct Probe {
     pub halves: bool,
     /// The size of each half-record ring in use.
     pub half_ring_bytes: u32,
+    /// The size of the lost marks' ring.
+    half_lost_bytes: u32,
     /// The programs loaded, (program, tracepoint), submission side first.
     programs: &'static [(&'static str, &'static str)],
     links: Vec<(String, aya::programs::tp_btf::BtfTracePointLinkId)>,
@@ -170,12 +172,21 @@ impl Probe {
         // rings in use, each a power of two; the others the smallest.
         let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
         let used = cpus.min(tracer_common::HALF_RINGS);
-        let per_ring = (opts.ring_bytes / used as u32)
+        // At most HALF_RINGS (8).
+        let per_ring = (opts.ring_bytes / u32::try_from(used).unwrap_or(1))
             .next_power_of_two()
             .max(1 << 16);
         for (i, name) in tracer_common::MAP_HALF_RINGS.iter().enumerate() {
             loader.map_max_entries(name, if halves && i < used { per_ring } else { 4096 });
         }
+        // Lost marks (32 bytes each, written only while a ring is full): an eighth of the
+        // budget, at least a megabyte, room for 32k lost halves a drain.
+        let lost_bytes = if halves {
+            (opts.ring_bytes / 8).next_power_of_two().max(1 << 20)
+        } else {
+            4096
+        };
+        loader.map_max_entries(tracer_common::MAP_HALF_LOST, lost_bytes);
         let mut ebpf = loader
             .load(PROBE_OBJECT)
             .map_err(|e| ProbeError::Load(format!("{e:#}")))?;
@@ -216,6 +227,7 @@ impl Probe {
             mode: opts.mode,
             halves,
             half_ring_bytes: per_ring,
+            half_lost_bytes: lost_bytes,
             owner_cgroups,
             programs,
             links: Vec::new(),
@@ -335,7 +347,11 @@ impl Probe {
         }
         let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
         let mut rings = Vec::new();
-        for name in &tracer_common::MAP_HALF_RINGS[..cpus.min(tracer_common::HALF_RINGS)] {
+        // The rings of the CPUs, then the lost marks' ring.
+        for name in tracer_common::MAP_HALF_RINGS[..cpus.min(tracer_common::HALF_RINGS)]
+            .iter()
+            .chain([&tracer_common::MAP_HALF_LOST])
+        {
             let map = self.ebpf.take_map(name).ok_or_else(|| ProbeError::Map {
                 map: (*name).into(),
                 reason: "missing".into(),
@@ -346,13 +362,18 @@ impl Probe {
                     reason: "not a ring buffer".into(),
                 });
             };
+            let size = if *name == tracer_common::MAP_HALF_LOST {
+                self.half_lost_bytes
+            } else {
+                self.half_ring_bytes
+            };
             rings.push(
-                crate::ringread::BatchRing::new(data, self.half_ring_bytes as usize).map_err(
-                    |e| ProbeError::Map {
+                crate::ringread::BatchRing::new(data, size as usize).map_err(|e| {
+                    ProbeError::Map {
                         map: (*name).into(),
                         reason: e.to_string(),
-                    },
-                )?,
+                    }
+                })?,
             );
         }
         Ok(rings)
@@ -435,6 +456,7 @@ impl Probe {
             file_name_drops: sums[Counter::FileNameDrops as usize],
             half_drops: sums[Counter::HalfDrops as usize],
             merge_half_drops: sums[Counter::MergeHalfDrops as usize],
+            lost_unnamed: sums[Counter::LostUnnamed as usize],
             programs,
         })
     }

@@ -129,6 +129,10 @@ fn walk(data: &[u8], mask: usize, mut pos: usize, prod: usize, f: &mut impl FnMu
         };
         // The producer commits a record by clearing the busy bit with a fully ordered
         // exchange: an acquire load of the header pairs with it.
+        #[expect(
+            clippy::cast_ptr_alignment,
+            reason = "the ring's data pages are page-aligned and records 8-byte aligned in them"
+        )]
         // SAFETY: `h` is 8 bytes at an 8-byte aligned offset of `data`.
         let hdr = unsafe { &*h.as_ptr().cast::<AtomicU32>() }.load(Ordering::Acquire);
         if hdr & BUSY != 0 {

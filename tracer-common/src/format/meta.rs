@@ -224,6 +224,11 @@ pub struct ProbeCounters {
     /// are in another's record).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub merge_half_drops: u64,
+    /// Half records: lost halves that could not be named to the join either (the ring of
+    /// lost marks was full too); a request whose last half is among them may be counted in
+    /// `missed_completions` as well.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub lost_unnamed: u64,
     pub programs: Vec<ProgramStats>,
 }
 
