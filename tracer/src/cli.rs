@@ -79,7 +79,9 @@ pub struct Args {
     /// Continuous mode: keep only the newest N trace files (older ones are deleted).
     #[arg(long, value_name = "N")]
     pub keep: Option<usize>,
-    /// Size of the kernel ring buffer (power of two, at least 4K). Larger rides out longer stalls.
+    /// Kernel ring buffer memory (power of two, at least 4K). Larger rides out longer stalls.
+    /// From Linux 6.5 it is split into a ring per CPU (up to 8), each at least 64K, plus a ring
+    /// of an eighth (at least 1M) that names what a full ring lost.
     #[arg(long, default_value = "16M", value_name = "SIZE", value_parser = parse_size)]
     pub ring_size: u64,
     /// Serve Prometheus metrics at http://ADDR/metrics (OpenMetrics when the scraper asks):
