@@ -1470,6 +1470,13 @@ fn try_start_half(ctx: &BtfTracePointContext) -> Option<()> {
     let rq: *const u8 = ctx.arg(0);
     let dev = traced_dev(cfg, rq)?;
     let key = key_of(ctx, SCRATCH_IO_START);
+    write_start_half(dev, key, load(rq, cfg_u32(&cfg.rq_start_time_ns)));
+    Some(())
+}
+
+/// The start half: the current task is the request's submitter.
+#[inline(always)]
+fn write_start_half(dev: u32, key: u64, start_ns: u64) {
     let [c0, c1] = current_comm();
     let mut comm = [0u8; 16];
     // SAFETY: two u64 stores into a 16-byte local.
@@ -1477,12 +1484,7 @@ fn try_start_half(ctx: &BtfTracePointContext) -> Option<()> {
         core::ptr::write_unaligned(comm.as_mut_ptr().cast::<u64>(), c0);
         core::ptr::write_unaligned(comm.as_mut_ptr().cast::<u64>().add(1), c1);
     }
-    let head = half_head(
-        HALF_START,
-        dev,
-        key,
-        load(rq, cfg_u32(&cfg.rq_start_time_ns)),
-    );
+    let head = half_head(HALF_START, dev, key, start_ns);
     let at_ns = now_ns();
     write_half(
         StartHalf {
@@ -1499,7 +1501,6 @@ fn try_start_half(ctx: &BtfTracePointContext) -> Option<()> {
         Counter::SubmitterLost,
         true,
     );
-    Some(())
 }
 
 #[btf_tracepoint(function = "block_rq_issue")]
@@ -1524,30 +1525,7 @@ fn try_issue_half(ctx: &BtfTracePointContext) -> Option<()> {
     {
         // The block layer's own flush request, which no start event sees: its submitter is
         // the task that issues it.
-        let [c0, c1] = current_comm();
-        let mut comm = [0u8; 16];
-        // SAFETY: two u64 stores into a 16-byte local.
-        unsafe {
-            core::ptr::write_unaligned(comm.as_mut_ptr().cast::<u64>(), c0);
-            core::ptr::write_unaligned(comm.as_mut_ptr().cast::<u64>().add(1), c1);
-        }
-        let head = half_head(HALF_START, dev, key, start_ns);
-        let at_ns = now_ns();
-        write_half(
-            StartHalf {
-                head,
-                // SAFETY: helper without preconditions.
-                cgroup: unsafe { bpf_get_current_cgroup_id() },
-                comm,
-                pid: (bpf_get_current_pid_tgid() >> 32) as u32,
-                flags: 0,
-                at_ns,
-            },
-            head,
-            at_ns,
-            Counter::SubmitterLost,
-            true,
-        );
+        write_start_half(dev, key, start_ns);
     }
     let head = half_head(HALF_ISSUE, dev, key, start_ns);
     write_half(
