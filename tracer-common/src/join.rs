@@ -141,6 +141,22 @@ struct Live {
     bytes_done: u32,
     requeues: u16,
     at_device: bool,
+    /// Seen leaving the device inside a flush sequence.
+    off_device: bool,
+}
+
+impl Live {
+    /// How far the request had been seen: 0 completing (in part, or off the device inside a
+    /// flush sequence), 1 issued, 2 never issued.
+    fn stage(&self) -> usize {
+        if self.bytes_done != 0 || self.off_device {
+            0
+        } else if self.issue_ns != 0 {
+            1
+        } else {
+            2
+        }
+    }
 }
 
 /// Counts a user should see beside the records: what the join could not pair or place.
@@ -165,6 +181,10 @@ pub struct JoinStats {
     /// Requests still open when the join ended (in flight at the end, or their completion
     /// lost).
     pub open_at_end: u64,
+    /// Of `missed_completions` and `open_at_end`, how far each request had been seen: (seen
+    /// completing in part or off the device in a flush sequence, issued, never issued), as
+    /// [`crate::format::ProbeCounters::missed_stage`].
+    pub missed_stage: [u64; 3],
     /// Requests whose last end half was lost to a full ring, named by a lost mark
     /// ([`crate::HALF_LOST`]): closed without a record (a ring drop).
     pub gone: u64,
@@ -405,7 +425,10 @@ impl Joiner {
     /// and are still open are not counted as open at the end (the probe went away first).
     pub fn finish_by(&mut self, end_ns: u64, out: &mut impl FnMut(IoEvent)) {
         self.sweep(u64::MAX, out);
-        self.stats.open_at_end += self.open_started_by(end_ns) as u64;
+        for l in self.live.values().filter(|l| l.since_ns <= end_ns) {
+            self.stats.open_at_end += 1;
+            self.stats.missed_stage[l.stage()] += 1;
+        }
     }
 
     fn replay(&mut self, ev: Event, out: &mut impl FnMut(IoEvent)) {
@@ -419,6 +442,7 @@ impl Joiner {
                     // was not seen (the kernel frees a request before it reuses it).
                     self.leave(dev, &old);
                     self.stats.missed_completions += 1;
+                    self.stats.missed_stage[old.stage()] += 1;
                 }
                 self.count(dev).os += 1;
                 self.live.insert(
@@ -477,6 +501,7 @@ impl Joiner {
                     END_OFF_DEVICE => {
                         let l = self.current(key, dev, ev.at_ns());
                         l.bytes_done = l.bytes_done.wrapping_add(half.bytes);
+                        l.off_device = true;
                         if l.at_device {
                             l.at_device = false;
                             let c = self.count(dev);
@@ -922,6 +947,17 @@ mod tests {
             assert_eq!(st.missed_completions, reused, "seed {seed}");
             assert_eq!(st.open_at_end, never, "seed {seed}");
             assert_eq!(j.open(), never as usize);
+            // Each one's stage: every missed request was issued, some completed in part.
+            let parted = sim
+                .reqs
+                .iter()
+                .filter(|r| r.missed && !r.parts.is_empty())
+                .count() as u64;
+            assert_eq!(
+                st.missed_stage,
+                [parted, reused + never - parted, 0],
+                "seed {seed}"
+            );
             // Records come out in completion order within a sweep, and every one exactly
             // once.
             let ids: HashSet<u64> = out.iter().map(|e| e.sector).collect();

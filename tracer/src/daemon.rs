@@ -740,6 +740,9 @@ impl Run {
             // the count is then an upper bound, and says so. (Mid-run, the ones open now are
             // not among them.)
             c.missed_completions += st.missed_completions + st.open_at_end;
+            for (m, s) in c.missed_stage.iter_mut().zip(st.missed_stage) {
+                *m += s;
+            }
             c.started_before_attach += st.started_before_attach;
         }
         if let Some(f) = &self.file_names {
