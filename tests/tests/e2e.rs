@@ -123,11 +123,37 @@ fn sizes(trace: &Trace, op: Op) -> BTreeMap<u32, u64> {
 
 #[test]
 fn random_4k_reads_match_diskstats_and_fio() {
+    let stdout = random_4k_reads_are_exact(&[]);
+    // From 6.5 (block_io_start) the records come as half records joined in the daemon.
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let mut v = release
+        .trim()
+        .split(['.', '-'])
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (v.next().unwrap_or(0), v.next().unwrap_or(0));
+    assert_eq!(
+        stdout.contains("half records: "),
+        (major, minor) >= (6, 5),
+        "kernel {release}: {stdout}"
+    );
+}
+
+/// The in-kernel join (`--whole-records`, what kernels before 6.5 run with their own start
+/// hook) stays exact on kernels that default to half records.
+#[test]
+fn the_in_kernel_join_is_exact_too() {
+    let stdout = random_4k_reads_are_exact(&["--whole-records"]);
+    assert!(!stdout.contains("half records: "), "{stdout}");
+}
+
+/// fio's random 4 KB reads, traced with `extra` options: exact against /proc/diskstats and
+/// fio, each with its submitter and hardware queue. Returns the tracer's summary.
+fn random_4k_reads_are_exact(extra: &[&str]) -> String {
     let dir = TestDir::new();
     let dev = Scratch::new("rr", 1024, true, false);
     dev.set_nomerges(2);
     let mut job = serde_json::Value::Null;
-    let (trace, own, stdout) = traced(&dir, "rr", &dev, &[], || {
+    let (trace, own, stdout) = traced(&dir, "rr", &dev, extra, || {
         job = fio(&[
             "--name=rr",
             &format!("--filename={}", dev.path),
@@ -187,6 +213,7 @@ fn random_4k_reads_match_diskstats_and_fio() {
     assert_eq!(queues[0].index, 0);
     assert!(queues[0].cpus.contains(&0), "{queues:?}");
     assert!(trace.records.iter().all(|r| r.hw_queue == Some(0)));
+    stdout
 }
 
 /// A device with kernel accounting off (`queue/iostats` = 0, a common NVMe tuning): /proc/diskstats

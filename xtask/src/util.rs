@@ -123,6 +123,7 @@ pub(crate) fn test_vms() -> Result<()> {
 /// replay timing, rotation), and those about this host's peer tools.
 const VM_E2E_TESTS: &[&str] = &[
     "random_4k_reads_match_diskstats_and_fio",
+    "the_in_kernel_join_is_exact_too",
     "sequential_128k_and_512k_writes_are_exact",
     "size_mix_equals_what_fio_issued_exactly",
     "trims_are_discards_with_exact_bytes",
