@@ -619,8 +619,11 @@ impl FtraceBlk {
             .map_or(size.trim(), |(_, e)| e.trim_end_matches([')', '\n']))
             .to_string();
         let device_switch = PathBuf::from(format!("/sys/block/{dev}/trace/enable"));
+        // Recording may have been left off (`tracing_on` 0) by someone else's session.
+        let tracing_on = std::fs::read_to_string(tracing.join("tracing_on")).expect("tracing_on");
         let g = FtraceBlk {
             _restore: WriteOnDrop(vec![
+                (tracing.join("tracing_on"), tracing_on.trim().to_string()),
                 (tracing.join("current_tracer"), "nop".into()),
                 (device_switch.clone(), "0".into()),
                 (tracing.join("trace"), String::new()),
@@ -632,6 +635,7 @@ impl FtraceBlk {
         g.write("buffer_size_kb", "65536");
         std::fs::write(&device_switch, "1").expect("blk trace enable");
         g.write("current_tracer", "blk");
+        g.write("tracing_on", "1");
         g
     }
 
