@@ -173,7 +173,8 @@ struct Run {
     cgroup_keep: HashMap<u64, bool>,
     /// A trigger fired: dump at this instant, saying why.
     pending_dump: Option<(tokio::time::Instant, String)>,
-    /// Half records' rings and their join (`--halves`).
+    /// Half records' rings and their join (kernels with `block_io_start`, not
+    /// `--whole-records`).
     halves: Option<Halves>,
     /// When the ring is drained next.
     pace: DrainPace,

@@ -107,6 +107,8 @@ pub struct Probe {
     pub owner_cgroups: tracer_common::format::OwnerCgroups,
     /// Records come as half records on [`tracer_common::MAP_HALF_RINGS`].
     pub halves: bool,
+    /// The half-record rings in use (the first ones of [`tracer_common::MAP_HALF_RINGS`]).
+    half_rings_used: usize,
     /// The size of each half-record ring in use.
     pub half_ring_bytes: u32,
     /// The size of the lost marks' ring.
@@ -226,6 +228,7 @@ impl Probe {
             hooks,
             mode: opts.mode,
             halves,
+            half_rings_used: used,
             half_ring_bytes: per_ring,
             half_lost_bytes: lost_bytes,
             owner_cgroups,
@@ -345,10 +348,9 @@ impl Probe {
         if !self.halves {
             return Ok(Vec::new());
         }
-        let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
         let mut rings = Vec::new();
-        // The rings of the CPUs, then the lost marks' ring.
-        for name in tracer_common::MAP_HALF_RINGS[..cpus.min(tracer_common::HALF_RINGS)]
+        // The rings of the CPUs (as many as were sized at load), then the lost marks' ring.
+        for name in tracer_common::MAP_HALF_RINGS[..self.half_rings_used]
             .iter()
             .chain([&tracer_common::MAP_HALF_LOST])
         {
