@@ -139,7 +139,7 @@ fn spawn_tracer(bin: &Path, args: &[&str]) -> Result<Child> {
 
 /// CPU time of all of a process's threads, in seconds, from each thread's schedstat (time on
 /// CPU in ns; /proc/PID/stat counts in jiffies, 50 ns per IO at 20k IOPS over 10 s).
-fn proc_cpu_s(pid: u32) -> f64 {
+pub(crate) fn proc_cpu_s(pid: u32) -> f64 {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return 0.0;
     };
@@ -976,8 +976,9 @@ impl CpuArm {
     }
 }
 
-/// (busy CPU ns per IO of the whole machine, IOs, the tracer's own CPU ns per IO) while fio
-/// reads `lp` at `rate` IOPS.
+/// (busy CPU ns per IO of the whole machine, IOs, the tracer's own CPU ns per IO, the load's
+/// own CPU ns per IO) while a paced load ([`crate::pacer`]) reads `lp` at `rate` IOPS, over a
+/// window that leaves out the load's first second and its end.
 fn cpu_round(
     arm: CpuArm,
     lp: &Loop,
@@ -985,7 +986,7 @@ fn cpu_round(
     seconds: u64,
     out: &Path,
     baseline: Option<&Path>,
-) -> Result<(f64, u64, f64)> {
+) -> Result<(f64, u64, f64, f64)> {
     #[expect(
         clippy::let_underscore_must_use,
         reason = "clears the previous round's trace; there is none before the first round"
@@ -1026,27 +1027,27 @@ fn cpu_round(
     // Let start-up work (BTF, loading, the first device scan) settle.
     std::thread::sleep(Duration::from_millis(500));
     let pid = tracer.as_ref().map(Child::id);
-    let cpu0 = pid.map_or(0.0, proc_cpu_s);
-    let before = diskstats_reads(lp.name())?;
-    let idle0 = idle_ns();
-    let t0 = Instant::now();
-    output(Command::new("fio").args([
-        "--name=cpu",
-        &format!("--filename={}", lp.dev),
-        "--rw=randread",
-        "--bs=4k",
-        "--direct=1",
-        "--ioengine=libaio",
-        "--iodepth=8",
-        &format!("--rate_iops={rate}"),
-        &format!("--runtime={seconds}"),
-        "--time_based",
-        "--output-format=json",
-    ]))?;
-    let wall = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
-    let idle = idle_ns() - idle0;
-    let ios = diskstats_reads(lp.name())? - before;
-    let cpu = pid.map_or(0.0, proc_cpu_s) - cpu0;
+    // The load runs a second before the window measured, and is stopped after it.
+    let load = crate::pacer::Pacer::start(&lp.dev, rate, PACED_THREADS)?;
+    std::thread::sleep(Duration::from_secs(1));
+    let sample = || -> Result<(Instant, u64, u64, f64, f64)> {
+        Ok((
+            Instant::now(),
+            idle_ns(),
+            diskstats_reads(lp.name())?,
+            pid.map_or(0.0, proc_cpu_s),
+            crate::pacer::own_cpu_s(),
+        ))
+    };
+    let (t0, idle0, before, cpu0, load0) = sample()?;
+    std::thread::sleep(Duration::from_secs(seconds));
+    let (t1, idle1, after, cpu1, load1) = sample()?;
+    load.stop()?;
+    let wall = u64::try_from((t1 - t0).as_nanos()).unwrap_or(u64::MAX);
+    let idle = idle1 - idle0;
+    let ios = after - before;
+    let cpu = cpu1 - cpu0;
+    let load_cpu = load1 - load0;
     if let Some(child) = tracer.take() {
         interrupt(&child);
         let o = child.wait_with_output()?;
@@ -1068,14 +1069,19 @@ fn cpu_round(
         busy as f64 / ios.max(1) as f64,
         ios,
         cpu * 1e9 / ios.max(1) as f64,
+        load_cpu * 1e9 / ios.max(1) as f64,
     ))
 }
 
+/// Threads of the paced load in `cargo xtask bench --cpu`: IOs in flight at most, as fio's
+/// iodepth was.
+const PACED_THREADS: usize = 8;
+
 /// `cargo xtask bench --cpu`: what tracing costs the machine at a fixed rate, the way a user
-/// pays it. fio 4 KB random reads at `rate` IOPS on a loop device over /dev/shm; per arm the
-/// whole machine's busy CPU time per IO (all CPUs, wall time minus idle time), the arms in an
-/// order rotated every round; each traced arm's cost is its busy time per IO minus the
-/// untraced arm's of the same round.
+/// pays it. Paced 4 KB random direct reads ([`crate::pacer`]) at `rate` IOPS on a loop device
+/// over /dev/shm; per arm the whole machine's busy CPU time per IO (all CPUs, wall time minus
+/// idle time), the arms in an order rotated every round; each traced arm's cost is its busy
+/// time per IO minus the untraced arm's of the same round.
 pub(crate) fn bench_cpu(seconds: u64, rounds: usize, rate: u64) -> Result<()> {
     if !is_root() {
         bail!(
@@ -1117,22 +1123,24 @@ fn bench_cpu_inner(seconds: u64, rounds: usize, rate: u64) -> Result<()> {
         arms.push(CpuArm::Baseline);
     }
     eprintln!(
-        "bench: CPU per IO on {} over /dev/shm, fio 4k randread at {rate} IOPS (iodepth 8), {seconds} s per run, {rounds} rounds, arms rotated",
+        "bench: CPU per IO on {} over /dev/shm, paced 4k random direct reads at {rate} IOPS ({PACED_THREADS} threads), {seconds} s per run, {rounds} rounds, arms rotated",
         lp.dev
     );
     // Per arm: busy ns per IO minus the untraced arm's of the same round; the tracer's own.
     let mut added: Vec<Vec<f64>> = vec![Vec::new(); arms.len()];
     let mut own: Vec<Vec<f64>> = vec![Vec::new(); arms.len()];
+    let mut load: Vec<Vec<f64>> = vec![Vec::new(); arms.len()];
     let mut untraced = Vec::new();
     for round in 0..rounds {
         let mut busy = vec![0.0; arms.len()];
         let mut line = Vec::new();
         for k in 0..arms.len() {
             let i = (k + round) % arms.len();
-            let (ns, ios, tracer_ns) =
+            let (ns, ios, tracer_ns, load_ns) =
                 cpu_round(arms[i], &lp, rate, seconds, &out, baseline.as_deref())?;
             busy[i] = ns;
             own[i].push(tracer_ns);
+            load[i].push(load_ns);
             line.push(format!("{} {ns:.0} ns/IO ({ios} IOs)", arms[i].name()));
         }
         untraced.push(busy[0]);
@@ -1148,12 +1156,13 @@ fn bench_cpu_inner(seconds: u64, rounds: usize, rate: u64) -> Result<()> {
     let _ = std::fs::remove_file(&out);
     let floor = median(&mut added[1].clone());
     println!(
-        "\n| fio 4k randread at {rate} IOPS, {rounds} rounds of {seconds} s | added busy CPU per IO (median; quartiles) | x the floor | the tracer process's own CPU per IO |"
+        "\n| paced 4k random reads at {rate} IOPS, {rounds} rounds of {seconds} s | added busy CPU per IO (median; quartiles) | x the floor | the tracer process's own CPU per IO | the load's own CPU per IO |"
     );
-    println!("|---|---|---|---|");
+    println!("|---|---|---|---|---|");
     println!(
-        "| untraced: busy CPU per IO | {:.0} ns | | |",
-        median(&mut untraced)
+        "| untraced: busy CPU per IO | {:.0} ns | | | {:.0} ns |",
+        median(&mut untraced),
+        median(&mut load[0].clone())
     );
     for (i, arm) in arms.iter().enumerate().skip(1) {
         let (a, m, b) = quartiles(&added[i]);
@@ -1168,8 +1177,9 @@ fn bench_cpu_inner(seconds: u64, rounds: usize, rate: u64) -> Result<()> {
             format!("{:.0} ns", median(&mut own[i].clone()))
         };
         println!(
-            "| {} | {m:.0} ns ({a:.0} to {b:.0}) | {times} | {own} |",
-            arm.name()
+            "| {} | {m:.0} ns ({a:.0} to {b:.0}) | {times} | {own} | {:.0} ns |",
+            arm.name(),
+            median(&mut load[i].clone())
         );
     }
     Ok(())

@@ -21,6 +21,7 @@ mod experiment;
 mod fleet;
 mod fuzz;
 mod gate;
+mod pacer;
 mod setup;
 mod util;
 mod vm;
@@ -89,8 +90,9 @@ enum Cmd {
         /// The agent benchmark's IO rate (IOPS).
         #[arg(long, default_value_t = 20_000)]
         agent_rate: u64,
-        /// Only the CPU benchmark: the whole machine's busy CPU time per IO at a fixed rate,
-        /// untraced, with programs that do nothing (the floor), with records, with
+        /// Only the CPU benchmark: the whole machine's busy CPU time per IO at a fixed rate
+        /// (4 KB random direct reads by threads that sleep between IOs; fio's rate limiter
+        /// spins, which hid the cost of the programs run in its context), untraced, with programs that do nothing (the floor), with records, with
         /// --no-records and with biolatency -Q -D (BLKPROF_BENCH_BASELINE: another tracer
         /// too), the arms rotated over rounds.
         #[arg(long, conflicts_with_all = ["analyzer_only", "agent"])]
