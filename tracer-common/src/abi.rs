@@ -71,6 +71,19 @@ pub const MAP_HALF_RINGS: [&str; HALF_RINGS] = [
     "HALVES0", "HALVES1", "HALVES2", "HALVES3", "HALVES4", "HALVES5", "HALVES6", "HALVES7",
 ];
 
+/// The small ring of each CPU that the half programs try first: small enough that its lines
+/// are still in the CPU's cache when the ring comes round to them again (a half written into a
+/// line last touched a large ring ago waits for the line from memory). A half that does not
+/// fit spills into the CPU's ring of [`MAP_HALF_RINGS`], which holds the rest of the budget.
+pub const MAP_HOT_RINGS: [&str; HALF_RINGS] = [
+    "HOT0", "HOT1", "HOT2", "HOT3", "HOT4", "HOT5", "HOT6", "HOT7",
+];
+
+/// Bytes of each ring of [`MAP_HOT_RINGS`] (at most: a smaller ring budget makes them
+/// smaller). `BENCHMARKS.md`, session 19: the programs cost 372-430 ns per IO at 40k IOPS
+/// with rings of this size against 571-588 with rings of 8 MB.
+pub const HOT_RING_BYTES: u32 = 128 << 10;
+
 /// Programs that return at once, on the tracepoints the probe uses (6.5+): the cost of being
 /// attached, which `cargo xtask bench` measures the probe against.
 pub const PROGRAMS_NOP: [(&str, &str); 3] = [

@@ -1076,7 +1076,9 @@ fn ring_footprint(len: usize) -> u64 {
 /// 2026-11-24). So the period stretches to [`DrainPace::MAX`] while records are few and
 /// shrinks to [`DrainPace::MIN`] as they come faster, keeping a period's records within an
 /// eighth of the ring: at the largest period a 16 MB ring still takes a sudden 1.3 M IOs/s
-/// from idle without dropping, and a drop is counted, never silent.
+/// from idle without dropping, and a drop is counted, never silent. On half records the ring
+/// is each CPU's small one (`tracer_common::MAP_HOT_RINGS`), which should hold a drain's
+/// halves to stay in the CPU's cache; what does not fit spills into the large rings.
 struct DrainPace {
     ring_bytes: u64,
     /// Ring bytes drained (by any drain) since `since`, the last timed drain.
@@ -1176,7 +1178,9 @@ pub async fn run(cfg: Config) -> Result<u8> {
     })?;
     let ring = probe.take_ring()?;
     let half_rings = probe.take_half_rings()?;
-    let half_ring_bytes = probe.halves.then_some(probe.half_ring_bytes);
+    // Paced by the small rings: a drain's halves should fit them, where they stay in the
+    // CPUs' caches; what does not spills into the large rings, not lost.
+    let half_ring_bytes = probe.halves.then_some(probe.hot_ring_bytes);
     let halves = (!half_rings.is_empty()).then(|| Halves {
         joiner: tracer_common::join::Joiner::new(clock::monotonic_ns(), half_rings.len()),
         rings: half_rings,

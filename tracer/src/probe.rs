@@ -111,6 +111,8 @@ pub struct Probe {
     half_rings_used: usize,
     /// The size of each half-record ring in use.
     pub half_ring_bytes: u32,
+    /// Bytes of each CPU's small ring (`MAP_HOT_RINGS`), which the drain's pace is set by.
+    pub hot_ring_bytes: u32,
     /// The size of the lost marks' ring.
     half_lost_bytes: u32,
     /// The programs loaded, (program, tracepoint), submission side first.
@@ -178,8 +180,13 @@ impl Probe {
         let per_ring = (opts.ring_bytes / u32::try_from(used).unwrap_or(1))
             .next_power_of_two()
             .max(1 << 16);
+        // Each CPU's small ring, tried first, stays in its cache (MAP_HOT_RINGS).
+        let hot_ring = per_ring.min(tracer_common::HOT_RING_BYTES);
         for (i, name) in tracer_common::MAP_HALF_RINGS.iter().enumerate() {
             loader.map_max_entries(name, if halves && i < used { per_ring } else { 4096 });
+        }
+        for (i, name) in tracer_common::MAP_HOT_RINGS.iter().enumerate() {
+            loader.map_max_entries(name, if halves && i < used { hot_ring } else { 4096 });
         }
         // Lost marks (32 bytes each, written only while a ring is full): an eighth of the
         // budget, at least a megabyte, room for 32k lost halves a drain.
@@ -230,6 +237,7 @@ impl Probe {
             halves,
             half_rings_used: used,
             half_ring_bytes: per_ring,
+            hot_ring_bytes: hot_ring,
             half_lost_bytes: lost_bytes,
             owner_cgroups,
             programs,
@@ -349,9 +357,12 @@ impl Probe {
             return Ok(Vec::new());
         }
         let mut rings = Vec::new();
-        // The rings of the CPUs (as many as were sized at load), then the lost marks' ring.
-        for name in tracer_common::MAP_HALF_RINGS[..self.half_rings_used]
+        // The small and the large rings of the CPUs (as many as were sized at load), then the
+        // lost marks' ring.
+        let used = self.half_rings_used;
+        for name in tracer_common::MAP_HOT_RINGS[..used]
             .iter()
+            .chain(&tracer_common::MAP_HALF_RINGS[..used])
             .chain([&tracer_common::MAP_HALF_LOST])
         {
             let map = self.ebpf.take_map(name).ok_or_else(|| ProbeError::Map {
@@ -366,6 +377,8 @@ impl Probe {
             };
             let size = if *name == tracer_common::MAP_HALF_LOST {
                 self.half_lost_bytes
+            } else if tracer_common::MAP_HOT_RINGS.contains(name) {
+                self.hot_ring_bytes
             } else {
                 self.half_ring_bytes
             };
