@@ -81,9 +81,9 @@ pub struct Args {
     pub keep: Option<usize>,
     /// Kernel ring buffer memory (power of two, at least 4K). Larger rides out longer stalls.
     /// From Linux 6.5 it is split into a ring per CPU (up to 8), each at least 64K, plus a ring
-    /// of an eighth (at least 1M) that names what a full ring lost; each CPU also writes first
-    /// to a small ring of its own (128K), which stays in its cache, and spills into its share
-    /// of the budget only when that one is full.
+    /// of an eighth (at least 1M) that names what a full ring lost; each CPU writes first to a
+    /// small ring of its own (128K, or its whole share of a smaller budget), which stays in its
+    /// cache, and spills into its share of the budget only when that one is full.
     #[arg(long, default_value = "16M", value_name = "SIZE", value_parser = parse_size)]
     pub ring_size: u64,
     /// Serve Prometheus metrics at http://ADDR/metrics (OpenMetrics when the scraper asks):

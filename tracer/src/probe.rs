@@ -180,8 +180,11 @@ impl Probe {
         let per_ring = (opts.ring_bytes / u32::try_from(used).unwrap_or(1))
             .next_power_of_two()
             .max(1 << 16);
-        // Each CPU's small ring, tried first, stays in its cache (MAP_HOT_RINGS).
+        // Each CPU's small ring, tried first, stays in its cache (MAP_HOT_RINGS). A budget whose
+        // share is no larger than that is all small ring: the large ring is then the least a
+        // ring can be, so that a small budget holds what it says (the overload test's 4K).
         let hot_ring = per_ring.min(tracer_common::HOT_RING_BYTES);
+        let per_ring = if per_ring > hot_ring { per_ring } else { 4096 };
         for (i, name) in tracer_common::MAP_HALF_RINGS.iter().enumerate() {
             loader.map_max_entries(name, if halves && i < used { per_ring } else { 4096 });
         }
