@@ -223,18 +223,25 @@ pub(crate) fn run_vm(o: &Options) -> Result<Outcome> {
             d.display()
         ));
     }
-    // The guest's side: udev would probe every fresh block device and add IOs a test does not
-    // expect; the exit code and dmesg come back through `out`.
+    // The guest's side: udev would probe every fresh block device (and every disk a test
+    // closes after writing) and add IOs a test does not expect, or hold the disk open when
+    // mkfs wants it. `udevadm control --exit` stops the daemon, but a worker busy with an
+    // event outlives it; any udev process still there is killed, and named in `udev.txt`.
+    // The exit code and dmesg come back through `out`.
     let script = out.join("run.sh");
     let quoted: Vec<String> = o.command.iter().map(|a| shell_quote(a)).collect();
+    let out_q = shell_quote(&out.display().to_string());
     std::fs::write(
         &script,
         format!(
-            "#!/bin/sh\nudevadm control --exit 2>/dev/null\ncd {}\n{}\nrc=$?\ndmesg > {}/dmesg.txt 2>&1\necho $rc > {}/rc\n",
+            "#!/bin/sh\n\
+             udevadm control --exit 2>/dev/null\n\
+             pgrep -a -f systemd-udevd > {out_q}/udev.txt 2>&1\n\
+             pkill -KILL -f systemd-udevd 2>/dev/null\n\
+             i=0; while pgrep -f systemd-udevd >/dev/null && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done\n\
+             cd {}\n{}\nrc=$?\ndmesg > {out_q}/dmesg.txt 2>&1\necho $rc > {out_q}/rc\n",
             shell_quote(&std::env::current_dir()?.display().to_string()),
             quoted.join(" "),
-            shell_quote(&out.display().to_string()),
-            shell_quote(&out.display().to_string()),
         ),
     )?;
     let venv_bin = venv_dir().join("bin");
