@@ -257,8 +257,12 @@ pub struct ProbeConfig {
     pub dentry_alias: u32,
     pub dentry_name: u32,
     pub dentry_parent: u32,
+    /// Bytes of each CPU's small ring as loaded ([`MAP_HOT_RINGS`], at most
+    /// [`HOT_RING_BYTES`]): a half-record program that finds its small ring within two halves
+    /// of this goes to the large ring.
+    pub hot_ring_bytes: u32,
 }
-const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 4 * (31 + 6 + 14));
+const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 4 * (31 + 6 + 15));
 
 /// `IoEvent::file_dev` when the IO's data pages belong to no file: direct IO into process
 /// memory (or swap).

@@ -46,7 +46,7 @@ use tracer_common::{
 use tracer_common::{Cuts, EV_OUTSIDE_CUT, RequestSlot, SLOT_COUNT};
 use tracer_common::{
     END_LAST, END_OFF_DEVICE, END_PART, EndHalf, HALF_END, HALF_ISSUE, HALF_LOST, HALF_MERGE,
-    HALF_REQUEUE, HALF_RINGS, HALF_START, HOT_RING_BYTES, HalfHead, IssueHalf, MarkHalf, StartHalf,
+    HALF_REQUEUE, HALF_RINGS, HALF_START, HalfHead, IssueHalf, MarkHalf, StartHalf,
 };
 use tracer_common::{
     FILE_DEV_ANON, FILE_DEV_DEVICE, FILE_NAME_DEPTH, FILE_NAME_LEN, FileKey, FileName,
@@ -99,6 +99,7 @@ static CONFIG: ProbeConfig = ProbeConfig {
     dentry_alias: 0,
     dentry_name: 0,
     dentry_parent: 0,
+    hot_ring_bytes: 0,
 };
 
 /// Zeroed template for creating aggregate slots (too big for the BPF stack).
@@ -1448,7 +1449,7 @@ fn write_half<T: 'static>(half: T, head: HalfHead, at_ns: u64, lost: Counter, na
     // size (of the largest), go to the large ring at once rather than through a reservation
     // that fails under the ring's lock (a few loads against ~40 ns at saturation).
     let hot = if hot_ring.query(BPF_RB_AVAIL_DATA)
-        > u64::from(HOT_RING_BYTES) - 2 * size_of::<T>() as u64
+        > u64::from(cfg_u32(&config().hot_ring_bytes)).saturating_sub(2 * size_of::<T>() as u64)
     {
         None
     } else {

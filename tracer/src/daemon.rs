@@ -1180,7 +1180,7 @@ pub async fn run(cfg: Config) -> Result<u8> {
     let half_rings = probe.take_half_rings()?;
     // Paced by the small rings: a drain's halves should fit them, where they stay in the
     // CPUs' caches; what does not spills into the large rings, not lost.
-    let half_ring_bytes = probe.halves.then_some(probe.hot_ring_bytes);
+    let hot_ring_bytes = probe.halves.then_some(probe.hot_ring_bytes);
     let halves = (!half_rings.is_empty()).then(|| Halves {
         joiner: tracer_common::join::Joiner::new(clock::monotonic_ns(), half_rings.len()),
         rings: half_rings,
@@ -1250,7 +1250,7 @@ pub async fn run(cfg: Config) -> Result<u8> {
         pending_dump: None,
         halves,
         // Half records: the pace of one ring, as if every IO were on one CPU.
-        pace: DrainPace::new(u64::from(half_ring_bytes.unwrap_or(cfg_ring_bytes))),
+        pace: DrainPace::new(u64::from(hot_ring_bytes.unwrap_or(cfg_ring_bytes))),
     };
     run.probe.attach()?;
     if let Some(h) = &mut run.halves {

@@ -109,8 +109,9 @@ pub struct Probe {
     pub halves: bool,
     /// The half-record rings in use (the first ones of [`tracer_common::MAP_HALF_RINGS`]).
     half_rings_used: usize,
-    /// The size of each half-record ring in use.
-    pub half_ring_bytes: u32,
+    /// The size of each CPU's large ring in use (`MAP_HALF_RINGS`): the rest of its share of
+    /// the budget, or 4096 when the share is all small ring.
+    pub large_ring_bytes: u32,
     /// Bytes of each CPU's small ring (`MAP_HOT_RINGS`), which the drain's pace is set by.
     pub hot_ring_bytes: u32,
     /// The size of the lost marks' ring.
@@ -170,7 +171,6 @@ impl Probe {
         let mut loader = EbpfLoader::new();
         loader
             .btf(Some(&btf))
-            .override_global(GLOBAL_CONFIG, &config, true)
             .map_max_entries(MAP_EVENTS, if halves { 4096 } else { opts.ring_bytes });
         // A ring per CPU (CPUs beyond the rings share them): the ring budget split among the
         // rings in use, each a power of two; the others the smallest.
@@ -185,6 +185,7 @@ impl Probe {
         // ring can be, so that a small budget holds what it says (the overload test's 4K).
         let hot_ring = per_ring.min(tracer_common::HOT_RING_BYTES);
         let per_ring = if per_ring > hot_ring { per_ring } else { 4096 };
+        config.hot_ring_bytes = hot_ring;
         for (i, name) in tracer_common::MAP_HALF_RINGS.iter().enumerate() {
             loader.map_max_entries(name, if halves && i < used { per_ring } else { 4096 });
         }
@@ -199,6 +200,7 @@ impl Probe {
             4096
         };
         loader.map_max_entries(tracer_common::MAP_HALF_LOST, lost_bytes);
+        loader.override_global(GLOBAL_CONFIG, &config, true);
         let mut ebpf = loader
             .load(PROBE_OBJECT)
             .map_err(|e| ProbeError::Load(format!("{e:#}")))?;
@@ -239,7 +241,7 @@ impl Probe {
             mode: opts.mode,
             halves,
             half_rings_used: used,
-            half_ring_bytes: per_ring,
+            large_ring_bytes: per_ring,
             hot_ring_bytes: hot_ring,
             half_lost_bytes: lost_bytes,
             owner_cgroups,
@@ -383,7 +385,7 @@ impl Probe {
             } else if tracer_common::MAP_HOT_RINGS.contains(name) {
                 self.hot_ring_bytes
             } else {
-                self.half_ring_bytes
+                self.large_ring_bytes
             };
             rings.push(
                 crate::ringread::BatchRing::new(data, size as usize).map_err(|e| {

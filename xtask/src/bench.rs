@@ -1036,7 +1036,7 @@ fn cpu_round(
             idle_ns(),
             diskstats_reads(lp.name())?,
             pid.map_or(0.0, proc_cpu_s),
-            crate::pacer::own_cpu_s(),
+            proc_cpu_s(std::process::id()),
         ))
     };
     let (t0, idle0, before, cpu0, load0) = sample()?;

@@ -97,8 +97,3 @@ impl Pacer {
         Ok(ios)
     }
 }
-
-/// CPU time of this process's threads so far, in seconds (schedstat: time on CPU, ns).
-pub(crate) fn own_cpu_s() -> f64 {
-    crate::bench::proc_cpu_s(std::process::id())
-}
