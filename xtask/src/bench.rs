@@ -976,9 +976,21 @@ impl CpuArm {
     }
 }
 
-/// (busy CPU ns per IO of the whole machine, IOs, the tracer's own CPU ns per IO, the load's
-/// own CPU ns per IO) while a paced load ([`crate::pacer`]) reads `lp` at `rate` IOPS, over a
-/// window that leaves out the load's first second and its end.
+/// What a fixed-rate round measured, per IO over its window.
+struct CpuRound {
+    /// Busy CPU ns of the whole machine.
+    busy_ns: f64,
+    ios: u64,
+    /// The tracer process's own CPU ns.
+    tracer_ns: f64,
+    /// The load's own CPU ns.
+    load_ns: f64,
+    /// The arm's programs' run time ns (`bpf_stats`; 0 when off).
+    programs_ns: f64,
+}
+
+/// A round while a paced load ([`crate::pacer`]) reads `lp` at `rate` IOPS, over a window that
+/// leaves out the load's first second and its end.
 fn cpu_round(
     arm: CpuArm,
     lp: &Loop,
@@ -986,7 +998,7 @@ fn cpu_round(
     seconds: u64,
     out: &Path,
     baseline: Option<&Path>,
-) -> Result<(f64, u64, f64, f64)> {
+) -> Result<CpuRound> {
     #[expect(
         clippy::let_underscore_must_use,
         reason = "clears the previous round's trace; there is none before the first round"
@@ -1030,6 +1042,14 @@ fn cpu_round(
     // The load runs a second before the window measured, and is stopped after it.
     let load = crate::pacer::Pacer::start(&lp.dev, rate, PACED_THREADS)?;
     std::thread::sleep(Duration::from_secs(1));
+    // The arm's programs: biolatency's are named after their tracepoints.
+    let programs = |n: &str| {
+        if arm == CpuArm::Biolatency {
+            n.starts_with("block_rq_") || n.starts_with("block_io_")
+        } else {
+            n.starts_with("blkprof")
+        }
+    };
     let sample = || -> Result<(Instant, u64, u64, f64, f64)> {
         Ok((
             Instant::now(),
@@ -1039,9 +1059,19 @@ fn cpu_round(
             proc_cpu_s(std::process::id()),
         ))
     };
+    let prog0 = if arm == CpuArm::Untraced {
+        0
+    } else {
+        prog_stats(programs, "")?.0
+    };
     let (t0, idle0, before, cpu0, load0) = sample()?;
     std::thread::sleep(Duration::from_secs(seconds));
     let (t1, idle1, after, cpu1, load1) = sample()?;
+    let prog1 = if arm == CpuArm::Untraced {
+        0
+    } else {
+        prog_stats(programs, "")?.0
+    };
     load.stop()?;
     let wall = u64::try_from((t1 - t0).as_nanos()).unwrap_or(u64::MAX);
     let idle = idle1 - idle0;
@@ -1065,12 +1095,14 @@ fn cpu_round(
     let _ = std::fs::remove_file(out.with_extension("hlog"));
     let ncpu = std::thread::available_parallelism().map_or(1, std::num::NonZero::get) as u64;
     let busy = (wall * ncpu).saturating_sub(idle);
-    Ok((
-        busy as f64 / ios.max(1) as f64,
+    let n = ios.max(1) as f64;
+    Ok(CpuRound {
+        busy_ns: busy as f64 / n,
         ios,
-        cpu * 1e9 / ios.max(1) as f64,
-        load_cpu * 1e9 / ios.max(1) as f64,
-    ))
+        tracer_ns: cpu * 1e9 / n,
+        load_ns: load_cpu * 1e9 / n,
+        programs_ns: prog1.saturating_sub(prog0) as f64 / n,
+    })
 }
 
 /// Threads of the paced load in `cargo xtask bench --cpu`: IOs in flight at most, as fio's
@@ -1082,7 +1114,7 @@ const PACED_THREADS: usize = 8;
 /// over /dev/shm; per arm the whole machine's busy CPU time per IO (all CPUs, wall time minus
 /// idle time), the arms in an order rotated every round; each traced arm's cost is its busy
 /// time per IO minus the untraced arm's of the same round.
-pub(crate) fn bench_cpu(seconds: u64, rounds: usize, rate: u64) -> Result<()> {
+pub(crate) fn bench_cpu(seconds: u64, rounds: usize, rate: u64, parts: bool) -> Result<()> {
     if !is_root() {
         bail!(
             "benchmarks load eBPF programs and create loop devices: run `cargo xtask bench` as root"
@@ -1091,8 +1123,10 @@ pub(crate) fn bench_cpu(seconds: u64, rounds: usize, rate: u64) -> Result<()> {
     build_release()?;
     let stats_before =
         std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").unwrap_or_default();
-    bpf_stats(false)?;
-    let res = bench_cpu_inner(seconds, rounds, rate);
+    // By parts, bpf_stats times the programs (adding two clock reads to each run, which the
+    // busy-CPU measure would count).
+    bpf_stats(parts)?;
+    let res = bench_cpu_inner(seconds, rounds, rate, parts);
     #[expect(
         clippy::let_underscore_must_use,
         reason = "puts the sysctl back as best it can; the benchmark's own result is what is returned"
@@ -1101,7 +1135,7 @@ pub(crate) fn bench_cpu(seconds: u64, rounds: usize, rate: u64) -> Result<()> {
     res
 }
 
-fn bench_cpu_inner(seconds: u64, rounds: usize, rate: u64) -> Result<()> {
+fn bench_cpu_inner(seconds: u64, rounds: usize, rate: u64, parts: bool) -> Result<()> {
     let pid = std::process::id();
     let lp = Loop::new(
         Path::new(&format!("/dev/shm/blkprof-bench-cpu-{pid}.img")),
@@ -1113,6 +1147,8 @@ fn bench_cpu_inner(seconds: u64, rounds: usize, rate: u64) -> Result<()> {
         .filter(|p| !p.is_empty())
         .map(PathBuf::from);
     let mut arms = vec![
+        // By parts the untraced arm measures nothing: kept first all the same, so that the
+        // arms' indices stay those of the busy-CPU table.
         CpuArm::Untraced,
         CpuArm::Floor,
         CpuArm::Records,
@@ -1130,30 +1166,51 @@ fn bench_cpu_inner(seconds: u64, rounds: usize, rate: u64) -> Result<()> {
     let mut added: Vec<Vec<f64>> = vec![Vec::new(); arms.len()];
     let mut own: Vec<Vec<f64>> = vec![Vec::new(); arms.len()];
     let mut load: Vec<Vec<f64>> = vec![Vec::new(); arms.len()];
+    let mut kernel: Vec<Vec<f64>> = vec![Vec::new(); arms.len()];
     let mut untraced = Vec::new();
     for round in 0..rounds {
         let mut busy = vec![0.0; arms.len()];
         let mut line = Vec::new();
         for k in 0..arms.len() {
             let i = (k + round) % arms.len();
-            let (ns, ios, tracer_ns, load_ns) =
-                cpu_round(arms[i], &lp, rate, seconds, &out, baseline.as_deref())?;
-            busy[i] = ns;
-            own[i].push(tracer_ns);
-            load[i].push(load_ns);
-            line.push(format!("{} {ns:.0} ns/IO ({ios} IOs)", arms[i].name()));
+            if parts && arms[i] == CpuArm::Untraced {
+                continue;
+            }
+            let r = cpu_round(arms[i], &lp, rate, seconds, &out, baseline.as_deref())?;
+            busy[i] = r.busy_ns;
+            own[i].push(r.tracer_ns);
+            load[i].push(r.load_ns);
+            kernel[i].push(r.programs_ns);
+            line.push(if parts {
+                format!(
+                    "{} kernel {:.0} + tracer {:.0} ns/IO ({} IOs)",
+                    arms[i].name(),
+                    r.programs_ns,
+                    r.tracer_ns,
+                    r.ios
+                )
+            } else {
+                format!("{} {:.0} ns/IO ({} IOs)", arms[i].name(), r.busy_ns, r.ios)
+            });
+        }
+        eprintln!("round {}: {}", round + 1, line.join(" | "));
+        if parts {
+            continue;
         }
         untraced.push(busy[0]);
         for (i, b) in busy.iter().enumerate() {
             added[i].push(b - busy[0]);
         }
-        eprintln!("round {}: {}", round + 1, line.join(" | "));
     }
     #[expect(
         clippy::let_underscore_must_use,
         reason = "best-effort cleanup of the scratch trace once the rounds are done"
     )]
     let _ = std::fs::remove_file(&out);
+    if parts {
+        print_parts(&arms, &kernel, &own, rate, rounds, seconds);
+        return Ok(());
+    }
     let floor = median(&mut added[1].clone());
     println!(
         "\n| paced 4k random reads at {rate} IOPS, {rounds} rounds of {seconds} s | added busy CPU per IO (median; quartiles) | x the floor | the tracer process's own CPU per IO | the load's own CPU per IO |"
@@ -1183,4 +1240,53 @@ fn bench_cpu_inner(seconds: u64, rounds: usize, rate: u64) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The table of `cargo xtask bench --cpu --parts`: per arm, the programs' and the tracer's ns
+/// per IO (median and range over the rounds), their sum, and the sum over the floor's.
+fn print_parts(
+    arms: &[CpuArm],
+    kernel: &[Vec<f64>],
+    own: &[Vec<f64>],
+    rate: u64,
+    rounds: usize,
+    seconds: u64,
+) {
+    let range = |v: &[f64]| {
+        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        format!("{:.0} ({lo:.0}-{hi:.0})", median(&mut v.to_vec()))
+    };
+    let sum = |i: usize| {
+        let mut s: Vec<f64> = kernel[i].iter().zip(&own[i]).map(|(k, t)| k + t).collect();
+        median(&mut s)
+    };
+    let floor = sum(1);
+    println!(
+        "\n| paced 4k random reads at {rate} IOPS, {rounds} rounds of {seconds} s, by parts | the programs, ns per IO (bpf_stats): median (range) | the tracer process, ns per IO | sum | x the floor |"
+    );
+    println!("|---|---|---|---|---|");
+    for (i, arm) in arms.iter().enumerate().skip(1) {
+        let tracer = if *arm == CpuArm::Biolatency {
+            // It prints only at the end: its process does no work per IO.
+            "-".to_string()
+        } else {
+            range(&own[i])
+        };
+        let s = if *arm == CpuArm::Biolatency {
+            median(&mut kernel[i].clone())
+        } else {
+            sum(i)
+        };
+        let times = if floor > 0.0 {
+            format!("{:.1}", s / floor)
+        } else {
+            "-".into()
+        };
+        println!(
+            "| {} | {} | {tracer} | {s:.0} | {times} |",
+            arm.name(),
+            range(&kernel[i])
+        );
+    }
 }

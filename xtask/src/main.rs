@@ -97,6 +97,11 @@ enum Cmd {
         /// too), the arms rotated over rounds.
         #[arg(long, conflicts_with_all = ["analyzer_only", "agent"])]
         cpu: bool,
+        /// With --cpu: the cost by parts instead, the precise figures where the busy-CPU
+        /// measure is noise: bpf_stats on, per arm the programs' run time per IO (their
+        /// `run_time_ns` over the window) and the tracer process's own CPU per IO.
+        #[arg(long, requires = "cpu")]
+        parts: bool,
         /// The CPU benchmark's IO rate (IOPS).
         #[arg(long, default_value_t = 40_000)]
         cpu_rate: u64,
@@ -191,6 +196,7 @@ fn main() -> Result<()> {
             agent,
             agent_rate,
             cpu,
+            parts,
             cpu_rate,
             join,
             join_ios,
@@ -201,7 +207,7 @@ fn main() -> Result<()> {
             }
             if cpu {
                 setup::setup()?;
-                return bench::bench_cpu(seconds, rounds, cpu_rate);
+                return bench::bench_cpu(seconds, rounds, cpu_rate, parts);
             }
             if agent {
                 setup::setup()?;
