@@ -15,35 +15,13 @@
 //! ([`Joiner::sweep`]): the rings are drained, less a slack for a program that read its clock
 //! but has not yet written its half.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
-
 use crate::{
     END_LAST, END_OFF_DEVICE, END_PART, EV_NEVER_ISSUED, EV_NOT_ACCOUNTED,
     EV_STARTED_BEFORE_ATTACH, EndHalf, HALF_END, HALF_ISSUE, HALF_LOST, HALF_MERGE, HALF_REQUEUE,
     HALF_START, HalfHead, IoEvent, IssueHalf, MarkHalf, StartHalf,
 };
 
-/// Hashing for keys that are already well spread (kernel addresses): one multiplication,
-/// where the standard hasher's `SipHash` costs tens of ns per lookup.
-#[derive(Default)]
-struct MulHasher(u64);
-
-impl Hasher for MulHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.write_u64(u64::from(*b));
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0.rotate_left(26) ^ v).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
-
-type Map<K, V> = HashMap<K, V, BuildHasherDefault<MulHasher>>;
+use crate::fasthash::FastMap as Map;
 
 /// What the sweep replays, in this order at equal instants: a request leaves before another
 /// enters at its address, and enters the OS before it is issued.

@@ -10,6 +10,8 @@ pub mod coverage;
 #[cfg(feature = "format")]
 pub mod diskstats;
 #[cfg(feature = "format")]
+pub mod fasthash;
+#[cfg(feature = "format")]
 pub mod format;
 #[cfg(feature = "format")]
 pub mod hdrfast;

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 
 use super::codec::{Cursor, put_varint};
 use super::record::Task;
+use crate::fasthash::FastMap;
 
 /// A task as the writer tells them apart: pid, NUL-padded comm, cgroup, and the cgroup its IO
 /// is charged to (one kworker writes back for many).
@@ -18,11 +19,11 @@ type TaskKey = (u32, [u8; 16], u64, u64);
 #[derive(Default)]
 pub(super) struct TableBuilder {
     devs: Vec<u32>,
-    dev_index: HashMap<u32, u32>,
+    dev_index: FastMap<u32, u32>,
     tasks: Vec<TaskKey>,
-    task_index: HashMap<TaskKey, u32>,
+    task_index: FastMap<TaskKey, u32>,
     files: Vec<(u32, u64)>,
-    file_index: HashMap<(u32, u64), u32>,
+    file_index: FastMap<(u32, u64), u32>,
     last_file: Option<((u32, u64), u32)>,
     /// Consecutive records mostly share device and task: skip the hash lookups then.
     last_dev: Option<(u32, u32)>,
