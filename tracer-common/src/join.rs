@@ -100,17 +100,16 @@ impl<T: Copy> Slab<T> {
         self.free.push(i);
         self.items[i as usize]
     }
-    fn waiting(&self) -> usize {
-        self.items.len() - self.free.len()
-    }
 }
 
 /// The request at an address, from its start (or its first event) to its end, as far as the
 /// sweep has come. Requests at one address follow one another: in time order, each event at
 /// an address is the current request's.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy)]
 struct Live {
-    submitter: Option<Submitter>,
+    /// Its start half's slot in [`Joiner::starts`], or [`NONE`]: the submitter stays there
+    /// until the request leaves (the map moves less on each insert).
+    start: u32,
     /// Its first event's instant (its start's, if seen).
     since_ns: u64,
     issue_ns: u64,
@@ -124,6 +123,21 @@ struct Live {
 }
 
 impl Live {
+    /// A request met first at `since_ns`, with the start half in slot `start` (or [`NONE`]).
+    fn new(since_ns: u64, start: u32) -> Live {
+        Live {
+            start,
+            since_ns,
+            issue_ns: 0,
+            os_at_issue: 0,
+            dev_at_issue: 0,
+            bytes_done: 0,
+            requeues: 0,
+            at_device: false,
+            off_device: false,
+        }
+    }
+
     /// How far the request had been seen: 0 completing (in part, or off the device inside a
     /// flush sequence), 1 issued, 2 never issued.
     fn stage(&self) -> usize {
@@ -181,8 +195,9 @@ pub struct Joiner {
     attach_ns: u64,
     /// Events pushed and not yet replayed, per ring, each in time order.
     events: Vec<Vec<Event>>,
-    /// Events due in a sweep (kept to reuse its allocation).
-    due: Vec<Event>,
+    /// The sweep's merge of the rings: (next event's sort key, ring) per ring with events
+    /// due (kept to reuse its allocation).
+    heads: std::collections::BinaryHeap<std::cmp::Reverse<(u64, usize)>>,
     starts: Slab<Submitter>,
     ends: Slab<EndHalf>,
     /// Address -> the request there, as far as the sweep has come.
@@ -212,7 +227,7 @@ impl Joiner {
         Joiner {
             attach_ns,
             events: vec![Vec::new(); rings.max(1)],
-            due: Vec::new(),
+            heads: std::collections::BinaryHeap::new(),
             starts: Slab::new(),
             ends: Slab::new(),
             live: Map::default(),
@@ -233,7 +248,7 @@ impl Joiner {
 
     /// Requests in the OS as far as the sweep has come, and halves waiting for it.
     pub fn open(&self) -> usize {
-        self.live.len() + self.starts.waiting() + self.ends.waiting()
+        self.live.len() + self.events.iter().map(Vec::len).sum::<usize>()
     }
 
     /// Requests in the OS, as far as the sweep has come, that started at or before `at_ns`
@@ -366,31 +381,80 @@ impl Joiner {
     /// The request at `key`: the live one, or one met first here (started before the probe
     /// attached, or its start half lost), entering the OS now.
     fn current(&mut self, key: u64, dev: u32, at_ns: u64) -> &mut Live {
-        if !self.live.contains_key(&key) {
-            self.count(dev).os += 1;
-        }
-        self.live.entry(key).or_insert_with(|| Live {
-            since_ns: at_ns,
-            ..Live::default()
+        let ci = self.count_index(dev);
+        let counts = &mut self.counts;
+        self.live.entry(key).or_insert_with(|| {
+            counts[ci].os += 1;
+            Live::new(at_ns, NONE)
         })
+    }
+
+    /// A request leaving without a record: its start half's slot freed.
+    fn drop_start(&mut self, l: &Live) {
+        if l.start != NONE {
+            self.starts.take(l.start);
+        }
     }
 
     /// Replay every event at or before `upto_ns` in time order, handing each completed
     /// request's record to `out`. The caller promises that every half of an instant at or
     /// before `upto_ns` has been pushed; one that comes later is counted as late.
     pub fn sweep(&mut self, upto_ns: u64, out: &mut impl FnMut(IoEvent)) {
-        let mut due = std::mem::take(&mut self.due);
-        for v in &mut self.events {
-            let n = v.partition_point(|e| e.at_ns() <= upto_ns);
-            due.extend(v.drain(..n));
+        let mut events = std::mem::take(&mut self.events);
+        let mut heads = std::mem::take(&mut self.heads);
+        // Each ring is sorted: merge their due prefixes, at equal instants ring by ring (as a
+        // stable sort of the rings one after another would).
+        let cut: Vec<usize> = events
+            .iter()
+            .map(|v| v.partition_point(|e| e.at_ns() <= upto_ns))
+            .collect();
+        let active: Vec<usize> = (0..events.len()).filter(|&r| cut[r] != 0).collect();
+        match active.as_slice() {
+            [] => {}
+            &[r] => {
+                for &e in &events[r][..cut[r]] {
+                    self.replay(e, out);
+                }
+            }
+            &[a, b] => {
+                let (va, vb) = (&events[a][..cut[a]], &events[b][..cut[b]]);
+                let (mut i, mut k) = (0, 0);
+                while i < va.len() && k < vb.len() {
+                    if vb[k].sort < va[i].sort {
+                        self.replay(vb[k], out);
+                        k += 1;
+                    } else {
+                        self.replay(va[i], out);
+                        i += 1;
+                    }
+                }
+                for &e in &va[i..] {
+                    self.replay(e, out);
+                }
+                for &e in &vb[k..] {
+                    self.replay(e, out);
+                }
+            }
+            _ => {
+                let mut at = vec![0usize; events.len()];
+                heads.clear();
+                for &r in &active {
+                    heads.push(std::cmp::Reverse((events[r][0].sort, r)));
+                }
+                while let Some(std::cmp::Reverse((_, r))) = heads.pop() {
+                    self.replay(events[r][at[r]], out);
+                    at[r] += 1;
+                    if at[r] < cut[r] {
+                        heads.push(std::cmp::Reverse((events[r][at[r]].sort, r)));
+                    }
+                }
+            }
         }
-        // One sorted run per ring: the stable sort finds the runs and merges them.
-        due.sort_by_key(|e| e.sort);
-        for ev in &due {
-            self.replay(*ev, out);
+        for (v, &n) in events.iter_mut().zip(&cut) {
+            v.drain(..n);
         }
-        due.clear();
-        self.due = due;
+        self.events = events;
+        self.heads = heads;
         self.swept_ns = self.swept_ns.max(upto_ns);
     }
 
@@ -413,34 +477,24 @@ impl Joiner {
         let (key, dev) = (ev.key, ev.dev);
         match ev.what() {
             What::Start => {
-                // None: its start half was lost, only its instant named.
-                let submitter = (ev.payload != NONE).then(|| self.starts.take(ev.payload));
-                if let Some(old) = self.live.remove(&key) {
+                // NONE: its start half was lost, only its instant named.
+                let new = Live::new(ev.at_ns(), ev.payload);
+                self.count(dev).os += 1;
+                if let Some(old) = self.live.insert(key, new) {
                     // Still in the OS when its address starts a new request: its completion
                     // was not seen (the kernel frees a request before it reuses it).
                     self.leave(dev, &old);
+                    self.drop_start(&old);
                     self.stats.missed_completions += 1;
                     self.stats.missed_stage[old.stage()] += 1;
                 }
-                self.count(dev).os += 1;
-                self.live.insert(
-                    key,
-                    Live {
-                        submitter,
-                        since_ns: ev.at_ns(),
-                        ..Live::default()
-                    },
-                );
             }
             What::Issue => {
                 let ci = self.count_index(dev);
                 let mut fresh = false;
                 let l = self.live.entry(key).or_insert_with(|| {
                     fresh = true;
-                    Live {
-                        since_ns: ev.at_ns(),
-                        ..Live::default()
-                    }
+                    Live::new(ev.at_ns(), NONE)
                 });
                 let c = &mut self.counts[ci];
                 if fresh {
@@ -467,6 +521,7 @@ impl Joiner {
             What::Merge => {
                 if let Some(l) = self.live.remove(&key) {
                     self.leave(dev, &l);
+                    self.drop_start(&l);
                 }
             }
             What::End => {
@@ -494,7 +549,7 @@ impl Joiner {
                                 l
                             }
                             // Met first at its end: it holds no count.
-                            None => Live::default(),
+                            None => Live::new(0, NONE),
                         };
                         let record = self.record(dev, &l, &half);
                         self.stats.joined += 1;
@@ -508,7 +563,8 @@ impl Joiner {
     /// The record of a completed request.
     fn record(&mut self, dev: u32, l: &Live, h: &EndHalf) -> IoEvent {
         let mut flags = h.flags;
-        let (pid, comm, cgroup) = if let Some(s) = l.submitter {
+        let submitter = (l.start != NONE).then(|| self.starts.take(l.start));
+        let (pid, comm, cgroup) = if let Some(s) = submitter {
             flags |= s.flags;
             (s.pid, s.comm, s.cgroup)
         } else {
@@ -545,7 +601,7 @@ impl Joiner {
                 // The kernel's issue stamp is as stale as its start stamp here.
                 issue_ns = 0;
             }
-            l.submitter
+            submitter
                 .map(|s| s.at_ns)
                 .filter(|&t| t != 0)
                 .or((issue_ns != 0).then_some(issue_ns))
@@ -819,16 +875,22 @@ mod tests {
 
     /// Drain both rings every `period` ns and sweep up to the drain less `slack`.
     fn join(sim: &Sim, period: u64, slack: u64) -> (Vec<IoEvent>, Joiner) {
-        let mut j = Joiner::new(0, 2);
+        join_on(sim, period, slack, 2)
+    }
+
+    /// [`join`] with the halves spread over `rings` rings (the `i`th half of the simulation's
+    /// ring `r` on ring `(r + 2 i) % rings`: each ring still in time order).
+    fn join_on(sim: &Sim, period: u64, slack: u64, rings: usize) -> (Vec<IoEvent>, Joiner) {
+        let mut j = Joiner::new(0, rings);
         let mut out = Vec::new();
         let mut next = 0;
         let end = sim.progs.last().map_or(0, |p| p.at_ns);
         let mut drain = sim.progs.first().map_or(0, |p| p.at_ns) + period;
         loop {
             let upto = sim.progs[next..].partition_point(|p| p.at_ns <= drain) + next;
-            for ring in 0..2 {
-                for p in &sim.progs[next..upto] {
-                    if p.ring == ring {
+            for ring in 0..rings {
+                for (i, p) in sim.progs.iter().enumerate().take(upto).skip(next) {
+                    if (p.ring + 2 * i) % rings == ring {
                         j.push(ring, &p.bytes);
                     }
                 }
@@ -887,12 +949,13 @@ mod tests {
 
     #[test]
     fn joined_records_carry_the_exact_counts_of_their_intervals() {
-        for seed in 1..=8 {
+        // Two rings merged pairwise; one ring; six merged by a heap.
+        for (seed, rings) in (1..=8).map(|s| (s, [2, 1, 6][s as usize % 3])) {
             let sim = simulate(seed, 3_000, 2_000, 50_000);
             let want = expected(&sim);
-            let (out, j) = join(&sim, 20_000, 60_000);
+            let (out, j) = join_on(&sim, 20_000, 60_000, rings);
             let st = j.stats();
-            assert_eq!(st.late, 0, "seed {seed}");
+            assert_eq!(st.late, 0, "seed {seed}, {rings} rings");
             assert_eq!(st.malformed, 0);
             assert_eq!(
                 out.len(),

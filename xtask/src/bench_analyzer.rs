@@ -1,8 +1,8 @@
 //! The analyzer's rate: a full `blkprof report` on a 50-million-IO trace, next to the time
 //! to read the file once, with peak RSS.
 
-use std::path::Path;
 use std::os::unix::process::CommandExt as _;
+use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
