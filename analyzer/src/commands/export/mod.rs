@@ -4,8 +4,11 @@
 //! IO for ui.perfetto.dev; docs/perfetto.md).
 
 mod csv;
+#[cfg(feature = "parquet")]
 pub mod parquet;
+#[cfg(feature = "parquet")]
 mod parquet_delta;
+#[cfg(feature = "parquet")]
 mod parquet_dict;
 pub mod perfetto;
 
@@ -52,6 +55,7 @@ pub enum ExportError {
     NoDevice(String),
     #[error("Parquet is written to a file or directory: give it with -o OUT")]
     ParquetNeedsFile,
+    #[cfg(feature = "parquet")]
     #[error("writing Parquet {path}: {source}")]
     Parquet {
         path: std::path::PathBuf,
