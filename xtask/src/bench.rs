@@ -1267,16 +1267,11 @@ fn print_parts(
     );
     println!("|---|---|---|---|---|");
     for (i, arm) in arms.iter().enumerate().skip(1) {
-        let tracer = if *arm == CpuArm::Biolatency {
+        let (tracer, s) = if *arm == CpuArm::Biolatency {
             // It prints only at the end: its process does no work per IO.
-            "-".to_string()
+            ("-".to_string(), median(&mut kernel[i].clone()))
         } else {
-            range(&own[i])
-        };
-        let s = if *arm == CpuArm::Biolatency {
-            median(&mut kernel[i].clone())
-        } else {
-            sum(i)
+            (range(&own[i]), sum(i))
         };
         let times = if floor > 0.0 {
             format!("{:.1}", s / floor)
