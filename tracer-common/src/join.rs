@@ -195,9 +195,8 @@ pub struct Joiner {
     attach_ns: u64,
     /// Events pushed and not yet replayed, per ring, each in time order.
     events: Vec<Vec<Event>>,
-    /// The sweep's merge of the rings: (next event's sort key, ring) per ring with events
-    /// due (kept to reuse its allocation).
-    heads: std::collections::BinaryHeap<std::cmp::Reverse<(u64, usize)>>,
+    /// The sweep's merge: a run per ring with events due (kept to reuse its allocation).
+    runs: Vec<Run>,
     starts: Slab<Submitter>,
     ends: Slab<EndHalf>,
     /// Address -> the request there, as far as the sweep has come.
@@ -221,13 +220,26 @@ fn read<T: Copy>(bytes: &[u8]) -> Option<T> {
 /// No payload.
 const NONE: u32 = u32::MAX;
 
+/// A ring's events due in a sweep: `at..end` of its events left, the next one's sort key
+/// (or [`DONE`]).
+#[derive(Clone, Copy)]
+struct Run {
+    next: u64,
+    ring: usize,
+    at: usize,
+    end: usize,
+}
+
+/// A run replayed to its end: above every sort key (at most (2^61 - 1) << 3 | 4).
+const DONE: u64 = u64::MAX;
+
 impl Joiner {
     /// A joiner for halves from `rings` rings (one per CPU).
     pub fn new(attach_ns: u64, rings: usize) -> Joiner {
         Joiner {
             attach_ns,
             events: vec![Vec::new(); rings.max(1)],
-            heads: std::collections::BinaryHeap::new(),
+            runs: Vec::new(),
             starts: Slab::new(),
             ends: Slab::new(),
             live: Map::default(),
@@ -401,61 +413,89 @@ impl Joiner {
     /// before `upto_ns` has been pushed; one that comes later is counted as late.
     pub fn sweep(&mut self, upto_ns: u64, out: &mut impl FnMut(IoEvent)) {
         let mut events = std::mem::take(&mut self.events);
-        let mut heads = std::mem::take(&mut self.heads);
+        let mut runs = std::mem::take(&mut self.runs);
         // Each ring is sorted: merge their due prefixes, at equal instants ring by ring (as a
         // stable sort of the rings one after another would).
-        let cut: Vec<usize> = events
-            .iter()
-            .map(|v| v.partition_point(|e| e.at_ns() <= upto_ns))
-            .collect();
-        let active: Vec<usize> = (0..events.len()).filter(|&r| cut[r] != 0).collect();
-        match active.as_slice() {
-            [] => {}
-            &[r] => {
-                for &e in &events[r][..cut[r]] {
-                    self.replay(e, out);
-                }
-            }
-            &[a, b] => {
-                let (va, vb) = (&events[a][..cut[a]], &events[b][..cut[b]]);
-                let (mut i, mut k) = (0, 0);
-                while i < va.len() && k < vb.len() {
-                    if vb[k].sort < va[i].sort {
-                        self.replay(vb[k], out);
-                        k += 1;
-                    } else {
-                        self.replay(va[i], out);
-                        i += 1;
-                    }
-                }
-                for &e in &va[i..] {
-                    self.replay(e, out);
-                }
-                for &e in &vb[k..] {
-                    self.replay(e, out);
-                }
-            }
-            _ => {
-                let mut at = vec![0usize; events.len()];
-                heads.clear();
-                for &r in &active {
-                    heads.push(std::cmp::Reverse((events[r][0].sort, r)));
-                }
-                while let Some(std::cmp::Reverse((_, r))) = heads.pop() {
-                    self.replay(events[r][at[r]], out);
-                    at[r] += 1;
-                    if at[r] < cut[r] {
-                        heads.push(std::cmp::Reverse((events[r][at[r]].sort, r)));
-                    }
-                }
+        runs.clear();
+        for (r, v) in events.iter().enumerate() {
+            let end = v.partition_point(|e| e.at_ns() <= upto_ns);
+            if end != 0 {
+                runs.push(Run {
+                    next: v[0].sort,
+                    ring: r,
+                    at: 0,
+                    end,
+                });
             }
         }
-        for (v, &n) in events.iter_mut().zip(&cut) {
-            v.drain(..n);
+        if let &[a, b] = runs.as_slice() {
+            // Two rings (a small ring per CPU on two CPUs): the runs are short, and a compare
+            // per event beats a scan per run.
+            let (va, vb) = (&events[a.ring][..a.end], &events[b.ring][..b.end]);
+            let (mut i, mut k) = (0, 0);
+            while i < va.len() && k < vb.len() {
+                if vb[k].sort < va[i].sort {
+                    self.replay(vb[k], out);
+                    k += 1;
+                } else {
+                    self.replay(va[i], out);
+                    i += 1;
+                }
+            }
+            for &e in va[i..].iter().chain(&vb[k..]) {
+                self.replay(e, out);
+            }
+        } else {
+            self.merge_runs(&events, &mut runs, out);
+        }
+        for run in &runs {
+            events[run.ring].drain(..run.end);
         }
         self.events = events;
-        self.heads = heads;
+        self.runs = runs;
         self.swept_ns = self.swept_ns.max(upto_ns);
+    }
+
+    /// Merge the runs of more rings than two (or one): the ring with the least next event
+    /// replays up to the next ring's least, without a scan per event.
+    fn merge_runs(
+        &mut self,
+        events: &[Vec<Event>],
+        runs: &mut [Run],
+        out: &mut impl FnMut(IoEvent),
+    ) {
+        loop {
+            // The least next event (the first such run: the lowest ring), and the next least.
+            let (mut m, mut second) = (usize::MAX, (u64::MAX, usize::MAX));
+            let mut least = u64::MAX;
+            for (i, run) in runs.iter().enumerate() {
+                if run.next < least {
+                    if m != usize::MAX {
+                        second = (least, m);
+                    }
+                    (least, m) = (run.next, i);
+                } else if run.next < second.0 {
+                    second = (run.next, i);
+                }
+            }
+            let Some(run) = runs.get_mut(m) else {
+                break;
+            };
+            let ring = &events[run.ring];
+            loop {
+                self.replay(ring[run.at], out);
+                run.at += 1;
+                if run.at == run.end {
+                    run.next = DONE;
+                    break;
+                }
+                run.next = ring[run.at].sort;
+                // Ahead of the other runs still, or level with one behind it in ring order.
+                if run.next > second.0 || (run.next == second.0 && m > second.1) {
+                    break;
+                }
+            }
+        }
     }
 
     /// Replay everything pushed, whatever its instant (at the end of a run).
