@@ -989,7 +989,7 @@ mod tests {
 
     #[test]
     fn joined_records_carry_the_exact_counts_of_their_intervals() {
-        // Two rings merged pairwise; one ring; six merged by a heap.
+        // Two rings merged pairwise; one ring; six merged by runs.
         for (seed, rings) in (1..=8).map(|s| (s, [2, 1, 6][s as usize % 3])) {
             let sim = simulate(seed, 3_000, 2_000, 50_000);
             let want = expected(&sim);

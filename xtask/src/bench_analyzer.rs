@@ -100,9 +100,9 @@ struct Cost {
 fn timed(cmd: &mut Command) -> Result<Cost> {
     // A child started by posix_spawn (vfork: std's default) takes this process's peak RSS
     // into its own at exec (the kernel keeps the larger of the old address space's high-water
-    // mark and the new one's), and this process has held a whole decoded trace: every child
-    // would report at least that. A hook before exec makes std fork instead, so the child's
-    // peak is its own (plus this process's resident pages at the fork, a few MiB).
+    // mark and the new one's): after the join bench's 200 MB of halves in this process, every
+    // child reported at least that. A hook before exec makes std fork instead, so the child's
+    // peak is its own, or this process's resident pages at the fork if larger (a few MiB).
     // SAFETY: the hook does nothing, which is async-signal-safe.
     unsafe {
         cmd.pre_exec(|| Ok(()));

@@ -1,8 +1,8 @@
 //! The daemon's share of half records (docs/design/records-without-shared-state.md): the CPU
-//! time to join start, issue and end halves from two rings into records and count the
+//! time to join start, issue and end halves from two CPUs' rings into records and count the
 //! requests in flight at each issue, per IO. The halves are made in memory the way the probe
-//! would write them at 500k IOPS (each drain's halves laid out per ring, untimed); only the
-//! joiner's work is timed.
+//! would write them at 500k and at 40k IOPS (each drain's halves laid out per ring, untimed);
+//! only the joiner's work is timed.
 
 use std::time::{Duration, Instant};
 
@@ -114,8 +114,15 @@ fn rate(ios: u64, every_ns: u64, drain_ns: u64) -> Result<()> {
         for h in &halves[next..upto] {
             let (key, start_ns, issue_ns, complete_ns) = io_instants[h.io as usize];
             let mut ring = usize::from(h.ring);
-            // A ring's records take 8 bytes of header each, rounded to 8.
-            if rings[ring].len() + 8 * (lens[ring].len() + 1) + size_of::<EndHalf>() > hot_bytes {
+            // The probe's rule (write_half): the small ring while more than twice the half's
+            // size is free in it (each record takes 8 bytes of header; the halves' sizes are
+            // multiples of 8).
+            let size = match h.kind {
+                Kind::Start => size_of::<StartHalf>(),
+                Kind::Issue => size_of::<IssueHalf>(),
+                Kind::End => size_of::<EndHalf>(),
+            };
+            if rings[ring].len() + 8 * lens[ring].len() > hot_bytes.saturating_sub(2 * size) {
                 ring += 2;
             }
             let out = &mut rings[ring];
@@ -189,7 +196,7 @@ fn rate(ios: u64, every_ns: u64, drain_ns: u64) -> Result<()> {
     }
     println!(
         "join: {:.0} ns per IO ({ios} IOs as 3 halves each on 2 CPUs' small rings, spilling into their large ones; a drain every {} ms at \
-         {} IOPS; {:.2} s; at most {max_open} requests open)",
+         {} IOPS; {:.2} s; at most {max_open} requests open and halves waiting)",
         busy.as_nanos() as f64 / ios as f64,
         drain_ns / 1_000_000,
         1_000_000_000 / every_ns,

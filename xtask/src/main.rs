@@ -106,7 +106,7 @@ enum Cmd {
         #[arg(long, default_value_t = 40_000)]
         cpu_rate: u64,
         /// Only the join's benchmark (no root needed): the daemon's CPU per IO to join half
-        /// records from two rings and count the requests in flight (the design in
+        /// records from two CPUs' rings and count the requests in flight (the design in
         /// docs/design/records-without-shared-state.md).
         #[arg(long, conflicts_with_all = ["analyzer_only", "agent", "cpu"])]
         join: bool,
@@ -216,8 +216,8 @@ fn main() -> Result<()> {
             if !analyzer_only {
                 setup::setup()?;
                 bench::bench(seconds, rounds)?;
+                bench_join::bench(join_ios)?;
             }
-            bench_join::bench(join_ios)?;
             bench_analyzer::bench(analyzer_ios)
         }
         Cmd::Cassandra { opts, prebuilt } => {

@@ -79,7 +79,7 @@ pub(crate) fn test(filter: Option<String>) -> Result<()> {
     // above unifies it on).
     run(cargo().args(["test", "-p", "tracer-common", "--features", "format"]))?;
     // A smoke pass of the fuzz targets (fuzz/; nightly). In CI: 6 minutes with the build (a
-    // cold one takes about 4 on 2 CPUs), 10 to 25 s per target.
+    // cold one takes about 3 on 2 CPUs, 6 when it still built Arrow), 10 to 25 s per target.
     let budget = if std::env::var("CI").is_ok_and(|v| v == "true") {
         crate::fuzz::Budget::Within {
             total_s: 360,
