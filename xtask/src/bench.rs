@@ -1252,11 +1252,7 @@ fn print_parts(
     rounds: usize,
     seconds: u64,
 ) {
-    let range = |v: &[f64]| {
-        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-        let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        format!("{:.0} ({lo:.0}-{hi:.0})", median(&mut v.to_vec()))
-    };
+    let range = |v: &[f64]| format!("{:.0} ({})", median(&mut v.to_vec()), crate::util::range(v));
     let sum = |i: usize| {
         let mut s: Vec<f64> = kernel[i].iter().zip(&own[i]).map(|(k, t)| k + t).collect();
         median(&mut s)

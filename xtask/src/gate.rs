@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::util::{catch_signals, interrupted, is_root, output, root, sleep};
+use crate::util::{catch_signals, interrupted, is_root, output, range, root, sleep};
 
 #[derive(clap::Args)]
 #[expect(
@@ -454,12 +454,6 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
-}
-
-fn range(v: &[f64]) -> String {
-    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    format!("{lo:.0}-{hi:.0}")
 }
 
 fn trace_name(scenario: &str, i: usize) -> String {

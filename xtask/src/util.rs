@@ -36,6 +36,13 @@ pub(crate) fn output(cmd: &mut Command) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// "lo-hi" of `v`, whole numbers (a benchmark's spread over rounds).
+pub(crate) fn range(v: &[f64]) -> String {
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    format!("{lo:.0}-{hi:.0}")
+}
+
 pub(crate) fn have(program: &str) -> bool {
     Command::new("sh")
         .args(["-c", &format!("command -v {program} >/dev/null 2>&1")])
