@@ -298,6 +298,7 @@ fn a_device_with_iostats_off_is_traced_and_said_to_be_unaccounted() {
 /// IO submitted during the stop mistaken for one of before the start.
 #[test]
 fn stopping_while_io_runs_cuts_the_run_at_one_instant() {
+    use std::os::unix::process::CommandExt as _;
     let dir = TestDir::new();
     let dev = Scratch::new("cut", 1024, true, false);
     dev.set_nomerges(2);
@@ -315,6 +316,8 @@ fn stopping_while_io_runs_cuts_the_run_at_one_instant() {
             "--time_based",
         ])
         .stdout(std::process::Stdio::null())
+        // Its own process group, stopped whole below.
+        .process_group(0)
         .spawn()
         .expect("fio");
     std::thread::sleep(Duration::from_millis(500));
@@ -387,14 +390,16 @@ fn stopping_while_io_runs_cuts_the_run_at_one_instant() {
             f.stdout
         );
     }
+    // The whole group: killing fio alone left its job process doing IO for the rest of the
+    // 30 s, on the CPUs of the tests that follow.
+    if let Ok(pid) = libc::pid_t::try_from(fio.id()) {
+        // SAFETY: kill(2) on the process group our child leads, not reaped until the wait
+        // below.
+        unsafe { libc::kill(-pid, libc::SIGKILL) };
+    }
     #[expect(
         clippy::let_underscore_must_use,
-        reason = "stops the background fio, which may have ended by itself already"
-    )]
-    let _ = fio.kill();
-    #[expect(
-        clippy::let_underscore_must_use,
-        reason = "reaps the fio just killed; its status says nothing about the test"
+        reason = "reaps the fio just stopped; its status says nothing about the test"
     )]
     let _ = fio.wait();
     assert!(

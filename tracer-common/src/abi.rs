@@ -84,6 +84,52 @@ pub const MAP_HOT_RINGS: [&str; HALF_RINGS] = [
 /// with rings of this size against 571-588 with rings of 8 MB.
 pub const HOT_RING_BYTES: u32 = 128 << 10;
 
+/// Each CPU's batch of halves ([`HalfBatch`]), gathered before one ring write.
+pub const MAP_HALF_BATCH: &str = "HALFBATCH";
+
+/// The program that writes a CPU's batch to its ring when the daemon runs it on that CPU
+/// (`BPF_PROG_TEST_RUN` with `BPF_F_TEST_RUN_ON_CPU`) before each drain. Never attached.
+pub const PROGRAM_FLUSH_HALVES: &str = "blkprof_flush_halves";
+
+/// Bytes of halves a [`HalfBatch`] holds: 11 to 32 halves, one ring write.
+pub const HALF_BATCH_BYTES: usize = 1024;
+
+/// What the halves of a batch would be counted as if the batch were lost, by class: a start
+/// half ([`Counter::SubmitterLost`]), an issue or requeue half ([`Counter::HalfDrops`], named),
+/// a partial or off-device end half ([`Counter::HalfDrops`], not named), a merge half
+/// ([`Counter::MergeHalfDrops`]), a last end half ([`Counter::RingDrops`]).
+pub const BATCH_LOSS_CLASSES: usize = 5;
+
+/// A CPU's halves waiting for one ring write (`BENCHMARKS.md`, session 22: a ring
+/// reservation per half cost about 80 ns at 40k IOPS, a store into this batch a fraction of
+/// it). A program that finds `busy` set (it interrupted another program of the CPU between
+/// its loads and stores of the batch) writes its half to the ring itself. A batch goes to the
+/// CPU's small ring (else its large one) when the next half does not fit, or when the daemon
+/// runs [`PROGRAM_FLUSH_HALVES`] on the CPU; if neither ring has room its halves are counted
+/// lost by class and the batch goes whole to [`MAP_HALF_LOST`], where the join takes each half
+/// as its lost mark.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct HalfBatch {
+    pub busy: u32,
+    /// Bytes of halves in `buf`.
+    pub len: u32,
+    /// The earliest instant of the halves in `buf` (not always the first's: a program that
+    /// stamped its half and was interrupted adds it after the interrupting programs' halves):
+    /// the daemon sweeps no further while the batch waits, and writes it to the rings itself
+    /// once it is [`HALF_BATCH_STALE_NS`] old.
+    pub first_ns: u64,
+    /// Halves in `buf` by loss class ([`BATCH_LOSS_CLASSES`]), and padding.
+    pub lost: [u32; 6],
+    pub buf: [u8; HALF_BATCH_BYTES],
+}
+const _: () = assert!(core::mem::size_of::<HalfBatch>() == 40 + HALF_BATCH_BYTES);
+
+/// How old a CPU's batch may grow before the daemon has it written to the rings (an IPI to
+/// the CPU): a CPU with IO to do fills and writes its batch far sooner (every 0.3 ms at 40k
+/// IOPS), one gone quiet has its last halves written within a drain or two.
+pub const HALF_BATCH_STALE_NS: u64 = 10_000_000;
+
 /// Programs that return at once, on the tracepoints the probe uses (6.5+): the cost of being
 /// attached, which `cargo xtask bench` measures the probe against.
 pub const PROGRAMS_NOP: [(&str, &str); 3] = [
@@ -805,6 +851,8 @@ mod pod {
     unsafe impl aya::Pod for super::RequestSlot {}
     // SAFETY: three u64s (size asserted).
     unsafe impl aya::Pod for super::Cuts {}
+    // SAFETY: integers and a byte array, no padding (size asserted).
+    unsafe impl aya::Pod for super::HalfBatch {}
     // SAFETY: integers and a byte array, no padding (size asserted).
     unsafe impl aya::Pod for super::BioSlot {}
     // SAFETY: a u64 and two u32s (size asserted).

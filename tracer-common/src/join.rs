@@ -270,74 +270,105 @@ impl Joiner {
         self.live.values().filter(|l| l.since_ns <= at_ns).count()
     }
 
-    /// Take one half as read from ring `ring`.
+    /// Take a record as read from ring `ring`: a half, or a CPU's batch of halves one after
+    /// another (`tracer_common::HalfBatch`).
     pub fn push(&mut self, ring: usize, bytes: &[u8]) {
+        self.push_record(ring, bytes, false);
+    }
+
+    /// Take a record of the ring of lost marks ([`crate::MAP_HALF_LOST`]): marks, or a batch
+    /// the rings had no room for, whose halves are taken as their marks (a partial end's is
+    /// not named: the probe counted it as a half drop).
+    pub fn push_lost(&mut self, ring: usize, bytes: &[u8]) {
+        self.push_record(ring, bytes, true);
+    }
+
+    fn push_record(&mut self, ring: usize, mut bytes: &[u8], lost: bool) {
         let ring = ring % self.events.len();
-        let Some(head) = read::<HalfHead>(bytes) else {
-            self.stats.malformed += 1;
-            return;
-        };
+        while !bytes.is_empty() {
+            let Some(n) = self.push_half(ring, bytes, lost) else {
+                // Nothing after a half of no known size can be read.
+                self.stats.malformed += 1;
+                return;
+            };
+            bytes = bytes.get(n..).unwrap_or_default();
+        }
+    }
+
+    /// Take the half at the start of `bytes`; its size, or None if it is short or of no known
+    /// kind. `lost`: a half of a lost batch, taken as its mark.
+    fn push_half(&mut self, ring: usize, bytes: &[u8], lost: bool) -> Option<usize> {
+        let head = read::<HalfHead>(bytes)?;
         match head.half {
-            HALF_START => match read::<StartHalf>(bytes) {
-                Some(h) => {
-                    let at_ns = if h.at_ns != 0 { h.at_ns } else { head.start_ns };
-                    let p = self.starts.put(Submitter {
+            HALF_START => {
+                let h = read::<StartHalf>(bytes)?;
+                let at_ns = if h.at_ns != 0 { h.at_ns } else { head.start_ns };
+                let p = if lost {
+                    NONE
+                } else {
+                    self.starts.put(Submitter {
                         pid: h.pid,
                         comm: h.comm,
                         cgroup: h.cgroup,
                         // EV_* bits are the low 16.
                         flags: u16::try_from(h.flags & 0xffff).unwrap_or_default(),
                         at_ns,
-                    });
-                    self.event(ring, &head, at_ns, What::Start, p);
+                    })
+                };
+                self.event(ring, &head, at_ns, What::Start, p);
+                Some(size_of::<StartHalf>())
+            }
+            HALF_ISSUE => {
+                let h = read::<IssueHalf>(bytes)?;
+                self.event(ring, &head, h.issue_ns, What::Issue, NONE);
+                Some(size_of::<IssueHalf>())
+            }
+            HALF_REQUEUE | HALF_MERGE => {
+                let h = read::<MarkHalf>(bytes)?;
+                let what = if head.half == HALF_MERGE {
+                    What::Merge
+                } else {
+                    What::Requeue
+                };
+                self.event(ring, &head, h.at_ns, what, NONE);
+                Some(size_of::<MarkHalf>())
+            }
+            HALF_END => {
+                let h = read::<EndHalf>(bytes)?;
+                match h.end {
+                    // A lost last end leaves as a merged request: no record.
+                    END_LAST if lost => {
+                        self.stats.gone += 1;
+                        self.event(ring, &head, h.complete_ns, What::Merge, NONE);
+                    }
+                    END_PART | END_OFF_DEVICE if lost => {}
+                    END_LAST | END_PART | END_OFF_DEVICE => {
+                        let p = self.ends.put(h);
+                        self.event(ring, &head, h.complete_ns, What::End, p);
+                    }
+                    _ => return None,
                 }
-                None => self.stats.malformed += 1,
-            },
-            HALF_ISSUE => match read::<IssueHalf>(bytes) {
-                Some(h) => self.event(ring, &head, h.issue_ns, What::Issue, NONE),
-                None => self.stats.malformed += 1,
-            },
-            HALF_REQUEUE | HALF_MERGE => match read::<MarkHalf>(bytes) {
-                Some(h) => {
-                    let what = if head.half == HALF_MERGE {
-                        What::Merge
-                    } else {
-                        What::Requeue
-                    };
-                    self.event(ring, &head, h.at_ns, what, NONE);
-                }
-                None => self.stats.malformed += 1,
-            },
-            HALF_END => match read::<EndHalf>(bytes) {
-                Some(h) if matches!(h.end, END_LAST | END_PART | END_OFF_DEVICE) => {
-                    let p = self.ends.put(h);
-                    self.event(ring, &head, h.complete_ns, What::End, p);
-                }
-                _ => self.stats.malformed += 1,
-            },
-            lost if lost & HALF_LOST != 0 => match read::<MarkHalf>(bytes) {
+                Some(size_of::<EndHalf>())
+            }
+            marked if marked & HALF_LOST != 0 => {
                 // A half lost to a full ring, named: its event without its payload.
-                Some(h) => {
-                    let what = match lost & !HALF_LOST {
-                        HALF_START => What::Start,
-                        HALF_ISSUE => What::Issue,
-                        HALF_REQUEUE => What::Requeue,
-                        // A lost last end leaves as a merged request: no record.
-                        HALF_END => {
-                            self.stats.gone += 1;
-                            What::Merge
-                        }
-                        HALF_MERGE => What::Merge,
-                        _ => {
-                            self.stats.malformed += 1;
-                            return;
-                        }
-                    };
-                    self.event(ring, &head, h.at_ns, what, NONE);
-                }
-                None => self.stats.malformed += 1,
-            },
-            _ => self.stats.malformed += 1,
+                let h = read::<MarkHalf>(bytes)?;
+                let what = match marked & !HALF_LOST {
+                    HALF_START => What::Start,
+                    HALF_ISSUE => What::Issue,
+                    HALF_REQUEUE => What::Requeue,
+                    // A lost last end leaves as a merged request: no record.
+                    HALF_END => {
+                        self.stats.gone += 1;
+                        What::Merge
+                    }
+                    HALF_MERGE => What::Merge,
+                    _ => return None,
+                };
+                self.event(ring, &head, h.at_ns, what, NONE);
+                Some(size_of::<MarkHalf>())
+            }
+            _ => None,
         }
     }
 
@@ -921,6 +952,18 @@ mod tests {
     /// [`join`] with the halves spread over `rings` rings (the `i`th half of the simulation's
     /// ring `r` on ring `(r + 2 i) % rings`: each ring still in time order).
     fn join_on(sim: &Sim, period: u64, slack: u64, rings: usize) -> (Vec<IoEvent>, Joiner) {
+        join_batched(sim, period, slack, rings, 0)
+    }
+
+    /// As [`join_on`], each ring's halves of a drain pushed in records of up to `batch`
+    /// bytes (several halves one after another, as a CPU's `HalfBatch`); 0: a half a record.
+    fn join_batched(
+        sim: &Sim,
+        period: u64,
+        slack: u64,
+        rings: usize,
+        batch: usize,
+    ) -> (Vec<IoEvent>, Joiner) {
         let mut j = Joiner::new(0, rings);
         let mut out = Vec::new();
         let mut next = 0;
@@ -929,10 +972,19 @@ mod tests {
         loop {
             let upto = sim.progs[next..].partition_point(|p| p.at_ns <= drain) + next;
             for ring in 0..rings {
+                let mut record = Vec::new();
                 for (i, p) in sim.progs.iter().enumerate().take(upto).skip(next) {
-                    if (p.ring + 2 * i) % rings == ring {
-                        j.push(ring, &p.bytes);
+                    if (p.ring + 2 * i) % rings != ring {
+                        continue;
                     }
+                    if record.len() + p.bytes.len() > batch && !record.is_empty() {
+                        j.push(ring, &record);
+                        record.clear();
+                    }
+                    record.extend_from_slice(&p.bytes);
+                }
+                if !record.is_empty() {
+                    j.push(ring, &record);
                 }
             }
             next = upto;
@@ -1044,6 +1096,91 @@ mod tests {
             let ids: HashSet<u64> = out.iter().map(|e| e.sector).collect();
             assert_eq!(ids.len(), out.len());
         }
+    }
+
+    #[test]
+    fn halves_in_batches_join_as_they_do_one_by_one() {
+        for (seed, rings) in [(3, 2), (4, 1), (5, 6)] {
+            let sim = simulate(seed, 2_000, 2_000, 50_000);
+            let (one, j1) = join_on(&sim, 20_000, 60_000, rings);
+            for batch in [100, crate::HALF_BATCH_BYTES] {
+                let (batched, j) = join_batched(&sim, 20_000, 60_000, rings, batch);
+                assert_eq!(
+                    batched, one,
+                    "seed {seed}, {rings} rings, batches of {batch}"
+                );
+                assert_eq!(j.stats(), j1.stats());
+            }
+        }
+    }
+
+    #[test]
+    fn a_batch_lost_whole_names_its_halves_as_marks() {
+        let head = |half, key| HalfHead {
+            half,
+            dev: DEV,
+            key,
+            start_ns: 1,
+        };
+        let end = |key, complete_ns, end| EndHalf {
+            head: head(HALF_END, key),
+            complete_ns,
+            bytes: 4096,
+            end,
+            ..EndHalf::default()
+        };
+        let mut j = Joiner::new(0, 3);
+        // A and B start and are issued on ring 0; the batch with A's end, B's partial end and
+        // last end, and C's start went to the ring of lost marks (ring 2), whole.
+        let mut written = Vec::new();
+        for (key, at) in [(0xa, 100), (0xb, 105)] {
+            written.extend(bytes_of(&StartHalf {
+                head: head(HALF_START, key),
+                pid: 7,
+                at_ns: at,
+                ..StartHalf::default()
+            }));
+            written.extend(bytes_of(&IssueHalf {
+                head: head(HALF_ISSUE, key),
+                issue_ns: at + 5,
+            }));
+        }
+        j.push(0, &written);
+        let mut lost = bytes_of(&end(0xa, 150, END_LAST));
+        lost.extend(bytes_of(&end(0xb, 155, END_PART)));
+        lost.extend(bytes_of(&end(0xb, 160, END_LAST)));
+        lost.extend(bytes_of(&StartHalf {
+            head: head(HALF_START, 0xc),
+            pid: 9,
+            at_ns: 170,
+            ..StartHalf::default()
+        }));
+        j.push_lost(2, &lost);
+        // C's issue and end reach ring 1.
+        let mut rest = bytes_of(&IssueHalf {
+            head: head(HALF_ISSUE, 0xc),
+            issue_ns: 175,
+        });
+        rest.extend(bytes_of(&end(0xc, 190, END_LAST)));
+        j.push(1, &rest);
+        let mut out = Vec::new();
+        j.finish(&mut |e| out.push(e));
+        // A and B closed by their named last ends, without records; C recorded without its
+        // submitter (its start half lost), alone in the OS and at the device.
+        assert_eq!(out.len(), 1);
+        assert_eq!(
+            (
+                out[0].pid,
+                out[0].enter_ns,
+                out[0].issue_ns,
+                out[0].os_inflight,
+                out[0].dev_inflight
+            ),
+            (0, 1, 175, 1, 1)
+        );
+        let st = j.stats();
+        assert_eq!((st.gone, st.missed_completions, st.open_at_end), (2, 0, 0));
+        assert_eq!((st.starts_lost, st.malformed), (1, 0));
     }
 
     #[test]

@@ -32,9 +32,9 @@ use aya_ebpf::{
             bpf_get_current_cgroup_id, bpf_get_current_task_btf, bpf_get_smp_processor_id,
         },
     },
-    macros::{btf_tracepoint, map},
+    macros::{btf_tracepoint, map, raw_tracepoint},
     maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
-    programs::BtfTracePointContext,
+    programs::{BtfTracePointContext, RawTracePointContext},
 };
 use tracer_common::{
     AGG_FLUSH_RQ, AGG_NOT_ACCOUNTED, AGGREGATE_SLOT_COUNT, AggKey, Aggregate, AggregateSlot,
@@ -45,8 +45,9 @@ use tracer_common::{
 };
 use tracer_common::{Cuts, EV_OUTSIDE_CUT, RequestSlot, SLOT_COUNT};
 use tracer_common::{
-    END_LAST, END_OFF_DEVICE, END_PART, EndHalf, HALF_END, HALF_ISSUE, HALF_LOST, HALF_MERGE,
-    HALF_REQUEUE, HALF_RINGS, HALF_START, HalfHead, IssueHalf, MarkHalf, StartHalf,
+    END_LAST, END_OFF_DEVICE, END_PART, EndHalf, HALF_BATCH_BYTES, HALF_END, HALF_ISSUE, HALF_LOST,
+    HALF_MERGE, HALF_REQUEUE, HALF_RINGS, HALF_START, HalfBatch, HalfHead, IssueHalf, MarkHalf,
+    StartHalf,
 };
 use tracer_common::{
     FILE_DEV_ANON, FILE_DEV_DEVICE, FILE_NAME_DEPTH, FILE_NAME_LEN, FileKey, FileName,
@@ -369,6 +370,15 @@ fn bump(counter: Counter) {
         // Atomic although per-CPU: programs of different tracepoints nest on a CPU (a
         // completion interrupting a submission), and both may count. Counters are rare events.
         atomic_add(p, 1);
+    }
+}
+
+#[inline(always)]
+fn bump_by(counter: Counter, n: u32) {
+    if n != 0
+        && let Some(p) = COUNTERS.get_ptr_mut(counter as u32)
+    {
+        atomic_add(p, u64::from(n));
     }
 }
 
@@ -1428,11 +1438,149 @@ static HOT7: RingBuf = RingBuf::with_byte_size(1 << 17, 0);
 #[map]
 static HALFLOST: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
 
+/// Each CPU's halves waiting for one ring write (see [`HalfBatch`]).
+#[map]
+static HALFBATCH: PerCpuArray<HalfBatch> = PerCpuArray::with_max_entries(1, 0);
+
+/// The loss class of a half counted in `lost`, named or not (see [`BATCH_LOSS_CLASSES`]).
+#[inline(always)]
+fn loss_class(lost: Counter, name: bool) -> usize {
+    match lost {
+        Counter::SubmitterLost => 0,
+        Counter::HalfDrops if name => 1,
+        Counter::HalfDrops => 2,
+        Counter::MergeHalfDrops => 3,
+        _ => 4,
+    }
+}
+
+/// Add `half` (whose head is `head`, its instant `at_ns`) to this CPU's batch, writing the
+/// batch to the rings first if the half does not fit. A program that interrupted another one
+/// of this CPU inside the batch writes its half to the rings itself ([`write_half_direct`]).
+#[inline(always)]
+fn write_half<T: 'static>(half: T, head: HalfHead, at_ns: u64, lost: Counter, name: bool) {
+    let Some(b) = HALFBATCH.get_ptr_mut(0) else {
+        write_half_direct(half, head, at_ns, lost, name);
+        return;
+    };
+    let class = loss_class(lost, name);
+    // SAFETY: b points to this CPU's batch. Programs of this CPU nest (an interrupt's
+    // completion inside a submission) but do not interleave otherwise: one that sees `busy`
+    // clear runs to its end before the one it interrupted goes on.
+    unsafe {
+        if core::ptr::read_volatile(&raw const (*b).busy) != 0 {
+            write_half_direct(half, head, at_ns, lost, name);
+            return;
+        }
+        core::ptr::write_volatile(&raw mut (*b).busy, 1);
+        let mut len = core::ptr::read_volatile(&raw const (*b).len) as usize;
+        if len > HALF_BATCH_BYTES - size_of::<T>() {
+            flush_batch(b, len);
+            len = 0;
+        }
+        // The earliest instant in the batch: a program that stamped its half and was then
+        // interrupted adds it after the interrupting programs' later halves.
+        if len == 0 || at_ns < core::ptr::read_volatile(&raw const (*b).first_ns) {
+            core::ptr::write_volatile(&raw mut (*b).first_ns, at_ns);
+        }
+        // Volatile, as every access between setting `busy` and clearing it, so that none is
+        // moved past the clearing. Aligned: `buf` is at 40 and every half a multiple of 8.
+        core::ptr::write_volatile((&raw mut (*b).buf).cast::<u8>().add(len).cast::<T>(), half);
+        if let Some(n) = (*b).lost.get_mut(class) {
+            core::ptr::write_volatile(n, core::ptr::read_volatile(n) + 1);
+        }
+        core::ptr::write_volatile(&raw mut (*b).len, (len + size_of::<T>()) as u32);
+        core::ptr::write_volatile(&raw mut (*b).busy, 0);
+    }
+}
+
+/// Write this CPU's batch (`len` bytes of halves) to its small ring, else to its large one;
+/// with both full its halves are counted lost by class and the batch goes whole to the ring
+/// of lost marks, where the join names each half's request and instant. The caller holds
+/// `busy` and empties the batch.
+///
+/// # Safety
+/// `b` is this CPU's batch, held busy.
+#[inline(always)]
+unsafe fn flush_batch(b: *mut HalfBatch, len: usize) {
+    // SAFETY: the caller's.
+    unsafe {
+        let lost = core::ptr::read_volatile(&raw const (*b).lost);
+        core::ptr::write_volatile(&raw mut (*b).lost, [0; 6]);
+        if len == 0 || len > HALF_BATCH_BYTES {
+            return;
+        }
+        let data = core::slice::from_raw_parts((&raw const (*b).buf).cast::<u8>(), len);
+        // SAFETY: helper without preconditions.
+        let cpu = bpf_get_smp_processor_id() as usize % HALF_RINGS;
+        let hot_ring = match cpu {
+            0 => &HOT0,
+            1 => &HOT1,
+            2 => &HOT2,
+            3 => &HOT3,
+            4 => &HOT4,
+            5 => &HOT5,
+            6 => &HOT6,
+            _ => &HOT7,
+        };
+        if hot_ring.query(BPF_RB_AVAIL_DATA)
+            <= u64::from(cfg_u32(&config().hot_ring_bytes)).saturating_sub(2 * len as u64)
+            && hot_ring.output::<[u8]>(data, BPF_RB_NO_WAKEUP).is_ok()
+        {
+            return;
+        }
+        let large = match cpu {
+            0 => HALVES0.output::<[u8]>(data, BPF_RB_NO_WAKEUP),
+            1 => HALVES1.output::<[u8]>(data, BPF_RB_NO_WAKEUP),
+            2 => HALVES2.output::<[u8]>(data, BPF_RB_NO_WAKEUP),
+            3 => HALVES3.output::<[u8]>(data, BPF_RB_NO_WAKEUP),
+            4 => HALVES4.output::<[u8]>(data, BPF_RB_NO_WAKEUP),
+            5 => HALVES5.output::<[u8]>(data, BPF_RB_NO_WAKEUP),
+            6 => HALVES6.output::<[u8]>(data, BPF_RB_NO_WAKEUP),
+            _ => HALVES7.output::<[u8]>(data, BPF_RB_NO_WAKEUP),
+        };
+        if large.is_ok() {
+            return;
+        }
+        bump_by(Counter::SubmitterLost, lost[0]);
+        bump_by(Counter::HalfDrops, lost[1] + lost[2]);
+        bump_by(Counter::MergeHalfDrops, lost[3]);
+        bump_by(Counter::RingDrops, lost[4]);
+        let named = lost[0] + lost[1] + lost[3] + lost[4];
+        if named != 0 && HALFLOST.output::<[u8]>(data, BPF_RB_NO_WAKEUP).is_err() {
+            bump_by(Counter::LostUnnamed, named);
+        }
+    }
+}
+
+/// Run by the daemon on each CPU before a drain (never attached): this CPU's batch to its
+/// ring. Returns 1 if it interrupted a program inside the batch (the daemon tries again).
+#[raw_tracepoint(tracepoint = "blkprof_flush_halves")]
+pub fn blkprof_flush_halves(_ctx: RawTracePointContext) -> i32 {
+    let Some(b) = HALFBATCH.get_ptr_mut(0) else {
+        return 0;
+    };
+    // SAFETY: as in write_half.
+    unsafe {
+        if core::ptr::read_volatile(&raw const (*b).busy) != 0 {
+            return 1;
+        }
+        core::ptr::write_volatile(&raw mut (*b).busy, 1);
+        let len = core::ptr::read_volatile(&raw const (*b).len) as usize;
+        if len != 0 {
+            flush_batch(b, len);
+            core::ptr::write_volatile(&raw mut (*b).len, 0);
+        }
+        core::ptr::write_volatile(&raw mut (*b).busy, 0);
+    }
+    0
+}
+
 /// Write `half` (whose head is `head`, its instant `at_ns`) to this CPU's small ring, else to
 /// its large one; with both full it is dropped, counted in `lost`, and, if `name`, the request
 /// and instant are named on the ring of lost marks (see [`HALF_LOST`]).
 #[inline(always)]
-fn write_half<T: 'static>(half: T, head: HalfHead, at_ns: u64, lost: Counter, name: bool) {
+fn write_half_direct<T: 'static>(half: T, head: HalfHead, at_ns: u64, lost: Counter, name: bool) {
     // SAFETY: helper without preconditions.
     let cpu = unsafe { bpf_get_smp_processor_id() } as usize % HALF_RINGS;
     let hot_ring = match cpu {

@@ -507,8 +507,12 @@ impl Run {
         // (tracepoint probes run with preemption off); what it wrote is in the ring by now.
         std::thread::sleep(Duration::from_millis(1));
         drain_ring(ring, self);
-        // The join's records up to the instant, before the file closes.
-        self.sweep_halves(at);
+        // Every CPU's batch too, then the join's records up to the instant and past it
+        // through the counters' read (those are tallied on the cut, for both files), before
+        // the file closes; the ones after the instant are held for the next file.
+        let now = clock::monotonic_ns();
+        self.drain_halves(u64::MAX);
+        self.sweep_halves(now.saturating_sub(HALF_SLACK_NS).max(at));
         // The parity before the instant no longer changes: it and the other's value frozen at
         // the last rotation are the aggregates at the instant.
         let frozen = self.probe.aggregates_of(Some(before))?;
@@ -544,17 +548,26 @@ impl Run {
         Ok(())
     }
 
-    /// Drain the half records' rings into the join; their ring bytes.
-    fn drain_halves(&mut self) -> u64 {
+    /// Drain the half records' rings into the join, each CPU's batch begun before
+    /// `stale_before_ns` written to them first; their ring bytes, and how far a sweep may go
+    /// (see `BatchFlush::settle`).
+    fn drain_halves(&mut self, stale_before_ns: u64) -> (u64, Option<u64>) {
         let Some(h) = &mut self.halves else {
-            return 0;
+            return (0, Some(u64::MAX));
         };
+        let limit = h.flush.settle(stale_before_ns);
         let mut bytes = 0;
         let joiner = &mut h.joiner;
+        // The lost marks' ring is the last.
+        let lost = h.rings.len().saturating_sub(1);
         for (i, rb) in h.rings.iter_mut().enumerate() {
-            bytes += rb.drain(|item| joiner.push(i, item));
+            bytes += if i == lost {
+                rb.drain(|item| joiner.push_lost(i, item))
+            } else {
+                rb.drain(|item| joiner.push(i, item))
+            };
         }
-        bytes
+        (bytes, limit)
     }
 
     /// The join's records up to `upto_ns`, handled as the probe's own.
@@ -568,7 +581,12 @@ impl Run {
 
     /// The end: every half in, every record out.
     fn finish_halves(&mut self) {
-        self.drain_halves();
+        // A batch held by a program at every try of one drain is written at another.
+        for _ in 0..10 {
+            if self.drain_halves(u64::MAX).1.is_some() {
+                break;
+            }
+        }
         let Some(mut h) = self.halves.take() else {
             return;
         };
@@ -1048,8 +1066,15 @@ fn drain_ring(rb: &mut RingBuf<MapData>, run: &mut Run) {
         // Every half of an instant before this clock read is in its ring once the rings are
         // drained, but a start half, stamped by the kernel before its program ran.
         let now = clock::monotonic_ns();
-        bytes += run.drain_halves();
-        run.sweep_halves(now.saturating_sub(HALF_SLACK_NS));
+        let (halves, limit) =
+            run.drain_halves(now.saturating_sub(tracer_common::HALF_BATCH_STALE_NS));
+        bytes += halves;
+        // Not past the earliest half of a CPU's batch still waiting, less the slack (for a
+        // program that stamped its half and has not added it yet); if a batch could not be
+        // written, it may hold halves of any instant since the last: not at all.
+        if let Some(limit) = limit {
+            run.sweep_halves(now.min(limit).saturating_sub(HALF_SLACK_NS));
+        }
     }
     run.pace.drained(bytes);
 }
@@ -1061,6 +1086,7 @@ const HALF_SLACK_NS: u64 = 100_000;
 /// The half records' rings and their join.
 struct Halves {
     rings: Vec<crate::ringread::BatchRing>,
+    flush: crate::ringread::BatchFlush,
     joiner: tracer_common::join::Joiner,
 }
 
@@ -1178,12 +1204,14 @@ pub async fn run(cfg: Config) -> Result<u8> {
     })?;
     let ring = probe.take_ring()?;
     let half_rings = probe.take_half_rings()?;
+    let half_flush = probe.take_half_flush()?;
     // Paced by the small rings: a drain's halves should fit them, where they stay in the
     // CPUs' caches; what does not spills into the large rings, not lost.
     let hot_ring_bytes = probe.halves.then_some(probe.hot_ring_bytes);
-    let halves = (!half_rings.is_empty()).then(|| Halves {
+    let halves = half_flush.map(|flush| Halves {
         joiner: tracer_common::join::Joiner::new(clock::monotonic_ns(), half_rings.len()),
         rings: half_rings,
+        flush,
     });
     let file_names = if probe.config.files != 0 {
         Some(crate::files::Files::new(probe.take_names_ring()?))

@@ -5,7 +5,7 @@ use std::os::fd::{AsFd, AsRawFd};
 use aya::{
     Btf, Ebpf, EbpfLoader,
     maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
-    programs::BtfTracePoint,
+    programs::{BtfTracePoint, RawTracePoint},
 };
 use tracer_common::{
     AGG_EPOCH, AGG_FLUSH_RQ, AGG_NOT_ACCOUNTED, AGGREGATE_SLOT_COUNT, AggKey, Aggregate,
@@ -233,6 +233,19 @@ impl Probe {
                 reason: format!("{e:#}"),
             })?;
         }
+        if halves {
+            let p: &mut RawTracePoint = ebpf
+                .program_mut(tracer_common::PROGRAM_FLUSH_HALVES)
+                .ok_or_else(|| {
+                    ProbeError::Load(format!(
+                        "program {} missing from the object",
+                        tracer_common::PROGRAM_FLUSH_HALVES
+                    ))
+                })?
+                .try_into()
+                .map_err(|e: aya::programs::ProgramError| ProbeError::Load(e.to_string()))?;
+            p.load().map_err(|e| ProbeError::Load(format!("{e:#}")))?;
+        }
         Ok(Probe {
             ebpf,
             decoder,
@@ -354,6 +367,41 @@ impl Probe {
                 .and_then(|h| h.get(&key, 0).ok())
                 .is_some_and(|s| s.enter_ns == st.enter_ns),
         }
+    }
+
+    /// What writes each CPU's batch of halves to its rings (none unless [`Probe::halves`]).
+    pub fn take_half_flush(&mut self) -> Result<Option<crate::ringread::BatchFlush>, ProbeError> {
+        if !self.halves {
+            return Ok(None);
+        }
+        let name = tracer_common::PROGRAM_FLUSH_HALVES;
+        let prog = self
+            .ebpf
+            .program(name)
+            .ok_or_else(|| ProbeError::Load(format!("program {name} missing from the object")))?
+            .fd()
+            .and_then(|fd| {
+                fd.as_fd()
+                    .try_clone_to_owned()
+                    .map_err(aya::programs::ProgramError::IOError)
+            })
+            .map_err(|e| ProbeError::Load(format!("{name}: {e}")))?;
+        let map_err = |reason: String| ProbeError::Map {
+            map: tracer_common::MAP_HALF_BATCH.into(),
+            reason,
+        };
+        let map = self
+            .ebpf
+            .take_map(tracer_common::MAP_HALF_BATCH)
+            .ok_or_else(|| map_err("missing".into()))?;
+        let batches = PerCpuArray::try_from(map).map_err(|e| map_err(e.to_string()))?;
+        crate::ringread::BatchFlush::new(prog, batches)
+            .map(Some)
+            .map_err(|e| {
+                map_err(format!(
+                    "writing the CPUs' batches of halves to the rings: {e}"
+                ))
+            })
     }
 
     /// The half records' rings in use (none unless [`Probe::halves`]).

@@ -155,6 +155,113 @@ fn walk(data: &[u8], mask: usize, mut pos: usize, prod: usize, f: &mut impl FnMu
     pos
 }
 
+/// Each CPU's batch of halves (`tracer_common::HalfBatch`), written to its rings on demand:
+/// the probe's programs write a batch when it is full, and the daemon has every CPU's written
+/// before each drain, so that a drain sees every half of an instant before it. The program
+/// that does it ([`tracer_common::PROGRAM_FLUSH_HALVES`]) is never attached: it is run on
+/// each CPU by `BPF_PROG_TEST_RUN` with `BPF_F_TEST_RUN_ON_CPU` (an IPI to that CPU).
+pub struct BatchFlush {
+    prog: std::os::fd::OwnedFd,
+    batches: aya::maps::PerCpuArray<MapData, tracer_common::HalfBatch>,
+    cpus: Vec<u32>,
+}
+
+/// `union bpf_attr`'s `test` member, up to `cpu` (the kernel takes a shorter attr as zeros).
+#[repr(C)]
+#[derive(Default)]
+struct TestRunAttr {
+    prog_fd: u32,
+    retval: u32,
+    data_size_in: u32,
+    data_size_out: u32,
+    data_in: u64,
+    data_out: u64,
+    repeat: u32,
+    duration: u32,
+    ctx_size_in: u32,
+    ctx_size_out: u32,
+    ctx_in: u64,
+    ctx_out: u64,
+    flags: u32,
+    cpu: u32,
+}
+
+const BPF_PROG_TEST_RUN: libc::c_long = 10;
+const BPF_F_TEST_RUN_ON_CPU: u32 = 1;
+
+impl BatchFlush {
+    pub fn new(
+        prog: std::os::fd::OwnedFd,
+        batches: aya::maps::PerCpuArray<MapData, tracer_common::HalfBatch>,
+    ) -> std::io::Result<BatchFlush> {
+        let cpus = aya::util::online_cpus()
+            .map_err(|(path, e)| std::io::Error::new(e.kind(), format!("reading {path}: {e}")))?;
+        let f = BatchFlush {
+            prog,
+            batches,
+            cpus,
+        };
+        // The mechanism itself, on this CPU: an empty batch, nothing written.
+        let cpu = f.cpus.first().copied().unwrap_or(0);
+        f.run_on(cpu)?;
+        Ok(f)
+    }
+
+    /// Run the flush program on `cpu`: its return value (1: a program of that CPU was inside
+    /// the batch).
+    fn run_on(&self, cpu: u32) -> std::io::Result<u32> {
+        let mut attr = TestRunAttr {
+            prog_fd: u32::try_from(self.prog.as_raw_fd()).map_err(std::io::Error::other)?,
+            flags: BPF_F_TEST_RUN_ON_CPU,
+            cpu,
+            ..TestRunAttr::default()
+        };
+        // SAFETY: the bpf syscall reads and writes `attr`, whose layout is the kernel's
+        // `test` member of `union bpf_attr` up to `cpu`, for the size given.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_PROG_TEST_RUN,
+                &raw mut attr,
+                size_of::<TestRunAttr>(),
+            )
+        };
+        if r < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(attr.retval)
+    }
+
+    /// Have every CPU's batch whose first half is before `stale_before_ns` written to its
+    /// rings (0: none, `u64::MAX`: all), before a drain of the rings. Returns how far a sweep
+    /// after that drain may go: below the first instant of every batch still waiting, or
+    /// None if a batch could not be written (a program of its CPU was inside it at every
+    /// try, or the run failed), when halves of any instant may still be missing.
+    pub fn settle(&mut self, stale_before_ns: u64) -> Option<u64> {
+        let batches = self.batches.get(&0, 0).ok()?;
+        let mut limit = u64::MAX;
+        let mut stale = Vec::new();
+        for &cpu in &self.cpus {
+            // A read racing the CPU's programs sees at worst an older first instant, or an
+            // empty batch whose halves came after the caller's clock read.
+            match batches.get(cpu as usize) {
+                Some(b) if b.len != 0 && b.first_ns < stale_before_ns => stale.push(cpu),
+                Some(b) if b.len != 0 => limit = limit.min(b.first_ns),
+                _ => {}
+            }
+        }
+        for attempt in 0..8 {
+            stale.retain(|&cpu| !matches!(self.run_on(cpu), Ok(0)));
+            if stale.is_empty() {
+                return Some(limit);
+            }
+            // A program holds a batch for well under a microsecond, unless preempted.
+            std::thread::sleep(std::time::Duration::from_micros(50 << attempt));
+        }
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::{BUSY, DISCARD, walk};

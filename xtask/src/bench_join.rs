@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, bail};
 use tracer_common::join::Joiner;
 use tracer_common::{
-    END_LAST, EndHalf, HALF_END, HALF_ISSUE, HALF_START, HalfHead, IssueHalf, StartHalf,
+    END_LAST, EndHalf, HALF_BATCH_BYTES, HALF_END, HALF_ISSUE, HALF_START, HalfHead, IssueHalf,
+    StartHalf,
 };
 
 /// The sweep's slack behind each drain.
@@ -62,8 +63,8 @@ pub(crate) fn bench(ios: u64) -> Result<()> {
     rate(ios / 4, 25_000, 20_000_000)
 }
 
-/// As the probe lays the halves out: each CPU's small ring (rings 0 and 1) until a drain's
-/// halves fill it, then its large one (rings 2 and 3).
+/// As the probe lays the halves out: each CPU's batches of halves in its small ring (rings 0
+/// and 1) until a drain's batches fill it, then in its large one (rings 2 and 3).
 const RINGS: usize = 4;
 
 fn rate(ios: u64, every_ns: u64, drain_ns: u64) -> Result<()> {
@@ -111,22 +112,36 @@ fn rate(ios: u64, every_ns: u64, drain_ns: u64) -> Result<()> {
             rings[r].clear();
             lens[r].clear();
         }
+        // Each CPU's batch (ring 0 or 1), as `HalfBatch`: written as one record when the next
+        // half does not fit, and at the drain (the daemon has the CPUs write theirs).
+        let mut batches: [Vec<u8>; 2] = Default::default();
+        let mut place = |cpu: usize, batch: &mut Vec<u8>| {
+            if batch.is_empty() {
+                return;
+            }
+            // The probe's rule (flush_batch): the small ring while more than twice the
+            // batch's size is free in it (each record takes 8 bytes of header).
+            let mut ring = cpu;
+            if rings[ring].len() + 8 * lens[ring].len() > hot_bytes.saturating_sub(2 * batch.len())
+            {
+                ring += 2;
+            }
+            rings[ring].extend_from_slice(batch);
+            lens[ring].push(batch.len());
+            batch.clear();
+        };
         for h in &halves[next..upto] {
             let (key, start_ns, issue_ns, complete_ns) = io_instants[h.io as usize];
-            let mut ring = usize::from(h.ring);
-            // The probe's rule (write_half): the small ring while more than twice the half's
-            // size is free in it (each record takes 8 bytes of header; the halves' sizes are
-            // multiples of 8).
+            let cpu = usize::from(h.ring);
             let size = match h.kind {
                 Kind::Start => size_of::<StartHalf>(),
                 Kind::Issue => size_of::<IssueHalf>(),
                 Kind::End => size_of::<EndHalf>(),
             };
-            if rings[ring].len() + 8 * lens[ring].len() > hot_bytes.saturating_sub(2 * size) {
-                ring += 2;
+            if batches[cpu].len() + size > HALF_BATCH_BYTES {
+                place(cpu, &mut batches[cpu]);
             }
-            let out = &mut rings[ring];
-            let before = out.len();
+            let out = &mut batches[cpu];
             let head = |half| HalfHead {
                 half,
                 dev,
@@ -165,7 +180,9 @@ fn rate(ios: u64, every_ns: u64, drain_ns: u64) -> Result<()> {
                     out,
                 ),
             }
-            lens[ring].push(out.len() - before);
+        }
+        for (cpu, batch) in batches.iter_mut().enumerate() {
+            place(cpu, batch);
         }
         next = upto;
         let t = Instant::now();
@@ -195,7 +212,7 @@ fn rate(ios: u64, every_ns: u64, drain_ns: u64) -> Result<()> {
         bail!("join bench: {records} records of {ios} IOs, {st:?}");
     }
     println!(
-        "join: {:.0} ns per IO ({ios} IOs as 3 halves each on 2 CPUs' small rings, spilling into their large ones; a drain every {} ms at \
+        "join: {:.0} ns per IO ({ios} IOs as 3 halves each, in batches of up to {HALF_BATCH_BYTES} bytes on 2 CPUs' small rings, spilling into their large ones; a drain every {} ms at \
          {} IOPS; {:.2} s; at most {max_open} requests open and halves waiting)",
         busy.as_nanos() as f64 / ios as f64,
         drain_ns / 1_000_000,
