@@ -1,6 +1,7 @@
 //! Joining half records into the probe's records (docs/design/records-without-shared-state.md).
 //!
-//! Each program of a request writes what it alone knows to the ring of the CPU it runs on: the
+//! Each program of a request writes what it alone knows to the ring of the CPU it runs on (in a
+//! batch of that CPU's halves, `crate::HalfBatch`): the
 //! submitter at the start, the instant of each issue, requeues and merges, the rest at the
 //! completion. [`Joiner`] takes the halves in any order across rings and replays their
 //! instants (each program's own clock) in time order. In that order the events at one request
@@ -382,8 +383,10 @@ impl Joiner {
             dev: head.dev,
             payload,
         };
-        // A ring is in the order its CPU ran the programs, and each program stamps its event
-        // with its own clock: insertion from the back keeps the ring sorted at a step each.
+        // A ring is nearly in the order its CPU ran the programs (a program that interrupts
+        // another inside the CPU's batch writes its half to the ring itself, ahead of the
+        // batch), and each program stamps its event with its own clock: insertion from the
+        // back keeps the ring sorted, at a step each but for those.
         let v = &mut self.events[ring];
         v.push(e);
         let mut i = v.len() - 1;

@@ -1394,7 +1394,7 @@ fn finish(cfg: &ProbeConfig, rq: *const u8, st: &mut RequestState, kind: u16, cm
 // ---------------------------------------------------------------------------------------------
 // Half records (docs/design/records-without-shared-state.md): no per-request state and no
 // in-flight counters in the kernel. Each program writes what it alone knows to the ring of its
-// CPU; user space joins the halves by (request address, the kernel's start stamp) and counts
+// CPU (in the CPU's batch of halves, `HALFBATCH`); user space joins the halves by (request address, the kernel's start stamp) and counts
 // the requests in flight from their instants. Devices on this path have the kernel stamp every
 // request's start (iostats on).
 // ---------------------------------------------------------------------------------------------

@@ -446,6 +446,10 @@ impl Run {
             let until = Instant::now() + CUT_GRACE;
             loop {
                 drain_ring(ring, self);
+                // Every CPU's batch too: a request started just before the instant may have
+                // its start half in a batch not yet old enough to be written, and the sweep
+                // must pass the instant before the open count says anything.
+                self.settle_halves();
                 let open = self
                     .halves
                     .as_ref()
@@ -509,10 +513,12 @@ impl Run {
         drain_ring(ring, self);
         // Every CPU's batch too, then the join's records up to the instant and past it
         // through the counters' read (those are tallied on the cut, for both files), before
-        // the file closes; the ones after the instant are held for the next file.
-        let now = clock::monotonic_ns();
-        self.drain_halves(u64::MAX);
-        self.sweep_halves(now.saturating_sub(HALF_SLACK_NS).max(at));
+        // the file closes; the ones after the instant are held for the next file. (If a
+        // batch could not be written, the records up to the instant only: what it holds
+        // comes late.)
+        if !self.settle_halves() {
+            self.sweep_halves(at);
+        }
         // The parity before the instant no longer changes: it and the other's value frozen at
         // the last rotation are the aggregates at the instant.
         let frozen = self.probe.aggregates_of(Some(before))?;
@@ -579,14 +585,26 @@ impl Run {
         self.halves = Some(h);
     }
 
-    /// The end: every half in, every record out.
-    fn finish_halves(&mut self) {
-        // A batch held by a program at every try of one drain is written at another.
+    /// Every CPU's batch written and drained, and the join swept up to the clock read before
+    /// (less the slack), trying again while a batch could not be written; false if one still
+    /// could not be (nothing swept then).
+    fn settle_halves(&mut self) -> bool {
+        if self.halves.is_none() {
+            return true;
+        }
         for _ in 0..10 {
+            let now = clock::monotonic_ns();
             if self.drain_halves(u64::MAX).1.is_some() {
-                break;
+                self.sweep_halves(now.saturating_sub(HALF_SLACK_NS));
+                return true;
             }
         }
+        false
+    }
+
+    /// The end: every half in, every record out.
+    fn finish_halves(&mut self) {
+        self.settle_halves();
         let Some(mut h) = self.halves.take() else {
             return;
         };
@@ -1064,7 +1082,8 @@ fn drain_ring(rb: &mut RingBuf<MapData>, run: &mut Run) {
     }
     if run.halves.is_some() {
         // Every half of an instant before this clock read is in its ring once the rings are
-        // drained, but a start half, stamped by the kernel before its program ran.
+        // drained, or in a CPU's batch (whose earliest instant the sweep stops short of), but
+        // a half whose program stamped it and has not added it yet (the slack).
         let now = clock::monotonic_ns();
         let (halves, limit) =
             run.drain_halves(now.saturating_sub(tracer_common::HALF_BATCH_STALE_NS));

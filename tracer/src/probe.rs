@@ -192,8 +192,9 @@ impl Probe {
         for (i, name) in tracer_common::MAP_HOT_RINGS.iter().enumerate() {
             loader.map_max_entries(name, if halves && i < used { hot_ring } else { 4096 });
         }
-        // Lost marks (32 bytes each, written only while a ring is full): an eighth of the
-        // budget, at least a megabyte, room for 32k lost halves a drain.
+        // Lost halves (written only while a ring is full: 32-byte marks, or a CPU's batch
+        // whole, up to 1 KB): an eighth of the budget, at least a megabyte, room for 32k
+        // marks or about 5,000 lost IOs in batches a drain.
         let lost_bytes = if halves {
             (opts.ring_bytes / 8).next_power_of_two().max(1 << 20)
         } else {

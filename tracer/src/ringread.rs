@@ -156,14 +156,13 @@ fn walk(data: &[u8], mask: usize, mut pos: usize, prod: usize, f: &mut impl FnMu
 }
 
 /// Each CPU's batch of halves (`tracer_common::HalfBatch`), written to its rings on demand:
-/// the probe's programs write a batch when it is full, and the daemon has every CPU's written
-/// before each drain, so that a drain sees every half of an instant before it. The program
-/// that does it ([`tracer_common::PROGRAM_FLUSH_HALVES`]) is never attached: it is run on
+/// the probe's programs write a batch when it is full, and the daemon has a CPU's written
+/// when it has waited 10 ms (and every one at the run's cuts), sweeping no further than the
+/// earliest half of a batch still waiting. The program that does it ([`tracer_common::PROGRAM_FLUSH_HALVES`]) is never attached: it is run on
 /// each CPU by `BPF_PROG_TEST_RUN` with `BPF_F_TEST_RUN_ON_CPU` (an IPI to that CPU).
 pub struct BatchFlush {
     prog: std::os::fd::OwnedFd,
     batches: aya::maps::PerCpuArray<MapData, tracer_common::HalfBatch>,
-    cpus: Vec<u32>,
 }
 
 /// `union bpf_attr`'s `test` member, up to `cpu` (the kernel takes a shorter attr as zeros).
@@ -196,14 +195,9 @@ impl BatchFlush {
     ) -> std::io::Result<BatchFlush> {
         let cpus = aya::util::online_cpus()
             .map_err(|(path, e)| std::io::Error::new(e.kind(), format!("reading {path}: {e}")))?;
-        let f = BatchFlush {
-            prog,
-            batches,
-            cpus,
-        };
-        // The mechanism itself, on this CPU: an empty batch, nothing written.
-        let cpu = f.cpus.first().copied().unwrap_or(0);
-        f.run_on(cpu)?;
+        let f = BatchFlush { prog, batches };
+        // The mechanism itself, on the first online CPU: an empty batch, nothing written.
+        f.run_on(cpus.first().copied().unwrap_or(0))?;
         Ok(f)
     }
 
@@ -232,31 +226,39 @@ impl BatchFlush {
         Ok(attr.retval)
     }
 
-    /// Have every CPU's batch whose first half is before `stale_before_ns` written to its
-    /// rings (0: none, `u64::MAX`: all), before a drain of the rings. Returns how far a sweep
-    /// after that drain may go: below the first instant of every batch still waiting, or
+    /// Have every CPU's batch whose earliest half is before `stale_before_ns` written to its
+    /// rings (`u64::MAX`: every batch), before a drain of the rings. Returns how far a sweep
+    /// after that drain may go: below the earliest instant of every batch still waiting, or
     /// None if a batch could not be written (a program of its CPU was inside it at every
-    /// try, or the run failed), when halves of any instant may still be missing.
+    /// try), when halves of any instant may still be missing. A CPU the run cannot reach
+    /// (taken offline with halves in its batch) is left out: those halves are lost.
     pub fn settle(&mut self, stale_before_ns: u64) -> Option<u64> {
         let batches = self.batches.get(&0, 0).ok()?;
         let mut limit = u64::MAX;
         let mut stale = Vec::new();
-        for &cpu in &self.cpus {
-            // A read racing the CPU's programs sees at worst an older first instant, or an
-            // empty batch whose halves came after the caller's clock read.
-            match batches.get(cpu as usize) {
-                Some(b) if b.len != 0 && b.first_ns < stale_before_ns => stale.push(cpu),
-                Some(b) if b.len != 0 => limit = limit.min(b.first_ns),
-                _ => {}
+        // By CPU number (the values are the possible CPUs', in order).
+        for (cpu, b) in (0u32..).zip(batches.iter()) {
+            // A read racing the CPU's programs sees at worst an earlier instant, or an empty
+            // batch whose halves came after the caller's clock read.
+            if b.len == 0 {
+                continue;
+            }
+            if b.first_ns < stale_before_ns {
+                stale.push(cpu);
+            } else {
+                limit = limit.min(b.first_ns);
             }
         }
         for attempt in 0..8 {
-            stale.retain(|&cpu| !matches!(self.run_on(cpu), Ok(0)));
+            // Ok(1): a program of the CPU held the batch; an error: the CPU is offline.
+            stale.retain(|&cpu| matches!(self.run_on(cpu), Ok(1)));
             if stale.is_empty() {
                 return Some(limit);
             }
-            // A program holds a batch for well under a microsecond, unless preempted.
-            std::thread::sleep(std::time::Duration::from_micros(50 << attempt));
+            if attempt < 7 {
+                // A program holds a batch for well under a microsecond.
+                std::thread::sleep(std::time::Duration::from_micros(50 << attempt));
+            }
         }
         None
     }

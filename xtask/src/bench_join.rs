@@ -113,7 +113,8 @@ fn rate(ios: u64, every_ns: u64, drain_ns: u64) -> Result<()> {
             lens[r].clear();
         }
         // Each CPU's batch (ring 0 or 1), as `HalfBatch`: written as one record when the next
-        // half does not fit, and at the drain (the daemon has the CPUs write theirs).
+        // half does not fit, and at the drain (as the daemon has them written at the cuts; in a
+        // run it waits for a batch until it is 10 ms old, and sweeps short of it meanwhile).
         let mut batches: [Vec<u8>; 2] = Default::default();
         let mut place = |cpu: usize, batch: &mut Vec<u8>| {
             if batch.is_empty() {
