@@ -53,6 +53,21 @@ fn traced(
 /// Per diskstats group, the trace's records and the probe's aggregates equal the kernel's
 /// counts exactly (no misses are expected on an idle machine; any would be reported).
 fn assert_exact(trace: &Trace, dev: &Scratch, own: &BTreeMap<StatGroup, (u64, u64)>) {
+    let (missed_total, ios) = assert_exact_but_misses(trace, dev, own);
+    // Rare, and they come in clusters: once 4 of 2,560 IOs in one CI run, none in 16 repeats
+    // of the same workload by hand (with and without CPU hogs). A regression shows as many more.
+    assert!(
+        missed_total <= (ios / 1_000).max(10),
+        "misses stay below 0.1% (or 10 in a small run): {missed_total} of {ios}"
+    );
+}
+
+/// [`assert_exact`] but for how many IOs the probe missed: (missed, the kernel's IOs).
+fn assert_exact_but_misses(
+    trace: &Trace,
+    dev: &Scratch,
+    own: &BTreeMap<StatGroup, (u64, u64)>,
+) -> (u64, u64) {
     let kernel = trace.kernel_delta(&dev.name);
     let t = trace.trailer.as_ref().expect("trailer");
     let c = &t.counters_end;
@@ -99,18 +114,22 @@ fn assert_exact(trace: &Trace, dev: &Scratch, own: &BTreeMap<StatGroup, (u64, u6
         }
         missed_total += g.kernel_ios - g.aggregate_ios;
     }
-    assert_eq!(
-        missed_total,
-        misses.min(missed_total),
-        "every missing IO is a reported miss"
-    );
-    // Rare, and they come in clusters: once 4 of 2,560 IOs in one CI run, none in 16 repeats
-    // of the same workload by hand (with and without CPU hogs). A regression shows as many more.
-    let ios: u64 = d.groups.iter().map(|g| g.kernel_ios).sum();
+    // Every missing IO is a reported miss (the misses reported can be more: a program run the
+    // kernel skipped for recursion is one, whichever program it was). But on the
+    // `block_getrq` fallback an empty flush (an fsync's) meets no program before its
+    // completion: if the kernel skips that run (this host's does, now and then), the IO is
+    // not seen at all, and shows only as a submitter not taken up.
+    let unseen = if trace.header.submit_hook == "block_getrq" {
+        c.submitters_lost
+    } else {
+        0
+    };
     assert!(
-        missed_total <= (ios / 1_000).max(10),
-        "misses stay below 0.1% (or 10 in a small run): {missed_total} of {ios}"
+        missed_total <= misses + unseen,
+        "IOs missing against the kernel's counters ({missed_total}) vs misses reported \
+         ({misses}; submitters not taken up {unseen})"
     );
+    (missed_total, d.groups.iter().map(|g| g.kernel_ios).sum())
 }
 
 fn sizes(trace: &Trace, op: Op) -> BTreeMap<u32, u64> {
@@ -1760,6 +1779,95 @@ fn workload_shape_matches_fio_jobs_of_known_pattern() {
 /// exact against /proc/diskstats, and every request names its real submitter, also with an IO
 /// scheduler, where a kernel worker issues what the submitter inserted. The same runs in the
 /// 6.1 guest (tests/tests/vm.rs), where the fallback is chosen by itself.
+/// A kernel that skips a completion program's run now and then (this host's does,
+/// ../shared/notes/platform.md) leaves an IO without its end. Every such IO must be found by
+/// the probe itself as a missed completion, by what it had seen of the request, on each path:
+/// half records joined in the daemon, the in-kernel join, and the `block_getrq` fallback. The
+/// skips are the probe's own (every 1,009th run of the completion program on a CPU), so that a
+/// stock kernel shows them too; fsyncs bring the block layer's flush request, one request the
+/// flush machinery reuses for every flush, which no submission event sees. (On the fallback
+/// an fsync's empty flush meets no program before its completion: one whose completion is
+/// skipped is not seen at all, and counts only as a submitter not taken up.)
+#[test]
+fn skipped_completion_runs_are_each_found_as_a_missed_completion() {
+    // (path, the tracer's options, its environment)
+    type Path<'a> = (&'a str, &'a [&'a str], &'a [(&'a str, &'a str)]);
+    let paths: [Path; 3] = [
+        ("half records", &[], &[]),
+        ("in-kernel join", &["--whole-records"], &[]),
+        ("block_getrq", &[], &[("BLKPROF_HOOKS", "getrq")]),
+    ];
+    for (path, extra, env) in paths {
+        let dir = TestDir::new();
+        let dev = Scratch::new("skip", 1024, true, false);
+        let out = out_path(&dir, "skip");
+        let mut args = vec!["--device", &dev.name, "--output", &out, "--quiet"];
+        args.extend_from_slice(extra);
+        let mut env = env.to_vec();
+        env.push(("BLKPROF_TEST_SKIP_COMPLETIONS", "1009"));
+        let t = Tracer::start_env(&args, &env);
+        let before = dev.diskstats();
+        let file = format!("--filename={}", dev.path);
+        fio(&[
+            "--name=skip",
+            &file,
+            "--direct=1",
+            "--rw=randrw",
+            "--bs=4k",
+            "--ioengine=libaio",
+            "--iodepth=16",
+            "--runtime=2",
+            "--time_based",
+        ]);
+        fio(&[
+            "--name=flush",
+            &file,
+            "--direct=1",
+            "--rw=write",
+            "--bs=4k",
+            "--size=4m",
+            "--ioengine=sync",
+            "--fsync=1",
+        ]);
+        let after = dev.diskstats();
+        let f = t.stop();
+        assert!(f.status.success(), "{path}: {}\n{}", f.stderr, f.stdout);
+        let trace = Trace::read(std::path::Path::new(&out));
+        let (missing, ios) = assert_exact_but_misses(&trace, &dev, &delta(&before, &after));
+        let tr = trace.trailer.as_ref().expect("trailer");
+        let cov = tracer_common::coverage::coverage(&trace.header, tr);
+        let d = cov.iter().find(|d| d.name == dev.name).expect("coverage");
+        let flushes = d
+            .groups
+            .iter()
+            .find(|g| g.group == Some(StatGroup::Flush))
+            .map_or(0, |g| g.kernel_ios);
+        let found: u64 = tr.counters_end.missed_stage.iter().sum();
+        let unseen = if trace.header.submit_hook == "block_getrq" {
+            tr.counters_end.submitters_lost
+        } else {
+            0
+        };
+        eprintln!(
+            "{path} ({}): {missing} IOs missing of {}, {found} found missed by stage {:?}, \
+             {unseen} submitters not taken up, {flushes} flushes",
+            trace.header.submit_hook, ios, tr.counters_end.missed_stage
+        );
+        assert!(flushes > 500, "{path}: the fsyncs made flushes: {flushes}");
+        // A completion a request, but for flushes (two: the flush request's and the fsync's).
+        assert!(
+            missing >= ios / 2_000 && missing <= ios / 500,
+            "{path}: about one IO in 1,009 left without its end: {missing} of {ios}"
+        );
+        // On the fallback an empty flush whose completion was skipped is not seen (above).
+        assert!(
+            found <= missing && missing <= found + unseen,
+            "{path}: every IO whose completion the program skipped is found missed: \
+             {missing} missing, {found} found, {unseen} submitters not taken up"
+        );
+    }
+}
+
 #[test]
 fn the_getrq_fallback_is_exact_and_names_each_submitter() {
     for scheduler in ["none", "mq-deadline"] {

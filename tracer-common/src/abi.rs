@@ -307,8 +307,11 @@ pub struct ProbeConfig {
     /// [`HOT_RING_BYTES`]): a half-record program that finds its small ring within two halves
     /// of this goes to the large ring.
     pub hot_ring_bytes: u32,
+    /// For tests only: nonzero N has every Nth run of a record path's completion program on a
+    /// CPU return at once, as a kernel that skips runs does (`BLKPROF_TEST_SKIP_COMPLETIONS`).
+    pub test_skip_completions: u32,
 }
-const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 4 * (31 + 6 + 15));
+const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 4 * (31 + 6 + 16));
 
 /// `IoEvent::file_dev` when the IO's data pages belong to no file: direct IO into process
 /// memory (or swap).
@@ -425,7 +428,7 @@ pub struct RequestSlot {
     pub key: u64,
     pub st: RequestState,
 }
-const _: () = assert!(core::mem::size_of::<RequestSlot>() == 8 + 88);
+const _: () = assert!(core::mem::size_of::<RequestSlot>() == 8 + 96);
 
 /// One completed IO, as the probe writes it to the ring buffer.
 #[repr(C)]
@@ -815,8 +818,11 @@ pub struct RequestState {
     _pad: [u8; 2],
     pub comm: [u8; 16],
     pub cgroup: u64,
+    /// The kernel's start stamp (`rq->start_time_ns`) at the last issue: a request found
+    /// with another has been freed and made anew at the same address.
+    pub issued_stamp: u64,
 }
-const _: () = assert!(core::mem::size_of::<RequestState>() == 88);
+const _: () = assert!(core::mem::size_of::<RequestState>() == 96);
 
 /// Kernel `dev_t` (major << 20 | minor) to (major, minor).
 pub const fn dev_split(dev: u32) -> (u32, u32) {

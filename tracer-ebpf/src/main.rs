@@ -101,6 +101,7 @@ static CONFIG: ProbeConfig = ProbeConfig {
     dentry_name: 0,
     dentry_parent: 0,
     hot_ring_bytes: 0,
+    test_skip_completions: 0,
 };
 
 /// Zeroed template for creating aggregate slots (too big for the BPF stack).
@@ -181,6 +182,8 @@ const SCRATCH_MERGE: u32 = 3;
 const SCRATCH_COMPLETE: u32 = 4;
 const SCRATCH_GETRQ: u32 = 5;
 const SCRATCH_INSERT: u32 = 6;
+/// The completion programs' count of runs toward the next skipped one ([`skipped_for_test`]).
+const SCRATCH_SKIP: u32 = 7;
 
 /// The request's address as a plain number, to hash and store (the verifier forbids
 /// arithmetic on the typed pointer): stored into this program's per-CPU scratch word and
@@ -232,6 +235,7 @@ fn init_state(p: *mut RequestState, enter_ns: u64, dev: u32, in_os: u8, flags: u
         core::ptr::write_volatile(&raw mut (*p).enter_ns, enter_ns);
         core::ptr::write_volatile(&raw mut (*p).sector, 0);
         core::ptr::write_volatile(&raw mut (*p).issue_ns, 0);
+        core::ptr::write_volatile(&raw mut (*p).issued_stamp, 0);
         core::ptr::write_volatile(&raw mut (*p).complete_ns, 0);
         core::ptr::write_volatile(&raw mut (*p).dev, dev);
         core::ptr::write_volatile(&raw mut (*p).bytes_done, 0);
@@ -356,6 +360,29 @@ fn cfg_u32(field: &u32) -> u32 {
     // SAFETY: a field of the CONFIG global; volatile keeps the zero initialiser from being
     // folded into the code (the loader rewrites the value).
     unsafe { core::ptr::read_volatile(field) }
+}
+
+/// For tests only (`ProbeConfig::test_skip_completions`, 0 in use): whether this run of a
+/// completion program returns at once, every Nth run on a CPU, as a kernel that skips a
+/// program's runs (platform notes) would have it.
+#[inline(always)]
+fn skipped_for_test() -> bool {
+    let every = cfg_u32(&config().test_skip_completions);
+    if every == 0 {
+        return false;
+    }
+    let Some(n) = SCRATCH.get_ptr_mut(SCRATCH_SKIP) else {
+        return false;
+    };
+    // SAFETY: this CPU's scratch word; a completion program does not nest in itself.
+    unsafe {
+        *n += 1;
+        if *n < u64::from(every) {
+            return false;
+        }
+        *n = 0;
+    }
+    true
 }
 
 #[inline(always)]
@@ -547,11 +574,29 @@ fn release(st: &mut RequestState) {
     st.issued = 0;
 }
 
+/// Whether the state `p` tracked at `rq`'s address is of an earlier request made in the same
+/// memory, whose completion the program did not run for (some kernels skip a run). The
+/// kernel stamps each request's start before its issue (at allocation up to 6.9, just after
+/// `block_io_start` from 6.10, in `blk_rq_init` for the flush machinery's own request, which
+/// is one per queue, reused for every flush and met by no submission event) and leaves the
+/// stamp alone after it: a stamp other than the one at the state's issue is a new request.
+/// Not "later": from 6.9 the stamp may be a plug's cached clock, older than the issue of a
+/// request the same plug saw freed. A request the kernel does not stamp keeps the last value.
+#[inline(always)]
+fn earlier_request(cfg: &ProbeConfig, rq: *const u8, p: *const RequestState) -> bool {
+    // SAFETY: map value pointer.
+    let issued_stamp = unsafe { (*p).issued_stamp };
+    issued_stamp != 0 && load::<u64>(rq, cfg_u32(&cfg.rq_start_time_ns)) != issued_stamp
+}
+
 /// The request's state; created (with the current task) if its submission was not seen.
 #[inline(always)]
 fn state_or_new(cfg: &ProbeConfig, rq: *const u8, key: u64) -> Option<*mut RequestState> {
     if let Some(p) = lookup(key) {
-        return Some(p);
+        if !earlier_request(cfg, rq, p) {
+            return Some(p);
+        }
+        missed(key, p);
     }
     let dev = traced_dev(cfg, rq)?;
     track_unseen(cfg, rq, key, dev)
@@ -650,6 +695,15 @@ fn try_rq_issue<const GETRQ: bool>(ctx: &BtfTracePointContext) -> Option<()> {
     let cfg = config();
     let rq: *const u8 = ctx.arg(0);
     let key = key_of(ctx, SCRATCH_ISSUE);
+    if let Some(p) = lookup(key) {
+        // Issued, and neither completed nor requeued since: an earlier request at this
+        // address whose completion the program did not run for (its stamp can be the same, a
+        // plug's cached clock for both).
+        // SAFETY: map value pointer.
+        if unsafe { (*p).issued } != 0 {
+            missed(key, p);
+        }
+    }
     let p = if GETRQ {
         state_adopted(cfg, rq, key, SCRATCH_ISSUE, true)?
     } else {
@@ -669,6 +723,7 @@ fn try_rq_issue<const GETRQ: bool>(ctx: &BtfTracePointContext) -> Option<()> {
         atomic_add(unsafe { &raw mut (*ds).dev_inflight }, 1);
     }
     st.issue_ns = now_ns();
+    st.issued_stamp = load(rq, cfg_u32(&cfg.rq_start_time_ns));
     st.sector = load(rq, cfg_u32(&cfg.rq_sector));
     // SAFETY: map value pointer. The two counters move concurrently on other CPUs: read each
     // once and keep the invariant (issued requests are a subset of those in the OS).
@@ -742,6 +797,9 @@ fn try_rq_merge<const GETRQ: bool>(ctx: &BtfTracePointContext) -> Option<()> {
 
 #[btf_tracepoint(function = "block_rq_complete")]
 pub fn blkprof_rq_complete(ctx: BtfTracePointContext) -> i32 {
+    if skipped_for_test() {
+        return 0;
+    }
     try_rq_complete::<false>(&ctx);
     0
 }
@@ -749,6 +807,9 @@ pub fn blkprof_rq_complete(ctx: BtfTracePointContext) -> i32 {
 /// `block_rq_complete` on kernels without `block_io_start`.
 #[btf_tracepoint(function = "block_rq_complete")]
 pub fn blkprof_complete_fb(ctx: BtfTracePointContext) -> i32 {
+    if skipped_for_test() {
+        return 0;
+    }
     try_rq_complete::<true>(&ctx);
     0
 }
@@ -1067,9 +1128,9 @@ fn state_adopted(
                 .is_some_and(|s| unsafe { core::ptr::read_volatile(&raw const (*s).key) } == b)
     };
     if let Some(p) = lookup(key) {
-        // Tracked, yet its first bio left a submitter to take up: the request was freed and
-        // reused without its completion seen (block_io_start's check, made here).
-        if !fresh(head) {
+        // Tracked, yet its first bio left a submitter to take up, or the kernel stamped it
+        // since: the request was freed and reused without its completion seen.
+        if !fresh(head) && !earlier_request(cfg, rq, p) {
             return Some(p);
         }
         missed(key, p);
@@ -1438,6 +1499,32 @@ static HOT7: RingBuf = RingBuf::with_byte_size(1 << 17, 0);
 #[map]
 static HALFLOST: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
 
+/// This CPU's small ring and its large one.
+#[inline(always)]
+fn cpu_rings() -> (&'static RingBuf, &'static RingBuf) {
+    // SAFETY: helper without preconditions.
+    match unsafe { bpf_get_smp_processor_id() } as usize % HALF_RINGS {
+        0 => (&HOT0, &HALVES0),
+        1 => (&HOT1, &HALVES1),
+        2 => (&HOT2, &HALVES2),
+        3 => (&HOT3, &HALVES3),
+        4 => (&HOT4, &HALVES4),
+        5 => (&HOT5, &HALVES5),
+        6 => (&HOT6, &HALVES6),
+        _ => (&HOT7, &HALVES7),
+    }
+}
+
+/// Whether `hot` has room for a record of `bytes` without a failed reservation: a small ring
+/// found full stays full until the next drain, so while it holds nearly its size (less twice
+/// the record) the large ring is taken at once rather than through a reservation that fails
+/// under the ring's lock (a few loads against ~40 ns at saturation).
+#[inline(always)]
+fn hot_has_room(hot: &RingBuf, bytes: usize) -> bool {
+    hot.query(BPF_RB_AVAIL_DATA)
+        <= u64::from(cfg_u32(&config().hot_ring_bytes)).saturating_sub(2 * bytes as u64)
+}
+
 /// Each CPU's halves waiting for one ring write (see [`HalfBatch`]).
 #[map]
 static HALFBATCH: PerCpuArray<HalfBatch> = PerCpuArray::with_max_entries(1, 0);
@@ -1511,35 +1598,11 @@ unsafe fn flush_batch(b: *mut HalfBatch, len: usize) {
             return;
         }
         let data = core::slice::from_raw_parts((&raw const (*b).buf).cast::<u8>(), len);
-        // SAFETY: helper without preconditions.
-        let cpu = bpf_get_smp_processor_id() as usize % HALF_RINGS;
-        let hot_ring = match cpu {
-            0 => &HOT0,
-            1 => &HOT1,
-            2 => &HOT2,
-            3 => &HOT3,
-            4 => &HOT4,
-            5 => &HOT5,
-            6 => &HOT6,
-            _ => &HOT7,
-        };
-        if hot_ring.query(BPF_RB_AVAIL_DATA)
-            <= u64::from(cfg_u32(&config().hot_ring_bytes)).saturating_sub(2 * len as u64)
-            && hot_ring.output::<[u8]>(data, BPF_RB_NO_WAKEUP).is_ok()
-        {
+        let (hot, large) = cpu_rings();
+        if hot_has_room(hot, len) && hot.output::<[u8]>(data, BPF_RB_NO_WAKEUP).is_ok() {
             return;
         }
-        let large = match cpu {
-            0 => HALVES0.output::<[u8]>(data, BPF_RB_NO_WAKEUP),
-            1 => HALVES1.output::<[u8]>(data, BPF_RB_NO_WAKEUP),
-            2 => HALVES2.output::<[u8]>(data, BPF_RB_NO_WAKEUP),
-            3 => HALVES3.output::<[u8]>(data, BPF_RB_NO_WAKEUP),
-            4 => HALVES4.output::<[u8]>(data, BPF_RB_NO_WAKEUP),
-            5 => HALVES5.output::<[u8]>(data, BPF_RB_NO_WAKEUP),
-            6 => HALVES6.output::<[u8]>(data, BPF_RB_NO_WAKEUP),
-            _ => HALVES7.output::<[u8]>(data, BPF_RB_NO_WAKEUP),
-        };
-        if large.is_ok() {
+        if large.output::<[u8]>(data, BPF_RB_NO_WAKEUP).is_ok() {
             return;
         }
         bump_by(Counter::SubmitterLost, lost[0]);
@@ -1581,43 +1644,18 @@ pub fn blkprof_flush_halves(_ctx: RawTracePointContext) -> i32 {
 /// and instant are named on the ring of lost marks (see [`HALF_LOST`]).
 #[inline(always)]
 fn write_half_direct<T: 'static>(half: T, head: HalfHead, at_ns: u64, lost: Counter, name: bool) {
-    // SAFETY: helper without preconditions.
-    let cpu = unsafe { bpf_get_smp_processor_id() } as usize % HALF_RINGS;
-    let hot_ring = match cpu {
-        0 => &HOT0,
-        1 => &HOT1,
-        2 => &HOT2,
-        3 => &HOT3,
-        4 => &HOT4,
-        5 => &HOT5,
-        6 => &HOT6,
-        _ => &HOT7,
-    };
-    // A small ring found full stays full until the next drain: while it holds nearly its
-    // size (of the largest), go to the large ring at once rather than through a reservation
-    // that fails under the ring's lock (a few loads against ~40 ns at saturation).
-    let hot = if hot_ring.query(BPF_RB_AVAIL_DATA)
-        > u64::from(cfg_u32(&config().hot_ring_bytes)).saturating_sub(2 * size_of::<T>() as u64)
-    {
-        None
+    let (hot, large) = cpu_rings();
+    let hot = if hot_has_room(hot, size_of::<T>()) {
+        hot.reserve::<T>(0)
     } else {
-        hot_ring.reserve::<T>(0)
+        None
     };
     if let Some(mut e) = hot {
         e.write(half);
         e.submit(BPF_RB_NO_WAKEUP);
         return;
     }
-    let entry = match cpu {
-        0 => HALVES0.reserve::<T>(0),
-        1 => HALVES1.reserve::<T>(0),
-        2 => HALVES2.reserve::<T>(0),
-        3 => HALVES3.reserve::<T>(0),
-        4 => HALVES4.reserve::<T>(0),
-        5 => HALVES5.reserve::<T>(0),
-        6 => HALVES6.reserve::<T>(0),
-        _ => HALVES7.reserve::<T>(0),
-    };
+    let entry = large.reserve::<T>(0);
     match entry {
         Some(mut e) => {
             e.write(half);
@@ -1664,13 +1702,13 @@ fn try_start_half(ctx: &BtfTracePointContext) -> Option<()> {
     let rq: *const u8 = ctx.arg(0);
     let dev = traced_dev(cfg, rq)?;
     let key = key_of(ctx, SCRATCH_IO_START);
-    write_start_half(dev, key, load(rq, cfg_u32(&cfg.rq_start_time_ns)));
+    write_start_half(dev, key, load(rq, cfg_u32(&cfg.rq_start_time_ns)), now_ns());
     Some(())
 }
 
-/// The start half: the current task is the request's submitter.
+/// The start half, at `at_ns`: the current task is the request's submitter.
 #[inline(always)]
-fn write_start_half(dev: u32, key: u64, start_ns: u64) {
+fn write_start_half(dev: u32, key: u64, start_ns: u64, at_ns: u64) {
     let [c0, c1] = current_comm();
     let mut comm = [0u8; 16];
     // SAFETY: two u64 stores into a 16-byte local.
@@ -1679,7 +1717,6 @@ fn write_start_half(dev: u32, key: u64, start_ns: u64) {
         core::ptr::write_unaligned(comm.as_mut_ptr().cast::<u64>().add(1), c1);
     }
     let head = half_head(HALF_START, dev, key, start_ns);
-    let at_ns = now_ns();
     write_half(
         StartHalf {
             head,
@@ -1718,8 +1755,10 @@ fn try_issue_half(ctx: &BtfTracePointContext) -> Option<()> {
         && rq_flags & cfg_u32(&cfg.rqf_flush_seq) != 0
     {
         // The block layer's own flush request, which no start event sees: its submitter is
-        // the task that issues it.
-        write_start_half(dev, key, start_ns);
+        // the task that issues it. At the issue's instant, where the join replays a start
+        // before an issue; a later clock read would have the issue met first, then the start
+        // taken for a new request at the address (each flush a missed completion).
+        write_start_half(dev, key, start_ns, issue_ns);
     }
     let head = half_head(HALF_ISSUE, dev, key, start_ns);
     write_half(
@@ -1768,6 +1807,9 @@ fn try_mark_half(ctx: &BtfTracePointContext, half: u32, scratch: u32) -> Option<
 
 #[btf_tracepoint(function = "block_rq_complete")]
 pub fn blkprof_complete_half(ctx: BtfTracePointContext) -> i32 {
+    if skipped_for_test() {
+        return 0;
+    }
     try_complete_half(&ctx);
     0
 }

@@ -186,6 +186,12 @@ impl Probe {
         let hot_ring = per_ring.min(tracer_common::HOT_RING_BYTES);
         let per_ring = if per_ring > hot_ring { per_ring } else { 4096 };
         config.hot_ring_bytes = hot_ring;
+        // How the tests have the completion program skip runs, as some kernels do (the
+        // e2e test of missed completions); never set in use.
+        config.test_skip_completions = std::env::var("BLKPROF_TEST_SKIP_COMPLETIONS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
         for (i, name) in tracer_common::MAP_HALF_RINGS.iter().enumerate() {
             loader.map_max_entries(name, if halves && i < used { per_ring } else { 4096 });
         }

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use analyzer::numeric::median;
 use anyhow::{Context as _, Result, bail};
 use tracer_common::format::TraceReader;
 
@@ -215,11 +216,6 @@ fn bpf_stats(on: bool) -> Result<()> {
     .context("setting kernel.bpf_stats_enabled")
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 /// (first quartile, median, third quartile), nearest rank.
 fn quartiles(v: &[f64]) -> (f64, f64, f64) {
     let mut v = v.to_vec();
@@ -259,13 +255,13 @@ fn per_program_medians(runs: &[Traced]) -> String {
     names
         .iter()
         .filter_map(|&name| {
-            let mut v: Vec<f64> = runs
+            let v: Vec<f64> = runs
                 .iter()
                 .flat_map(|t| &t.per_program)
                 .filter(|(n, _)| n == name)
                 .map(|&(_, ns)| ns)
                 .collect();
-            let m = median(&mut v);
+            let m = median(v);
             (m >= 0.5).then(|| format!("{name} {m:.0} ns"))
         })
         .collect::<Vec<_>>()
@@ -620,7 +616,7 @@ fn bench_inner(seconds: u64, rounds: usize) -> Result<()> {
         traced.push(t);
         bio.push(b);
     }
-    let mut same = same_cpu_rounds(&ours, &lp, seconds, rounds, &out)?;
+    let same = same_cpu_rounds(&ours, &lp, seconds, rounds, &out)?;
     #[expect(
         clippy::let_underscore_must_use,
         reason = "best-effort cleanup of the scratch trace once the rounds are done"
@@ -628,10 +624,10 @@ fn bench_inner(seconds: u64, rounds: usize) -> Result<()> {
     let _ = std::fs::remove_file(&out);
     #[expect(clippy::let_underscore_must_use, reason = "as above")]
     let _ = std::fs::remove_file(out.with_extension("hlog"));
-    let u = median(&mut untraced.clone());
-    let t_iops = median(&mut traced.iter().map(|t| t.iops).collect::<Vec<_>>());
-    let ours_ns = median(&mut traced.iter().map(|t| t.ns_per_io).collect::<Vec<_>>());
-    let bio_ns = median(&mut bio.iter().map(|b| b.1).collect::<Vec<_>>());
+    let u = median(untraced.clone());
+    let t_iops = median(traced.iter().map(|t| t.iops).collect::<Vec<_>>());
+    let ours_ns = median(traced.iter().map(|t| t.ns_per_io).collect::<Vec<_>>());
+    let bio_ns = median(bio.iter().map(|b| b.1).collect::<Vec<_>>());
     let all_recorded = traced
         .iter()
         .all(|t| t.records + t.misses >= t.kernel_ios && t.drops == 0);
@@ -639,14 +635,14 @@ fn bench_inner(seconds: u64, rounds: usize) -> Result<()> {
     let kernel: u64 = traced.iter().map(|t| t.kernel_ios).sum();
     let misses: u64 = traced.iter().map(|t| t.misses).sum();
     let drops: u64 = traced.iter().map(|t| t.drops).sum();
-    let cpu = median(&mut traced.iter().map(|t| t.cpu_pct).collect::<Vec<_>>());
+    let cpu = median(traced.iter().map(|t| t.cpu_pct).collect::<Vec<_>>());
     let rss = traced.iter().map(|t| t.rss_mib).fold(0.0, f64::max);
-    let bpi = median(&mut traced.iter().map(|t| t.bytes_per_io).collect::<Vec<_>>());
+    let bpi = median(traced.iter().map(|t| t.bytes_per_io).collect::<Vec<_>>());
     let (q1, ratio, q3) = quartiles(&ratios);
     let (fq1, floor, fq3) = quartiles(&floor_ratios);
     let (bq1, b_ratio, bq3) = quartiles(&bio_ratios);
-    let busy = median(&mut busy);
-    let share = median(&mut shares);
+    let busy = median(busy);
+    let share = median(shares);
     let check = |ok: bool| if ok { "met" } else { "NOT met" };
     println!("\n| measure | value | target |");
     println!("|---|---|---|");
@@ -690,12 +686,12 @@ fn bench_inner(seconds: u64, rounds: usize) -> Result<()> {
     println!("| in-kernel cost per IO, biolatency -Q -D | {bio_ns:.0} ns | |");
     println!(
         "| in-kernel cost per IO, --no-records (its one program, bpf_stats) | {:.0} ns | |",
-        median(&mut agg_costs)
+        median(agg_costs)
     );
     if !base_runs.is_empty() {
         println!(
             "| in-kernel cost per IO, the baseline tracer (same rounds) | {:.0} ns ({}) | |",
-            median(&mut base_runs.iter().map(|t| t.ns_per_io).collect::<Vec<_>>()),
+            median(base_runs.iter().map(|t| t.ns_per_io).collect::<Vec<_>>()),
             per_program_medians(&base_runs)
         );
     }
@@ -705,12 +701,12 @@ fn bench_inner(seconds: u64, rounds: usize) -> Result<()> {
     );
     println!(
         "| same programs attached to another device (they stop at the device filter) | {:.0} ns | |",
-        median(&mut floor_costs)
+        median(floor_costs)
     );
     let (sq1, s_ratio, sq3) = quartiles(&same.ratios);
     let (bio_q1, bio_same, bio_q3) = quartiles(&same.bio_ratios);
-    let same_ns = median(&mut same.traced.iter().map(|t| t.ns_per_io).collect::<Vec<_>>());
-    let same_bio_ns = median(&mut same.bio_ns);
+    let same_ns = median(same.traced.iter().map(|t| t.ns_per_io).collect::<Vec<_>>());
+    let same_bio_ns = median(same.bio_ns.clone());
     println!(
         "| completions on the submitting CPU (rq_affinity 2, as NVMe): traced / untraced | {s_ratio:.3} ({sq1:.3}-{sq3:.3}) | |"
     );
@@ -1211,15 +1207,15 @@ fn bench_cpu_inner(seconds: u64, rounds: usize, rate: u64, parts: bool) -> Resul
         print_parts(&arms, &kernel, &own, rate, rounds, seconds);
         return Ok(());
     }
-    let floor = median(&mut added[1].clone());
+    let floor = median(added[1].clone());
     println!(
         "\n| paced 4k random reads at {rate} IOPS, {rounds} rounds of {seconds} s | added busy CPU per IO (median; quartiles) | x the floor | the tracer process's own CPU per IO | the load's own CPU per IO |"
     );
     println!("|---|---|---|---|---|");
     println!(
         "| untraced: busy CPU per IO | {:.0} ns | | | {:.0} ns |",
-        median(&mut untraced),
-        median(&mut load[0].clone())
+        median(untraced),
+        median(load[0].clone())
     );
     for (i, arm) in arms.iter().enumerate().skip(1) {
         let (a, m, b) = quartiles(&added[i]);
@@ -1231,12 +1227,12 @@ fn bench_cpu_inner(seconds: u64, rounds: usize, rate: u64, parts: bool) -> Resul
         let own = if *arm == CpuArm::Biolatency {
             "-".to_string()
         } else {
-            format!("{:.0} ns", median(&mut own[i].clone()))
+            format!("{:.0} ns", median(own[i].clone()))
         };
         println!(
             "| {} | {m:.0} ns ({a:.0} to {b:.0}) | {times} | {own} | {:.0} ns |",
             arm.name(),
-            median(&mut load[i].clone())
+            median(load[i].clone())
         );
     }
     Ok(())
@@ -1252,10 +1248,10 @@ fn print_parts(
     rounds: usize,
     seconds: u64,
 ) {
-    let range = |v: &[f64]| format!("{:.0} ({})", median(&mut v.to_vec()), crate::util::range(v));
+    let range = |v: &[f64]| format!("{:.0} ({})", median(v.to_vec()), crate::util::range(v));
     let sum = |i: usize| {
-        let mut s: Vec<f64> = kernel[i].iter().zip(&own[i]).map(|(k, t)| k + t).collect();
-        median(&mut s)
+        let s: Vec<f64> = kernel[i].iter().zip(&own[i]).map(|(k, t)| k + t).collect();
+        median(s)
     };
     let floor = sum(1);
     println!(
@@ -1265,7 +1261,7 @@ fn print_parts(
     for (i, arm) in arms.iter().enumerate().skip(1) {
         let (tracer, s) = if *arm == CpuArm::Biolatency {
             // It prints only at the end: its process does no work per IO.
-            ("-".to_string(), median(&mut kernel[i].clone()))
+            ("-".to_string(), median(kernel[i].clone()))
         } else {
             (range(&own[i]), sum(i))
         };

@@ -6,6 +6,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
+use analyzer::numeric::median;
 use anyhow::{Context as _, Result, bail};
 use tracer_common::format::{
     DeviceInfo, IoRecord, TraceHeader, TraceReader, TraceTrailer, TraceWriter, comm_bytes,
@@ -156,11 +157,6 @@ fn read_once(path: &Path) -> Result<(u64, f64, f64)> {
     }
     std::hint::black_box(bytes);
     Ok((n, t0.elapsed().as_secs_f64(), own_cpu_s() - c0))
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// Rounds of (read once, full report), alternating, so that both see the same machine.

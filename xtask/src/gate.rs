@@ -447,13 +447,13 @@ fn check(trace: &Path, baselines: &[PathBuf], rules: Option<&Path>) -> Result<Ch
     })
 }
 
+/// The median of the finite values; NaN (shown as n/a) if there are none.
 fn median(mut v: Vec<f64>) -> f64 {
     v.retain(|x| x.is_finite());
     if v.is_empty() {
         return f64::NAN;
     }
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    analyzer::numeric::median(v)
 }
 
 fn trace_name(scenario: &str, i: usize) -> String {

@@ -140,6 +140,7 @@ const VM_E2E_TESTS: &[&str] = &[
     "overload_drops_are_counted_and_aggregates_stay_exact",
     "sigkill_leaves_a_file_readable_to_its_last_chunk",
     "the_getrq_fallback_is_exact_and_names_each_submitter",
+    "skipped_completion_runs_are_each_found_as_a_missed_completion",
 ];
 
 /// The executable cargo builds for one of tests/tests/*.rs.
