@@ -578,10 +578,12 @@ fn release(st: &mut RequestState) {
 /// memory, whose completion the program did not run for (some kernels skip a run). The
 /// kernel stamps each request's start before its issue (at allocation up to 6.9, just after
 /// `block_io_start` from 6.10, in `blk_rq_init` for the flush machinery's own request, which
-/// is one per queue, reused for every flush and met by no submission event) and leaves the
-/// stamp alone after it: a stamp other than the one at the state's issue is a new request.
-/// Not "later": from 6.9 the stamp may be a plug's cached clock, older than the issue of a
-/// request the same plug saw freed. A request the kernel does not stamp keeps the last value.
+/// is one per hardware queue, reused for every flush and met by no submission event) and
+/// leaves the stamp alone after it (a merge, which lowers it, never takes an issued request):
+/// a stamp other than the one at the state's issue is a new request. Not "later": from 6.9
+/// the stamp may be a plug's cached clock, older than the issue of a request the same plug saw
+/// freed. A request the kernel does not stamp has 0 up to 6.9 (not compared) and keeps the
+/// last value after: two such requests at one address are not told apart.
 #[inline(always)]
 fn earlier_request(cfg: &ProbeConfig, rq: *const u8, p: *const RequestState) -> bool {
     // SAFETY: map value pointer.
@@ -695,15 +697,6 @@ fn try_rq_issue<const GETRQ: bool>(ctx: &BtfTracePointContext) -> Option<()> {
     let cfg = config();
     let rq: *const u8 = ctx.arg(0);
     let key = key_of(ctx, SCRATCH_ISSUE);
-    if let Some(p) = lookup(key) {
-        // Issued, and neither completed nor requeued since: an earlier request at this
-        // address whose completion the program did not run for (its stamp can be the same, a
-        // plug's cached clock for both).
-        // SAFETY: map value pointer.
-        if unsafe { (*p).issued } != 0 {
-            missed(key, p);
-        }
-    }
     let p = if GETRQ {
         state_adopted(cfg, rq, key, SCRATCH_ISSUE, true)?
     } else {
