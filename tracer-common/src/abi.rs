@@ -535,7 +535,7 @@ pub struct StartHalf {
     pub comm: [u8; 16],
     /// Process (tgid) that submitted the request.
     pub pid: u32,
-    /// `EV_*` bits known at the start.
+    /// `EV_*` bits known at the start (the low 16), and [`START_AT_ISSUE`].
     pub flags: u32,
     /// When the program ran: the instant the request counts as in the OS from, as the
     /// in-kernel counts did. (The kernel's start stamp can be much earlier: taken from the
@@ -543,6 +543,11 @@ pub struct StartHalf {
     pub at_ns: u64,
 }
 const _: () = assert!(core::mem::size_of::<StartHalf>() == 64);
+
+/// [`StartHalf::flags`]: written by the issue program, for the block layer's own flush
+/// request, which no start event sees; it comes again if the request is issued again after a
+/// requeue (the same request, not a new one at its address).
+pub const START_AT_ISSUE: u32 = 1 << 16;
 
 /// The instant of an issue to the driver (the kernel's stamp, `rq->io_start_time_ns`).
 #[repr(C)]

@@ -19,7 +19,7 @@
 use crate::{
     END_LAST, END_OFF_DEVICE, END_PART, EV_NEVER_ISSUED, EV_NOT_ACCOUNTED,
     EV_STARTED_BEFORE_ATTACH, EndHalf, HALF_END, HALF_ISSUE, HALF_LOST, HALF_MERGE, HALF_REQUEUE,
-    HALF_START, HalfHead, IoEvent, IssueHalf, MarkHalf, StartHalf,
+    HALF_START, HalfHead, IoEvent, IssueHalf, MarkHalf, START_AT_ISSUE, StartHalf,
 };
 
 use crate::fasthash::FastMap as Map;
@@ -72,6 +72,8 @@ struct Submitter {
     flags: u16,
     /// The start program's clock.
     at_ns: u64,
+    /// Written at an issue (the flush request's, [`START_AT_ISSUE`]).
+    at_issue: bool,
 }
 
 /// Halves' payloads between their push and their replay, in reused slots.
@@ -96,6 +98,9 @@ impl<T: Copy> Slab<T> {
             // Halves waiting at once are a drain's worth: far below 2^32.
             u32::try_from(self.items.len() - 1).expect("fewer than 2^32 halves waiting")
         }
+    }
+    fn get(&self, i: u32) -> &T {
+        &self.items[i as usize]
     }
     fn take(&mut self, i: u32) -> T {
         self.free.push(i);
@@ -314,6 +319,7 @@ impl Joiner {
                         // EV_* bits are the low 16.
                         flags: u16::try_from(h.flags & 0xffff).unwrap_or_default(),
                         at_ns,
+                        at_issue: h.flags & START_AT_ISSUE != 0,
                     })
                 };
                 self.event(ring, &head, at_ns, What::Start, p);
@@ -551,6 +557,18 @@ impl Joiner {
         let (key, dev) = (ev.key, ev.dev);
         match ev.what() {
             What::Start => {
+                if ev.payload != NONE
+                    && self.starts.get(ev.payload).at_issue
+                    && self
+                        .live
+                        .get(&key)
+                        .is_some_and(|l| l.requeues > 0 && !l.at_device)
+                {
+                    // The flush request issued again after its requeue: the same request,
+                    // whose start half its issue program writes each time.
+                    self.starts.take(ev.payload);
+                    return;
+                }
                 // NONE: its start half was lost, only its instant named.
                 let new = Live::new(ev.at_ns(), ev.payload);
                 self.count(dev).os += 1;
@@ -720,7 +738,7 @@ mod tests {
     use crate::{
         END_LAST, END_PART, EV_NEVER_ISSUED, EV_NOT_ACCOUNTED, EV_STARTED_BEFORE_ATTACH, EndHalf,
         HALF_END, HALF_ISSUE, HALF_LOST, HALF_MERGE, HALF_REQUEUE, HALF_START, HalfHead, IoEvent,
-        IssueHalf, MarkHalf, StartHalf,
+        IssueHalf, KIND_FLUSH_RQ, MarkHalf, START_AT_ISSUE, StartHalf,
     };
 
     use super::Joiner;
@@ -1204,6 +1222,88 @@ mod tests {
             .count();
         assert!(off > 0 && (off as u64) < st.late * 200, "{off} off, {st:?}");
         assert!(out.iter().all(|e| e.os_inflight < 1_000));
+    }
+
+    #[test]
+    fn the_flush_request_issued_again_after_a_requeue_is_one_request() {
+        // The issue program writes the flush request's start half at each issue, at the
+        // issue's instant; after a requeue the second is the same request, not a new one.
+        let mut j = Joiner::new(1_000, 1);
+        let head = |half, start_ns| HalfHead {
+            half,
+            dev: DEV,
+            key: 0x2000,
+            start_ns,
+        };
+        let start_at = |at_ns| StartHalf {
+            head: head(HALF_START, 3_000),
+            pid: 44,
+            flags: START_AT_ISSUE,
+            at_ns,
+            ..StartHalf::default()
+        };
+        let issue = |issue_ns| IssueHalf {
+            head: head(HALF_ISSUE, 3_000),
+            issue_ns,
+        };
+        j.push(0, &bytes_of(&start_at(4_000)));
+        j.push(0, &bytes_of(&issue(4_000)));
+        j.push(
+            0,
+            &bytes_of(&MarkHalf {
+                head: head(HALF_REQUEUE, 3_000),
+                at_ns: 5_000,
+            }),
+        );
+        j.push(0, &bytes_of(&start_at(6_000)));
+        j.push(0, &bytes_of(&issue(6_000)));
+        j.push(
+            0,
+            &bytes_of(&EndHalf {
+                head: head(HALF_END, 3_000),
+                complete_ns: 7_000,
+                kind: KIND_FLUSH_RQ,
+                end: END_LAST,
+                ..EndHalf::default()
+            }),
+        );
+        // The next flush at the address: a new request (another stamp), met at its issue.
+        j.push(
+            0,
+            &bytes_of(&StartHalf {
+                head: head(HALF_START, 8_000),
+                ..start_at(9_000)
+            }),
+        );
+        j.push(
+            0,
+            &bytes_of(&IssueHalf {
+                head: head(HALF_ISSUE, 8_000),
+                issue_ns: 9_000,
+            }),
+        );
+        j.push(
+            0,
+            &bytes_of(&EndHalf {
+                head: head(HALF_END, 8_000),
+                complete_ns: 10_000,
+                kind: KIND_FLUSH_RQ,
+                end: END_LAST,
+                ..EndHalf::default()
+            }),
+        );
+        let mut out = Vec::new();
+        j.sweep(20_000, &mut |e| out.push(e));
+        let st = j.stats();
+        assert_eq!(st.missed_completions, 0, "{st:?}");
+        assert_eq!(out.len(), 2);
+        assert_eq!(
+            (out[0].requeues, out[0].pid, out[0].issue_ns),
+            (1, 44, 6_000)
+        );
+        assert_eq!((out[0].os_inflight, out[0].dev_inflight), (1, 1));
+        assert_eq!(out[1].requeues, 0);
+        assert_eq!(j.open(), 0);
     }
 
     #[test]

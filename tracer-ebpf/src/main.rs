@@ -47,7 +47,7 @@ use tracer_common::{Cuts, EV_OUTSIDE_CUT, RequestSlot, SLOT_COUNT};
 use tracer_common::{
     END_LAST, END_OFF_DEVICE, END_PART, EndHalf, HALF_BATCH_BYTES, HALF_END, HALF_ISSUE, HALF_LOST,
     HALF_MERGE, HALF_REQUEUE, HALF_RINGS, HALF_START, HalfBatch, HalfHead, IssueHalf, MarkHalf,
-    StartHalf,
+    START_AT_ISSUE, StartHalf,
 };
 use tracer_common::{
     FILE_DEV_ANON, FILE_DEV_DEVICE, FILE_NAME_DEPTH, FILE_NAME_LEN, FileKey, FileName,
@@ -1695,13 +1695,20 @@ fn try_start_half(ctx: &BtfTracePointContext) -> Option<()> {
     let rq: *const u8 = ctx.arg(0);
     let dev = traced_dev(cfg, rq)?;
     let key = key_of(ctx, SCRATCH_IO_START);
-    write_start_half(dev, key, load(rq, cfg_u32(&cfg.rq_start_time_ns)), now_ns());
+    write_start_half(
+        dev,
+        key,
+        load(rq, cfg_u32(&cfg.rq_start_time_ns)),
+        now_ns(),
+        0,
+    );
     Some(())
 }
 
-/// The start half, at `at_ns`: the current task is the request's submitter.
+/// The start half, at `at_ns`, with `flags` ([`START_AT_ISSUE`] or 0): the current task is
+/// the request's submitter.
 #[inline(always)]
-fn write_start_half(dev: u32, key: u64, start_ns: u64, at_ns: u64) {
+fn write_start_half(dev: u32, key: u64, start_ns: u64, at_ns: u64, flags: u32) {
     let [c0, c1] = current_comm();
     let mut comm = [0u8; 16];
     // SAFETY: two u64 stores into a 16-byte local.
@@ -1717,7 +1724,7 @@ fn write_start_half(dev: u32, key: u64, start_ns: u64, at_ns: u64) {
             cgroup: unsafe { bpf_get_current_cgroup_id() },
             comm,
             pid: (bpf_get_current_pid_tgid() >> 32) as u32,
-            flags: 0,
+            flags,
             at_ns,
         },
         head,
@@ -1751,7 +1758,7 @@ fn try_issue_half(ctx: &BtfTracePointContext) -> Option<()> {
         // the task that issues it. At the issue's instant, where the join replays a start
         // before an issue; a later clock read would have the issue met first, then the start
         // taken for a new request at the address (each flush a missed completion).
-        write_start_half(dev, key, start_ns, issue_ns);
+        write_start_half(dev, key, start_ns, issue_ns, START_AT_ISSUE);
     }
     let head = half_head(HALF_ISSUE, dev, key, start_ns);
     write_half(

@@ -192,6 +192,13 @@ impl Probe {
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
+        if config.test_skip_completions != 0 {
+            eprintln!(
+                "blkprof-trace: BLKPROF_TEST_SKIP_COMPLETIONS={}: the completion program skips \
+                 every {}th run on each CPU on purpose (for tests): this trace misses IOs",
+                config.test_skip_completions, config.test_skip_completions
+            );
+        }
         for (i, name) in tracer_common::MAP_HALF_RINGS.iter().enumerate() {
             loader.map_max_entries(name, if halves && i < used { per_ring } else { 4096 });
         }
