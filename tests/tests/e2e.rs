@@ -724,6 +724,8 @@ fn mean_queue_size_matches_diskstats_within_5_percent() {
 
 #[test]
 fn overload_drops_are_counted_and_aggregates_stay_exact() {
+    use std::os::unix::process::CommandExt as _;
+    use std::time::Instant;
     let dir = TestDir::new();
     let dev = Scratch::new("ovl", 512, false, true);
     let out = out_path(&dir, "ovl");
@@ -737,30 +739,54 @@ fn overload_drops_are_counted_and_aggregates_stay_exact() {
         "4K",
     ]);
     let before = dev.diskstats();
-    // The daemon stalled for a second in the middle of the run (as on a host whose CPUs the
-    // database takes): at any rate the rings fill, whatever the machine's speed. Left to run,
-    // the daemon may keep up even with 4 KB rings, since halves go to them in batches.
-    let pid = t.pid();
-    let stall = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_secs(1));
-        // SAFETY: plain kill(2) on our child, stopped and continued.
-        unsafe { libc::kill(pid, libc::SIGSTOP) };
-        std::thread::sleep(Duration::from_secs(1));
-        // SAFETY: as above.
-        unsafe { libc::kill(pid, libc::SIGCONT) };
-    });
-    fio(&[
-        "--name=ovl",
-        &format!("--filename={}", dev.path),
-        "--rw=randread",
-        "--bs=4k",
-        "--direct=1",
-        "--ioengine=libaio",
-        "--iodepth=32",
-        "--runtime=3",
-        "--time_based",
-    ]);
-    stall.join().unwrap();
+    let reads = || dev.diskstats().group(StatGroup::Read).0;
+    // Until the kernel has counted `n` more reads (fio runs until it is stopped below); the
+    // count at the end. A deadline, not a hang, if the IO stops.
+    let wait_for_reads = |n: u64| {
+        let from = reads();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while reads() < from + n && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        reads() - from
+    };
+    let mut fio = std::process::Command::new("fio")
+        .args([
+            "--name=ovl",
+            &format!("--filename={}", dev.path),
+            "--rw=randread",
+            "--bs=4k",
+            "--direct=1",
+            "--ioengine=libaio",
+            "--iodepth=32",
+            "--runtime=120",
+            "--time_based",
+        ])
+        .stdout(std::process::Stdio::null())
+        // Its own process group, ended whole below.
+        .process_group(0)
+        .spawn()
+        .expect("fio");
+    // The daemon stopped while the kernel counts 20,000 reads (as on a host whose CPUs the
+    // database takes): the rings fill whatever the machine's speed (a few hundred IOs fill
+    // 4 KB rings). Stopped for a fixed time instead, the stall could pass before fio's first
+    // IO in an emulated VM, where fio takes seconds to start (CI on 5bb5637: no drops); left
+    // to run, the daemon may keep up even with 4 KB rings, since halves go in batches.
+    wait_for_reads(1_000);
+    t.signal(libc::SIGSTOP);
+    let stalled = wait_for_reads(20_000);
+    t.signal(libc::SIGCONT);
+    wait_for_reads(1_000);
+    if let Ok(pid) = libc::pid_t::try_from(fio.id()) {
+        // SAFETY: kill(2) on the process group our child leads, not reaped until the wait
+        // below. SIGINT: fio ends its jobs and exits (with 128), its IOs completed.
+        unsafe { libc::kill(-pid, libc::SIGINT) };
+    }
+    #[expect(
+        clippy::let_underscore_must_use,
+        reason = "fio exits with 128 on SIGINT; its IOs are counted from diskstats"
+    )]
+    let _ = fio.wait();
     let after = dev.diskstats();
     let f = t.stop();
     assert!(f.status.success(), "{}", f.stderr);
@@ -768,7 +794,10 @@ fn overload_drops_are_counted_and_aggregates_stay_exact() {
     let tr = trace.trailer.as_ref().unwrap();
     let kernel = delta(&before, &after)[&StatGroup::Read].0;
     let drops = tr.counters_end.ring_drops;
-    assert!(drops > 0, "a 4 KB ring at this rate must overflow");
+    assert!(
+        drops > 0,
+        "4 KB rings must overflow while the daemon is stopped ({stalled} reads meanwhile)"
+    );
     let misses = tr.counters_end.reported_misses();
     let seen = trace.records.len() as u64 + drops;
     assert!(
@@ -803,6 +832,8 @@ fn sigkill_leaves_a_file_readable_to_its_last_chunk() {
         "200ms",
     ]);
     let path = dev.path.clone();
+    let reads = || dev.diskstats().group(StatGroup::Read).0;
+    let from = reads();
     let load = std::thread::spawn(move || {
         fio(&[
             "--name=k",
@@ -816,7 +847,14 @@ fn sigkill_leaves_a_file_readable_to_its_last_chunk() {
             "--time_based",
         ]);
     });
-    std::thread::sleep(Duration::from_secs(2));
+    // Killed once fio's reads are under way and a few intervals have passed since (each
+    // writes what it has): a fixed 2 s came before fio's first IO in an emulated VM, where fio
+    // takes seconds to start.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while reads() < from + 2_000 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_secs(1));
     t.signal(libc::SIGKILL);
     let f = t.wait();
     assert!(!f.status.success());
