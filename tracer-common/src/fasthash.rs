@@ -12,7 +12,11 @@ pub struct MulHasher(u64);
 
 impl Hasher for MulHasher {
     fn finish(&self) -> u64 {
-        self.0
+        // The product's high bits depend on every bit of the key, its low bits only on the
+        // key's low bits; hashbrown takes the bucket from the low bits, and keys such as
+        // request addresses (64-byte aligned, and more) have theirs zero: the rotation puts
+        // the mixed high bits there.
+        self.0.rotate_left(26)
     }
     fn write(&mut self, bytes: &[u8]) {
         let mut chunks = bytes.chunks_exact(8);
@@ -77,5 +81,16 @@ mod tests {
             m.insert(0xffff_8880_0000_0000 + a * 0x140, a);
         }
         assert!((0..10_000u64).all(|a| m[&(0xffff_8880_0000_0000 + a * 0x140)] == a));
+    }
+
+    #[test]
+    fn aligned_addresses_spread_over_the_low_bits() {
+        // hashbrown's bucket is the hash's low bits; request addresses are 64-byte aligned (a
+        // request's size rounded to a cache line), so without mixing into the low bits 1,024
+        // of them would start their probes at 16 buckets of 1,024.
+        let buckets: std::collections::HashSet<u64> = (0..1024u64)
+            .map(|a| hash(&(0xffff_8880_1000_0000 + a * 0x140)) & 1023)
+            .collect();
+        assert!(buckets.len() > 500, "{} buckets of 1024", buckets.len());
     }
 }
