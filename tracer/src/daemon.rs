@@ -1308,6 +1308,9 @@ pub async fn run(cfg: Config) -> Result<u8> {
     // The start: IOs completing after this instant belong to the run, in the records, the
     // aggregates and the kernel's counters alike.
     let (cut, ds) = run.cut(true)?;
+    if let Some(h) = &mut run.halves {
+        h.joiner.set_run(cut.at_ns, u64::MAX);
+    }
     run.start_cut = Some(cut.clone());
     run.file_start_cut = Some(cut);
     run.diskstats_at_run_start = ds.clone();
@@ -1506,6 +1509,9 @@ pub async fn run(cfg: Config) -> Result<u8> {
     // known by stage.
     drain_ring(ring.get_mut(), &mut run);
     let (cut, diskstats_end) = run.cut(false)?;
+    if let (Some(h), Some(start)) = (&mut run.halves, &run.start_cut) {
+        h.joiner.set_run(start.at_ns, cut.at_ns);
+    }
     run.end_cut = Some(cut);
     let stuck = run.wait_in_flight(ring.get_mut())?;
     drain_ring(ring.get_mut(), &mut run);
