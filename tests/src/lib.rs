@@ -222,6 +222,67 @@ impl Scratch {
             .find(|d| d.name == self.name)
             .expect("device in diskstats")
     }
+
+    /// Wait until the kernel has counted `n` more reads on the device (a minute at most, so
+    /// that IO that stops fails the test's own check instead of hanging it); how many it
+    /// counted. For tests that act while a load runs: a fixed sleep can pass before fio's first
+    /// IO in an emulated VM, where fio takes seconds to start.
+    pub fn wait_for_reads(&self, n: u64) -> u64 {
+        let reads = || self.diskstats().group(StatGroup::Read).0;
+        let from = reads();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while reads() < from + n && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        reads() - from
+    }
+}
+
+/// fio in a process group of its own, so that its job processes end with it: killing fio's
+/// parent alone left its job doing IO for the rest of its run, on the CPUs of the tests that
+/// followed. Killed whole on drop too (a test that fails before [`FioGroup::end`]).
+pub struct FioGroup(Option<Child>);
+
+impl FioGroup {
+    pub fn spawn(args: &[&str]) -> FioGroup {
+        use std::os::unix::process::CommandExt as _;
+        FioGroup(Some(
+            Command::new("fio")
+                .args(args)
+                .stdout(Stdio::null())
+                .process_group(0)
+                .spawn()
+                .expect("fio is installed (cargo xtask setup)"),
+        ))
+    }
+
+    /// Send `signal` to the whole group and reap fio. Its exit status says nothing a test
+    /// checks (128 on SIGINT): after SIGINT its jobs have ended and their IOs completed.
+    pub fn end(mut self, signal: i32) {
+        self.signal_and_reap(signal);
+    }
+
+    fn signal_and_reap(&mut self, signal: i32) {
+        let Some(mut child) = self.0.take() else {
+            return;
+        };
+        if let Ok(pid) = libc::pid_t::try_from(child.id()) {
+            // SAFETY: kill(2) on the process group our child leads, not reaped until the
+            // wait below.
+            unsafe { libc::kill(-pid, signal) };
+        }
+        #[expect(
+            clippy::let_underscore_must_use,
+            reason = "fio's status after a signal says nothing about the test"
+        )]
+        let _ = child.wait();
+    }
+}
+
+impl Drop for FioGroup {
+    fn drop(&mut self) {
+        self.signal_and_reap(libc::SIGKILL);
+    }
 }
 
 impl Drop for Scratch {

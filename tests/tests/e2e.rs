@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use analyzer::numeric::f64_to_usize_saturating;
 use blkprof_e2e::{
-    FtraceBlk, Scratch, TestDir, Trace, Tracer, WriteOnDrop, assert_cut_exact, blk_action, delta,
-    fio, fio_iolog, quantile, sh,
+    FioGroup, FtraceBlk, Scratch, TestDir, Trace, Tracer, WriteOnDrop, assert_cut_exact,
+    blk_action, delta, fio, fio_iolog, quantile, sh,
 };
 use tracer_common::format::{Ending, IoRecord};
 use tracer_common::op::{Op, StatGroup, flags};
@@ -317,28 +317,21 @@ fn a_device_with_iostats_off_is_traced_and_said_to_be_unaccounted() {
 /// IO submitted during the stop mistaken for one of before the start.
 #[test]
 fn stopping_while_io_runs_cuts_the_run_at_one_instant() {
-    use std::os::unix::process::CommandExt as _;
     let dir = TestDir::new();
     let dev = Scratch::new("cut", 1024, true, false);
     dev.set_nomerges(2);
-    let mut fio = std::process::Command::new("fio")
-        .args([
-            "--name=cut",
-            &format!("--filename={}", dev.path),
-            "--rw=randrw",
-            "--rwmixread=80",
-            "--bs=4k",
-            "--direct=1",
-            "--ioengine=libaio",
-            "--iodepth=32",
-            "--runtime=30",
-            "--time_based",
-        ])
-        .stdout(std::process::Stdio::null())
-        // Its own process group, stopped whole below.
-        .process_group(0)
-        .spawn()
-        .expect("fio");
+    let fio = FioGroup::spawn(&[
+        "--name=cut",
+        &format!("--filename={}", dev.path),
+        "--rw=randrw",
+        "--rwmixread=80",
+        "--bs=4k",
+        "--direct=1",
+        "--ioengine=libaio",
+        "--iodepth=32",
+        "--runtime=30",
+        "--time_based",
+    ]);
     std::thread::sleep(Duration::from_millis(500));
     let mut in_flight_seen = 0;
     for (k, ms) in [700u64, 1300, 2100, 450].into_iter().enumerate() {
@@ -409,18 +402,7 @@ fn stopping_while_io_runs_cuts_the_run_at_one_instant() {
             f.stdout
         );
     }
-    // The whole group: killing fio alone left its job process doing IO for the rest of the
-    // 30 s, on the CPUs of the tests that follow.
-    if let Ok(pid) = libc::pid_t::try_from(fio.id()) {
-        // SAFETY: kill(2) on the process group our child leads, not reaped until the wait
-        // below.
-        unsafe { libc::kill(-pid, libc::SIGKILL) };
-    }
-    #[expect(
-        clippy::let_underscore_must_use,
-        reason = "reaps the fio just stopped; its status says nothing about the test"
-    )]
-    let _ = fio.wait();
+    fio.end(libc::SIGKILL);
     assert!(
         in_flight_seen > 0,
         "IOs were in flight at the end cuts (iodepth 32)"
@@ -724,8 +706,6 @@ fn mean_queue_size_matches_diskstats_within_5_percent() {
 
 #[test]
 fn overload_drops_are_counted_and_aggregates_stay_exact() {
-    use std::os::unix::process::CommandExt as _;
-    use std::time::Instant;
     let dir = TestDir::new();
     let dev = Scratch::new("ovl", 512, false, true);
     let out = out_path(&dir, "ovl");
@@ -739,54 +719,29 @@ fn overload_drops_are_counted_and_aggregates_stay_exact() {
         "4K",
     ]);
     let before = dev.diskstats();
-    let reads = || dev.diskstats().group(StatGroup::Read).0;
-    // Until the kernel has counted `n` more reads (fio runs until it is stopped below); the
-    // count at the end. A deadline, not a hang, if the IO stops.
-    let wait_for_reads = |n: u64| {
-        let from = reads();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while reads() < from + n && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        reads() - from
-    };
-    let mut fio = std::process::Command::new("fio")
-        .args([
-            "--name=ovl",
-            &format!("--filename={}", dev.path),
-            "--rw=randread",
-            "--bs=4k",
-            "--direct=1",
-            "--ioengine=libaio",
-            "--iodepth=32",
-            "--runtime=120",
-            "--time_based",
-        ])
-        .stdout(std::process::Stdio::null())
-        // Its own process group, ended whole below.
-        .process_group(0)
-        .spawn()
-        .expect("fio");
+    // fio runs until it is ended below.
+    let fio = FioGroup::spawn(&[
+        "--name=ovl",
+        &format!("--filename={}", dev.path),
+        "--rw=randread",
+        "--bs=4k",
+        "--direct=1",
+        "--ioengine=libaio",
+        "--iodepth=32",
+        "--runtime=120",
+        "--time_based",
+    ]);
     // The daemon stopped while the kernel counts 20,000 reads (as on a host whose CPUs the
     // database takes): the rings fill whatever the machine's speed (a few hundred IOs fill
     // 4 KB rings). Stopped for a fixed time instead, the stall could pass before fio's first
-    // IO in an emulated VM, where fio takes seconds to start (CI on 5bb5637: no drops); left
-    // to run, the daemon may keep up even with 4 KB rings, since halves go in batches.
-    wait_for_reads(1_000);
+    // IO in an emulated VM (CI on 5bb5637: no drops); left to run, the daemon may keep up
+    // even with 4 KB rings, since halves go in batches.
+    dev.wait_for_reads(1_000);
     t.signal(libc::SIGSTOP);
-    let stalled = wait_for_reads(20_000);
+    let stalled = dev.wait_for_reads(20_000);
     t.signal(libc::SIGCONT);
-    wait_for_reads(1_000);
-    if let Ok(pid) = libc::pid_t::try_from(fio.id()) {
-        // SAFETY: kill(2) on the process group our child leads, not reaped until the wait
-        // below. SIGINT: fio ends its jobs and exits (with 128), its IOs completed.
-        unsafe { libc::kill(-pid, libc::SIGINT) };
-    }
-    #[expect(
-        clippy::let_underscore_must_use,
-        reason = "fio exits with 128 on SIGINT; its IOs are counted from diskstats"
-    )]
-    let _ = fio.wait();
+    dev.wait_for_reads(1_000);
+    fio.end(libc::SIGINT);
     let after = dev.diskstats();
     let f = t.stop();
     assert!(f.status.success(), "{}", f.stderr);
@@ -832,8 +787,6 @@ fn sigkill_leaves_a_file_readable_to_its_last_chunk() {
         "200ms",
     ]);
     let path = dev.path.clone();
-    let reads = || dev.diskstats().group(StatGroup::Read).0;
-    let from = reads();
     let load = std::thread::spawn(move || {
         fio(&[
             "--name=k",
@@ -850,10 +803,7 @@ fn sigkill_leaves_a_file_readable_to_its_last_chunk() {
     // Killed once fio's reads are under way and a few intervals have passed since (each
     // writes what it has): a fixed 2 s came before fio's first IO in an emulated VM, where fio
     // takes seconds to start.
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while reads() < from + 2_000 && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    dev.wait_for_reads(2_000);
     std::thread::sleep(Duration::from_secs(1));
     t.signal(libc::SIGKILL);
     let f = t.wait();
