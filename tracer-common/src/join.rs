@@ -144,6 +144,12 @@ impl Live {
         }
     }
 
+    /// Its last instant seen before its end: its start, or its latest issue (a request issued
+    /// after an instant completes after it).
+    fn last_seen_ns(&self) -> u64 {
+        self.since_ns.max(self.issue_ns)
+    }
+
     /// How far the request had been seen: 0 completing (in part, or off the device inside a
     /// flush sequence), 1 issued, 2 never issued.
     fn stage(&self) -> usize {
@@ -565,12 +571,7 @@ impl Joiner {
     /// and are still open are not counted as open at the end (the probe went away first).
     pub fn finish_by(&mut self, end_ns: u64, out: &mut impl FnMut(IoEvent)) {
         self.sweep(u64::MAX, out);
-        // A request issued after the end completes after it (not the run's IO).
-        for l in self
-            .live
-            .values()
-            .filter(|l| l.since_ns.max(l.issue_ns) <= end_ns)
-        {
+        for l in self.live.values().filter(|l| l.last_seen_ns() <= end_ns) {
             self.stats.open_at_end += 1;
             self.stats.missed_stage[l.stage()] += 1;
         }
@@ -602,7 +603,7 @@ impl Joiner {
                     // that is all before the run's start or after its end.
                     self.leave(dev, &old);
                     self.drop_start(&old);
-                    if ev.at_ns() <= self.run.0 || old.since_ns.max(old.issue_ns) > self.run.1 {
+                    if ev.at_ns() <= self.run.0 || old.last_seen_ns() > self.run.1 {
                         self.stats.missed_outside_run += 1;
                     } else {
                         self.stats.missed_completions += 1;
