@@ -710,6 +710,7 @@ fn in_vm(o: &Options) -> Result<()> {
         mttcg: false,
         out: Some(out.clone()),
         command: cmd,
+        console: None,
     };
     eprintln!(
         "cassandra: in the VM lab on md RAID0 of {n} NVMe disks, chunk {} KB (the guest's CPU is emulated: expect tens of minutes)",

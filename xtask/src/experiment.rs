@@ -499,6 +499,7 @@ fn raid_chunk(e: &ExpOptions, arms: &[Arm], out: &Path, started: Instant) -> Res
             mttcg: false,
             out: Some(out.join("vm")),
             command: cmd,
+            console: None,
         })?;
         if vm.code != 0 {
             bail!(

@@ -181,12 +181,15 @@ fn main() -> Result<()> {
             demo::demo(seconds, out)
         }
         Cmd::Test { filter, vm_only } => {
-            setup::setup()?;
-            if vm_only {
-                util::test_vms()
+            let mut steps = util::Steps::new();
+            steps.run("setup", setup::setup)?;
+            let r = if vm_only {
+                steps.run("VM tests", util::test_vms)
             } else {
-                util::test(filter)
-            }
+                util::test(filter, &mut steps)
+            };
+            steps.summary();
+            r
         }
         Cmd::Bench {
             seconds,

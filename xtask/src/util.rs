@@ -72,19 +72,21 @@ pub(crate) fn is_root() -> bool {
         .unwrap_or(false)
 }
 
-pub(crate) fn test(filter: Option<String>) -> Result<()> {
+pub(crate) fn test(filter: Option<String>, steps: &mut Steps) -> Result<()> {
     // Unit, library and CLI tests of every crate but the probe (which only builds for BPF).
-    run(cargo().args([
-        "test",
-        "--workspace",
-        "--exclude",
-        "tracer-ebpf",
-        "--exclude",
-        "blkprof-e2e",
-    ]))?;
-    // The trace format as the tracer builds it, without the v1 feature (the workspace build
-    // above unifies it on).
-    run(cargo().args(["test", "-p", "tracer-common", "--features", "format"]))?;
+    steps.run("unit tests", || {
+        run(cargo().args([
+            "test",
+            "--workspace",
+            "--exclude",
+            "tracer-ebpf",
+            "--exclude",
+            "blkprof-e2e",
+        ]))?;
+        // The trace format as the tracer builds it, without the v1 feature (the workspace
+        // build above unifies it on).
+        run(cargo().args(["test", "-p", "tracer-common", "--features", "format"]))
+    })?;
     // A smoke pass of the fuzz targets (fuzz/; nightly). In CI: 6 minutes with the build (a
     // cold one takes about 3 on 2 CPUs, 6 when it still built Arrow), 10 to 25 s per target.
     let budget = if std::env::var("CI").is_ok_and(|v| v == "true") {
@@ -96,23 +98,25 @@ pub(crate) fn test(filter: Option<String>) -> Result<()> {
     } else {
         crate::fuzz::Budget::Each { seconds: 10 }
     };
-    crate::fuzz::fuzz(budget, &[])?;
+    steps.run("fuzz smoke", || crate::fuzz::fuzz(budget, &[]))?;
     if !is_root() {
         bail!(
             "the end-to-end tests load eBPF programs and create loop devices: run `cargo xtask test` as root"
         );
     }
-    build_release()?;
+    steps.run("release build", build_release)?;
     // End-to-end tests share the machine's CPUs and block layer: one at a time.
-    let mut c = cargo();
-    c.args(["test", "--release", "-p", "blkprof-e2e", "--"]);
-    if let Some(f) = filter {
-        c.arg(f);
-    }
-    c.args(["--test-threads=1"]);
-    c.env("BLKPROF_BIN_DIR", root().join("target/release"));
-    run(&mut c)?;
-    vm_tests()
+    steps.run("host end-to-end tests", || {
+        let mut c = cargo();
+        c.args(["test", "--release", "-p", "blkprof-e2e", "--"]);
+        if let Some(f) = filter {
+            c.arg(f);
+        }
+        c.args(["--test-threads=1"]);
+        c.env("BLKPROF_BIN_DIR", root().join("target/release"));
+        run(&mut c)
+    })?;
+    steps.run("VM tests", vm_tests)
 }
 
 /// `cargo xtask test --vm-only`.
@@ -184,32 +188,125 @@ fn vm_tests() -> Result<()> {
          env TMPDIR=/mnt BLKPROF_BIN_DIR={bin_dir} {e2e} --exact --test-threads=1 {}",
         VM_E2E_TESTS.join(" ")
     );
-    for kernel in ["6.12", "6.1"] {
-        let o = crate::vm::Options {
-            kernel: kernel.into(),
-            disks: 6,
-            disk_mb: 4096,
-            cpus: 2,
-            memory_mb: 2048,
-            timeout: 1200,
-            mttcg: false,
-            out: Some(root().join(format!("target/vm/out-{kernel}"))),
-            command: vec!["sh".into(), "-c".into(), script.clone()],
-        };
-        let r = crate::vm::run_vm(&o)?;
-        if r.code != 0 {
-            bail!(
-                "the VM end-to-end tests failed on {kernel} (exit code {}; the guest's dmesg: {})",
-                r.code,
-                r.out.join("dmesg.txt").display()
-            );
-        }
-        eprintln!(
-            "vm: end-to-end tests on {kernel} passed in {:.0} s",
-            r.seconds
-        );
+    // Each guest is single-threaded TCG, one host CPU: the two run side by side (on 2 CPUs,
+    // about half the wall time of one after the other). Installs first, one at a time.
+    let kernels = ["6.12", "6.1"];
+    for kernel in kernels {
+        crate::vm::setup(kernel)?;
+    }
+    let results: Vec<Result<()>> = std::thread::scope(|s| {
+        let runs: Vec<_> = kernels
+            .map(|kernel| {
+                let script = &script;
+                s.spawn(move || vm_test_run(kernel, script))
+            })
+            .into_iter()
+            .collect();
+        runs.into_iter()
+            .map(|r| r.join().unwrap_or_else(|_| bail!("the VM thread panicked")))
+            .collect()
+    });
+    for r in results {
+        r?;
     }
     Ok(())
+}
+
+/// One kernel's VM end-to-end run ([`vm_tests`]): its console goes to a file, printed whole
+/// when the VM ends, so that two runs side by side do not interleave their lines.
+fn vm_test_run(kernel: &str, script: &str) -> Result<()> {
+    let out = root().join(format!("target/vm/out-{kernel}"));
+    let console = root().join(format!("target/vm/console-{kernel}.txt"));
+    eprintln!(
+        "vm: {kernel}: starting; its console is in {} until it ends",
+        console.display()
+    );
+    let o = crate::vm::Options {
+        kernel: kernel.into(),
+        disks: 6,
+        disk_mb: 4096,
+        cpus: 2,
+        memory_mb: 2048,
+        timeout: 1800,
+        mttcg: false,
+        out: Some(out),
+        command: vec!["sh".into(), "-c".into(), script.into()],
+        console: Some(console.clone()),
+    };
+    let r = crate::vm::run_vm(&o);
+    {
+        use std::io::Write as _;
+        let text = std::fs::read(&console).unwrap_or_default();
+        let mut stdout = std::io::stdout().lock();
+        #[expect(
+            clippy::let_underscore_must_use,
+            reason = "the console is a copy for the reader; the run's outcome is what is returned"
+        )]
+        let _ = writeln!(stdout, "==== the {kernel} VM's console ====")
+            .and_then(|()| stdout.write_all(&text))
+            .and_then(|()| writeln!(stdout, "==== end of the {kernel} VM's console ===="))
+            .and_then(|()| stdout.flush());
+    }
+    let r = r?;
+    if r.code != 0 {
+        bail!(
+            "the VM end-to-end tests failed on {kernel} (exit code {}; the guest's dmesg: {})",
+            r.code,
+            r.out.join("dmesg.txt").display()
+        );
+    }
+    eprintln!(
+        "vm: end-to-end tests on {kernel} passed in {:.0} s",
+        r.seconds
+    );
+    Ok(())
+}
+
+/// The wall time of each step of a long task, printed as each ends and all together at the
+/// end (`cargo xtask test`: where CI's minutes go).
+pub(crate) struct Steps {
+    started: Instant,
+    done: Vec<(&'static str, f64)>,
+}
+
+impl Steps {
+    pub(crate) fn new() -> Self {
+        Self {
+            started: Instant::now(),
+            done: Vec::new(),
+        }
+    }
+
+    /// Runs `f` as the step `name`.
+    pub(crate) fn run<T>(
+        &mut self,
+        name: &'static str,
+        f: impl FnOnce() -> Result<T>,
+    ) -> Result<T> {
+        let t = Instant::now();
+        let r = f();
+        let s = t.elapsed().as_secs_f64();
+        self.done.push((name, s));
+        eprintln!(
+            "steps: {name}: {} after {s:.0} s",
+            if r.is_ok() { "done" } else { "failed" }
+        );
+        r
+    }
+
+    /// Prints every step's time and the total.
+    pub(crate) fn summary(&self) {
+        let parts: Vec<String> = self
+            .done
+            .iter()
+            .map(|(n, s)| format!("{n} {s:.0} s"))
+            .collect();
+        eprintln!(
+            "steps: {} (total {:.0} s)",
+            parts.join(", "),
+            self.started.elapsed().as_secs_f64()
+        );
+    }
 }
 
 /// A sparse image of `gib` GiB at `img`, attached as a loop device with `O_DIRECT` backing (so

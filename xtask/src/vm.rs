@@ -47,6 +47,10 @@ pub(crate) struct Options {
     /// The command to run in the guest (after `--`), as root, in the current directory.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
+    /// Where the guest's console (virtme-ng's stdout and stderr) goes instead of the terminal:
+    /// for VMs run side by side, whose output would interleave.
+    #[arg(skip)]
+    pub console: Option<PathBuf>,
 }
 
 /// What a run left: the command's exit code and where its files are.
@@ -187,6 +191,7 @@ impl Drop for Disks {
 /// of time); otherwise returns its exit code.
 pub(crate) fn run_vm(o: &Options) -> Result<Outcome> {
     use std::os::unix::process::CommandExt as _;
+    static RUNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let kernel = setup(&o.kernel)?;
     let out = o
         .out
@@ -199,11 +204,13 @@ pub(crate) fn run_vm(o: &Options) -> Result<Outcome> {
     let _ = std::fs::remove_dir_all(&out);
     std::fs::create_dir_all(&out)?;
     let out = out.canonicalize()?;
+    // Images unique to this run: VMs of one process may run side by side.
+    let nth = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let disks = Disks(
         (0..o.disks)
             .map(|i| {
                 PathBuf::from(format!(
-                    "/dev/shm/blkprof-vm-{}-nvme{i}.img",
+                    "/dev/shm/blkprof-vm-{}-{nth}-nvme{i}.img",
                     std::process::id()
                 ))
             })
@@ -263,6 +270,11 @@ pub(crate) fn run_vm(o: &Options) -> Result<Outcome> {
         .arg(format!("sh {}", shell_quote(&script.display().to_string())));
     // Its own process group, so that a timeout or Ctrl-C stops qemu with it.
     c.process_group(0);
+    if let Some(console) = &o.console {
+        let f = std::fs::File::create(console)
+            .with_context(|| format!("cannot create {}", console.display()))?;
+        c.stdout(f.try_clone()?).stderr(f).stdin(Stdio::null());
+    }
     eprintln!(
         "vm: booting {} ({} CPU{}, {} NVMe disk{} of {} MiB, TCG {}) to run: {}",
         kernel.display(),
