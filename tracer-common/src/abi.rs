@@ -201,7 +201,8 @@ pub enum Counter {
     /// A request whose completion the probe never saw: its `struct request` was reused for a
     /// new submission while still tracked. The kernel ran the completion tracepoints but the
     /// programs did not run for it (observed at about 1 in 30,000 completions on Linux 6.18
-    /// with no `recursion_misses` recorded); counted so that no loss is silent.
+    /// with no `recursion_misses` recorded); counted so that no loss is silent. Only those
+    /// that may have completed within the run: the others are [`Counter::MissedOutsideRun`].
     MissedCompletion = 5,
     /// Of the missed completions: the stale request had been seen completing (a partial
     /// completion or the data part of a flush sequence) but never closed...
@@ -227,6 +228,10 @@ pub enum Counter {
     /// Half records: a half lost with [`MAP_HALF_LOST`] full too, so not named to the join (a
     /// lost last end half then cannot be told from a missed completion).
     LostUnnamed = 13,
+    /// The in-kernel paths: a missed completion ([`Counter::MissedCompletion`]'s finding) that
+    /// came outside the run ([`Cuts`]): the new request at the address came before the run's
+    /// start, or the old one was last seen after its end. Not the run's loss; not reported.
+    MissedOutsideRun = 14,
 }
 pub const COUNTER_SLOTS: u32 = 16;
 

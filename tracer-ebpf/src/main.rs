@@ -629,18 +629,33 @@ fn track_unseen(cfg: &ProbeConfig, rq: *const u8, key: u64, dev: u32) -> Option<
 
 /// A tracked request is being submitted again: it was freed and reused, so it completed, but
 /// the completion program did not run for it. Count the loss and release what it held.
+///
+/// The loss is the run's only if the completion may have come within it: not when the new
+/// request came before the run's start, nor when the old one was last seen after its end (the
+/// programs stay attached while the requests in flight at the end complete), as the join counts
+/// them for half records ([`Counter::MissedOutsideRun`]).
 #[inline(always)]
 fn missed(key: u64, old: *mut RequestState) {
-    bump(Counter::MissedCompletion);
     // SAFETY: map value pointer.
     let st = unsafe { &mut *old };
-    bump(if st.complete_ns != 0 {
-        Counter::MissedAfterPartial
-    } else if st.issued != 0 || st.issue_ns != 0 {
-        Counter::MissedIssued
+    let last_seen = st.enter_ns.max(st.issue_ns).max(st.complete_ns);
+    // A rare path: its own clock read. The cuts are all zero before the run's start (nothing
+    // belongs to it yet).
+    let outside = CUTS
+        .get(0)
+        .is_none_or(|c| now_ns() <= c.start_after_ns || last_seen > c.end_at_ns);
+    if outside {
+        bump(Counter::MissedOutsideRun);
     } else {
-        Counter::MissedNeverIssued
-    });
+        bump(Counter::MissedCompletion);
+        bump(if st.complete_ns != 0 {
+            Counter::MissedAfterPartial
+        } else if st.issued != 0 || st.issue_ns != 0 {
+            Counter::MissedIssued
+        } else {
+            Counter::MissedNeverIssued
+        });
+    }
     release(st);
     untrack(key);
 }
