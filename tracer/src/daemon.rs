@@ -792,9 +792,14 @@ impl Run {
     /// could not name is left out: its records name the inode only).
     #[cold]
     fn name_file(&mut self, dev: u32, ino: u64) {
-        let (Some(files), Some(out)) = (&self.file_names, &mut self.output) else {
+        let (Some(files), Some(out)) = (&mut self.file_names, &mut self.output) else {
             return;
         };
+        if files.path(dev, ino).is_none() {
+            // The probe hands a file's name over before its IO's record, but the name may have
+            // come after this drain took the names: it is in the names ring now.
+            files.drain();
+        }
         let Some(path) = files.path(dev, ino) else {
             return;
         };

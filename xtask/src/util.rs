@@ -170,8 +170,8 @@ fn e2e_test_executable(name: &str) -> Result<String> {
 /// and 6.1 LTS (the `block_getrq` fallback), each with six emulated NVMe disks:
 /// `tests/tests/vm.rs` (an NVMe disk, nvme0n1; md RAID0 over nvme0n1-nvme3n1, chunks 64 and
 /// 512 KB), `tests/tests/vm_whatif.rs` (whatif's prediction from nvme4n1 against the md run),
-/// `tests/tests/files.rs` (the files of buffered IO, whose kernel structures differ between
-/// versions), then the host tests of [`VM_E2E_TESTS`] on loop devices whose images live on
+/// the first test of `tests/tests/files.rs` (the files of buffered IO, whose kernel structures
+/// differ between versions; the burst of names is the daemon's, tested on the host), then the host tests of [`VM_E2E_TESTS`] on loop devices whose images live on
 /// ext4 on nvme5n1 (tmpfs has no `O_DIRECT` on 6.1).
 fn vm_tests() -> Result<()> {
     let vm = e2e_test_executable("vm")?;
@@ -184,7 +184,7 @@ fn vm_tests() -> Result<()> {
         "set -e; modprobe loop max_loop=16; mkfs.ext4 -q /dev/nvme5n1; mount /dev/nvme5n1 /mnt; mkdir /mnt/whatif; \
          env BLKPROF_VM_DISK=nvme0n1 BLKPROF_BIN_DIR={bin_dir} {vm} --test-threads=1; \
          env BLKPROF_VM_WHATIF=/mnt/whatif BLKPROF_BIN_DIR={bin_dir} {whatif} --test-threads=1; \
-         env TMPDIR=/mnt BLKPROF_BIN_DIR={bin_dir} {files} --test-threads=1; \
+         env TMPDIR=/mnt BLKPROF_BIN_DIR={bin_dir} {files} --exact --test-threads=1 buffered_io_is_attributed_to_its_files_even_when_deleted_right_after; \
          env TMPDIR=/mnt BLKPROF_BIN_DIR={bin_dir} {e2e} --exact --test-threads=1 {}",
         VM_E2E_TESTS.join(" ")
     );
