@@ -213,7 +213,8 @@ pub enum Counter {
     MissedNeverIssued = 8,
     /// [`Hooks::GetRq`]: a submitter recorded at `block_getrq` that no request adopted before
     /// another bio took its slot (its request, if it lives, shows no submitter), or that could
-    /// not be recorded because another CPU was filling the slot.
+    /// not be recorded because another CPU was filling the slot. The tracer adds those left
+    /// untaken at the run's end (`Probe::submitters_left`).
     SubmitterLost = 9,
     /// A file met for the first time whose name could not be reserved on the names ring (ring
     /// full): its IOs name the inode only.

@@ -1537,6 +1537,9 @@ pub async fn run(cfg: Config) -> Result<u8> {
     for (m, s) in counters.missed_stage.iter_mut().zip(stuck) {
         *m += s;
     }
+    if let (Some(start), Some(end)) = (&run.start_cut, &run.end_cut) {
+        counters.submitters_lost += run.probe.submitters_left(start.at_ns, end.at_ns)?;
+    }
     let aggregates = run.probe.aggregates()?;
     if run.halves.is_some() {
         // The join finds a missed completion by its request; under a ring so overloaded that

@@ -9,9 +9,9 @@ use aya::{
 };
 use tracer_common::{
     AGG_EPOCH, AGG_FLUSH_RQ, AGG_NOT_ACCOUNTED, AGGREGATE_SLOT_COUNT, AggKey, Aggregate,
-    AggregateSlot, COUNTER_SLOTS, Counter, DeviceSlot, DeviceState, GLOBAL_CONFIG, Hooks,
-    MAP_AGGREGATE_SLOTS, MAP_AGGREGATES, MAP_COUNTERS, MAP_DEVICE_FILTER, MAP_DEVICE_SLOTS,
-    MAP_DEVICES, MAP_EVENTS, ProbeConfig, dev_split,
+    AggregateSlot, BIO_SLOT_BUSY, BIO_SLOT_COUNT, BioSlot, COUNTER_SLOTS, Counter, DeviceSlot,
+    DeviceState, GLOBAL_CONFIG, Hooks, MAP_AGGREGATE_SLOTS, MAP_AGGREGATES, MAP_BIOS, MAP_COUNTERS,
+    MAP_DEVICE_FILTER, MAP_DEVICE_SLOTS, MAP_DEVICES, MAP_EVENTS, ProbeConfig, dev_split,
     format::{AggregateSnapshot, ProbeCounters, ProgramStats},
     {Cuts, MAP_CUTS, MAP_REQUESTS, MAP_SLOTS, RequestSlot, RequestState, SLOT_COUNT},
 };
@@ -362,6 +362,33 @@ impl Probe {
             }
         }
         Ok(out)
+    }
+
+    /// [`Hooks::GetRq`]: the submitters recorded at `block_getrq` in `(after_ns, until_ns]`
+    /// that no request took up and nothing overwrote, read once the run is over. Each is a
+    /// submitter lost like those overwritten ([`Counter::SubmitterLost`]): above all, an
+    /// fsync's empty flush whose completion run the kernel skipped, which no other program
+    /// meets, leaves only its entry. 0 on the other path (no such map).
+    pub fn submitters_left(&self, after_ns: u64, until_ns: u64) -> Result<u64, ProbeError> {
+        if self.hooks != Hooks::GetRq {
+            return Ok(0);
+        }
+        let err = |e: aya::maps::MapError| ProbeError::Map {
+            map: MAP_BIOS.into(),
+            reason: e.to_string(),
+        };
+        let Some(m) = self.ebpf.map(MAP_BIOS) else {
+            return Ok(0);
+        };
+        let slots: Array<_, BioSlot> = Array::try_from(m).map_err(err)?;
+        let mut left = 0;
+        for i in 0..BIO_SLOT_COUNT {
+            let s = slots.get(&i, 0).map_err(err)?;
+            if s.key > BIO_SLOT_BUSY && s.ts > after_ns && s.ts <= until_ns {
+                left += 1;
+            }
+        }
+        Ok(left)
     }
 
     /// Whether a request found by [`Probe::tracked`] is still tracked with the same state
