@@ -171,7 +171,8 @@ fn e2e_test_executable(name: &str) -> Result<String> {
 /// `tests/tests/vm.rs` (an NVMe disk, nvme0n1; md RAID0 over nvme0n1-nvme3n1, chunks 64 and
 /// 512 KB), `tests/tests/vm_whatif.rs` (whatif's prediction from nvme4n1 against the md run),
 /// the first test of `tests/tests/files.rs` (the files of buffered IO, whose kernel structures
-/// differ between versions; the burst of names is the daemon's, tested on the host), then the host tests of [`VM_E2E_TESTS`] on loop devices whose images live on
+/// differ between versions; the burst of names is the daemon's, tested on the host), then the
+/// host tests of [`VM_E2E_TESTS`] on loop devices whose images live on
 /// ext4 on nvme5n1 (tmpfs has no `O_DIRECT` on 6.1).
 fn vm_tests() -> Result<()> {
     let vm = e2e_test_executable("vm")?;
