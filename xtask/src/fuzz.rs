@@ -79,8 +79,15 @@ pub(crate) enum Budget {
     },
 }
 
+/// The sanitizer the targets are built with (`cargo fuzz build -s`).
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub(crate) enum Sanitizer {
+    Address,
+    None,
+}
+
 /// Run `targets` (all when empty), one after another; fails on any finding.
-pub(crate) fn fuzz(budget: Budget, targets: &[String]) -> Result<()> {
+pub(crate) fn fuzz(budget: Budget, sanitizer: Sanitizer, targets: &[String]) -> Result<()> {
     crate::setup::nightly()?;
     cargo_fuzz()?;
     let all = all_targets()?;
@@ -95,7 +102,7 @@ pub(crate) fn fuzz(budget: Budget, targets: &[String]) -> Result<()> {
         targets.to_vec()
     };
     let started = Instant::now();
-    build()?;
+    build(sanitizer)?;
     let built_s = started.elapsed().as_secs();
     let seconds = match budget {
         Budget::Each { seconds } => seconds,
@@ -223,9 +230,13 @@ fn nightly(program: &str) -> Command {
     c
 }
 
-fn build() -> Result<()> {
+fn build(sanitizer: Sanitizer) -> Result<()> {
+    let s = match sanitizer {
+        Sanitizer::Address => "address",
+        Sanitizer::None => "none",
+    };
     run(nightly("cargo")
-        .args(["fuzz", "build", "--fuzz-dir"])
+        .args(["fuzz", "build", "-s", s, "--fuzz-dir"])
         .arg(fuzz_dir())
         .arg("--target-dir")
         .arg(root().join("target/fuzz")))

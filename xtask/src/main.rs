@@ -128,9 +128,6 @@ enum Cmd {
         #[arg(long)]
         prebuilt: bool,
     },
-    /// Fuzz the analyzer's inputs (trace files, stress and log text, importers, check rules)
-    /// with cargo-fuzz (installed when missing) on nightly: each target for --seconds, from
-    /// seeds made of the repository's files; fails on any crash and names its input file.
     /// Set up, then one of the seeds' A/B experiments for real: every arm a fresh Cassandra
     /// node under YCSB workload A (as `cargo xtask cassandra`) with only the arm's setting
     /// changed, traced; then `blkprof compare` over the arms and one page (README.md) with the
@@ -145,10 +142,19 @@ enum Cmd {
         #[arg(long)]
         prebuilt: bool,
     },
+    /// Fuzz the analyzer's inputs (trace files, stress and log text, importers, check rules)
+    /// with cargo-fuzz (installed when missing) on nightly: each target for --seconds, from
+    /// seeds made of the repository's files; fails on any crash and names its input file.
     Fuzz {
         /// Seconds per target.
         #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
         seconds: u64,
+        /// Build the targets with AddressSanitizer (cargo fuzz's default), or without: the
+        /// analyzer has no unsafe code and its C dependency (zstd) is not instrumented either
+        /// way, so `none` finds the same panics, aborts and memory blow-ups from a build that
+        /// takes about 60% of the time (what `cargo xtask test` runs).
+        #[arg(long, value_enum, default_value_t = fuzz::Sanitizer::Address)]
+        sanitizer: fuzz::Sanitizer,
         /// Targets to run (default: all; the names of fuzz/fuzz_targets/*.rs).
         targets: Vec<String>,
     },
@@ -237,7 +243,11 @@ fn main() -> Result<()> {
             }
             experiment::experiment(&opts)
         }
-        Cmd::Fuzz { seconds, targets } => fuzz::fuzz(fuzz::Budget::Each { seconds }, &targets),
+        Cmd::Fuzz {
+            seconds,
+            targets,
+            sanitizer,
+        } => fuzz::fuzz(fuzz::Budget::Each { seconds }, sanitizer, &targets),
         Cmd::GateStability { opts } => {
             if !opts.prebuilt && opts.recheck.is_none() {
                 setup::setup()?;
