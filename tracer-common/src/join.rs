@@ -76,6 +76,35 @@ struct Submitter {
     at_issue: bool,
 }
 
+impl Submitter {
+    fn of(h: &StartHalf) -> Submitter {
+        Submitter {
+            pid: h.pid,
+            comm: h.comm,
+            cgroup: h.cgroup,
+            // EV_* bits are the low 16.
+            flags: u16::try_from(h.flags & 0xffff).unwrap_or_default(),
+            at_ns: if h.at_ns != 0 {
+                h.at_ns
+            } else {
+                h.head.start_ns
+            },
+            at_issue: h.flags & START_AT_ISSUE != 0,
+        }
+    }
+}
+
+/// How a pushed record's payloads are kept until their replay.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Keep {
+    /// Copied into the slabs.
+    Copy,
+    /// Left where they are ([`Joiner::push_in_place`]).
+    InPlace,
+    /// None: the record is of the ring of lost marks.
+    Lost,
+}
+
 /// Halves' payloads between their push and their replay, in reused slots.
 struct Slab<T> {
     items: Vec<T>,
@@ -214,6 +243,9 @@ pub struct Joiner {
     runs: Vec<Run>,
     starts: Slab<Submitter>,
     ends: Slab<EndHalf>,
+    /// Addresses of halves pushed in place ([`Joiner::push_in_place`]) whose payload has not
+    /// been replayed or copied: a start or an end half at each, as its event says.
+    borrowed: Vec<usize>,
     /// Address -> the request there, as far as the sweep has come.
     live: Map<u64, Live>,
     /// Where the last sweep stopped: events at or before it are replayed.
@@ -237,6 +269,12 @@ fn read<T: Copy>(bytes: &[u8]) -> Option<T> {
 
 /// No payload.
 const NONE: u32 = u32::MAX;
+/// A payload left in the caller's memory: the low bits index [`Joiner::borrowed`].
+const BORROWED: u32 = 1 << 31;
+
+fn borrowed(p: u32) -> bool {
+    p != NONE && p & BORROWED != 0
+}
 
 /// A ring's events due in a sweep: `at..end` of its events left, the next one's sort key
 /// (or [`DONE`]).
@@ -260,6 +298,7 @@ impl Joiner {
             runs: Vec::new(),
             starts: Slab::new(),
             ends: Slab::new(),
+            borrowed: Vec::new(),
             live: Map::default(),
             swept_ns: 0,
             counts: Vec::new(),
@@ -303,20 +342,102 @@ impl Joiner {
     /// Take a record as read from ring `ring`: a half, or a CPU's batch of halves one after
     /// another (`tracer_common::HalfBatch`).
     pub fn push(&mut self, ring: usize, bytes: &[u8]) {
-        self.push_record(ring, bytes, false);
+        self.push_record(ring, bytes, Keep::Copy);
+    }
+
+    /// [`Joiner::push`] without copying the start and end halves' payloads: the sweep reads
+    /// them where they are (a ring's memory, read once instead of copied and read again).
+    /// [`Joiner::unborrow`] copies those not yet replayed.
+    ///
+    /// # Safety
+    /// `bytes` stays valid and unchanged until the next call of [`Joiner::unborrow`].
+    pub unsafe fn push_in_place(&mut self, ring: usize, bytes: &[u8]) {
+        self.push_record(ring, bytes, Keep::InPlace);
+    }
+
+    /// Copy every payload still left in place ([`Joiner::push_in_place`]) into the join's
+    /// own memory: the halves waiting for a later sweep and the submitters of the requests
+    /// still open. After it, the memory pushed in place is no longer read.
+    pub fn unborrow(&mut self) {
+        if self.borrowed.is_empty() {
+            return;
+        }
+        let mut events = std::mem::take(&mut self.events);
+        for e in events.iter_mut().flatten() {
+            if borrowed(e.payload) {
+                // Only start and end halves have payloads.
+                e.payload = if e.what() == What::Start {
+                    let s = self.borrowed_start(e.payload);
+                    self.starts.put(s)
+                } else {
+                    let h = self.borrowed_end(e.payload);
+                    self.ends.put(h)
+                };
+            }
+        }
+        self.events = events;
+        let mut live = std::mem::take(&mut self.live);
+        for l in live.values_mut() {
+            if borrowed(l.start) {
+                let s = self.borrowed_start(l.start);
+                l.start = self.starts.put(s);
+            }
+        }
+        self.live = live;
+        self.borrowed.clear();
+    }
+
+    /// The start half left in place at `p`.
+    fn borrowed_start(&self, p: u32) -> Submitter {
+        let at = self.borrowed[(p & !BORROWED) as usize];
+        // SAFETY: push_in_place's caller keeps the half there until unborrow, and push_half
+        // checked that it is a whole start half.
+        let h = unsafe { std::ptr::read_unaligned(at as *const StartHalf) };
+        Submitter::of(&h)
+    }
+
+    /// The end half left in place at `p`.
+    fn borrowed_end(&self, p: u32) -> EndHalf {
+        let at = self.borrowed[(p & !BORROWED) as usize];
+        // SAFETY: as in borrowed_start.
+        unsafe { std::ptr::read_unaligned(at as *const EndHalf) }
+    }
+
+    /// Whether the start half at `p` was written at an issue ([`START_AT_ISSUE`]).
+    fn start_at_issue(&self, p: u32) -> bool {
+        if borrowed(p) {
+            self.borrowed_start(p).at_issue
+        } else {
+            self.starts.get(p).at_issue
+        }
+    }
+
+    /// The submitter at `p`, its slot freed.
+    fn take_start(&mut self, p: u32) -> Submitter {
+        if borrowed(p) {
+            self.borrowed_start(p)
+        } else {
+            self.starts.take(p)
+        }
+    }
+
+    fn borrow(&mut self, bytes: &[u8]) -> u32 {
+        self.borrowed.push(bytes.as_ptr() as usize);
+        // Halves waiting at once are a drain's worth: far below 2^31.
+        u32::try_from(self.borrowed.len() - 1).expect("fewer than 2^31 halves waiting") | BORROWED
     }
 
     /// Take a record of the ring of lost marks ([`crate::MAP_HALF_LOST`]): marks, or a batch
     /// the rings had no room for, whose halves are taken as their marks (a partial end's is
     /// not named: the probe counted it as a half drop).
     pub fn push_lost(&mut self, ring: usize, bytes: &[u8]) {
-        self.push_record(ring, bytes, true);
+        self.push_record(ring, bytes, Keep::Lost);
     }
 
-    fn push_record(&mut self, ring: usize, mut bytes: &[u8], lost: bool) {
+    fn push_record(&mut self, ring: usize, mut bytes: &[u8], keep: Keep) {
         let ring = ring % self.events.len();
         while !bytes.is_empty() {
-            let Some(n) = self.push_half(ring, bytes, lost) else {
+            let Some(n) = self.push_half(ring, bytes, keep) else {
                 // Nothing after a half of no known size can be read.
                 self.stats.malformed += 1;
                 return;
@@ -327,24 +448,17 @@ impl Joiner {
 
     /// Take the half at the start of `bytes`; its size, or None if it is short or of no known
     /// kind. `lost`: a half of a lost batch, taken as its mark.
-    fn push_half(&mut self, ring: usize, bytes: &[u8], lost: bool) -> Option<usize> {
+    fn push_half(&mut self, ring: usize, bytes: &[u8], keep: Keep) -> Option<usize> {
+        let lost = keep == Keep::Lost;
         let head = read::<HalfHead>(bytes)?;
         match head.half {
             HALF_START => {
                 let h = read::<StartHalf>(bytes)?;
                 let at_ns = if h.at_ns != 0 { h.at_ns } else { head.start_ns };
-                let p = if lost {
-                    NONE
-                } else {
-                    self.starts.put(Submitter {
-                        pid: h.pid,
-                        comm: h.comm,
-                        cgroup: h.cgroup,
-                        // EV_* bits are the low 16.
-                        flags: u16::try_from(h.flags & 0xffff).unwrap_or_default(),
-                        at_ns,
-                        at_issue: h.flags & START_AT_ISSUE != 0,
-                    })
+                let p = match keep {
+                    Keep::Lost => NONE,
+                    Keep::InPlace => self.borrow(bytes),
+                    Keep::Copy => self.starts.put(Submitter::of(&h)),
                 };
                 self.event(ring, &head, at_ns, What::Start, p);
                 Some(size_of::<StartHalf>())
@@ -374,7 +488,11 @@ impl Joiner {
                     }
                     END_PART | END_OFF_DEVICE if lost => {}
                     END_LAST | END_PART | END_OFF_DEVICE => {
-                        let p = self.ends.put(h);
+                        let p = if keep == Keep::InPlace {
+                            self.borrow(bytes)
+                        } else {
+                            self.ends.put(h)
+                        };
                         self.event(ring, &head, h.complete_ns, What::End, p);
                     }
                     _ => return None,
@@ -467,7 +585,7 @@ impl Joiner {
 
     /// A request leaving without a record: its start half's slot freed.
     fn drop_start(&mut self, l: &Live) {
-        if l.start != NONE {
+        if l.start != NONE && !borrowed(l.start) {
             self.starts.take(l.start);
         }
     }
@@ -582,7 +700,7 @@ impl Joiner {
         match ev.what() {
             What::Start => {
                 if ev.payload != NONE
-                    && self.starts.get(ev.payload).at_issue
+                    && self.start_at_issue(ev.payload)
                     && self
                         .live
                         .get(&key)
@@ -590,7 +708,7 @@ impl Joiner {
                 {
                     // The flush request issued again after its requeue: the same request,
                     // whose start half its issue program writes each time.
-                    self.starts.take(ev.payload);
+                    self.take_start(ev.payload);
                     return;
                 }
                 // NONE: its start half was lost, only its instant named.
@@ -647,7 +765,11 @@ impl Joiner {
                 }
             }
             What::End => {
-                let half = self.ends.take(ev.payload);
+                let half = if borrowed(ev.payload) {
+                    self.borrowed_end(ev.payload)
+                } else {
+                    self.ends.take(ev.payload)
+                };
                 match half.end {
                     END_PART => {
                         let l = self.current(key, dev, ev.at_ns());
@@ -685,7 +807,7 @@ impl Joiner {
     /// The record of a completed request.
     fn record(&mut self, dev: u32, l: &Live, h: &EndHalf) -> IoEvent {
         let mut flags = h.flags;
-        let submitter = (l.start != NONE).then(|| self.starts.take(l.start));
+        let submitter = (l.start != NONE).then(|| self.take_start(l.start));
         let (pid, comm, cgroup) = if let Some(s) = submitter {
             flags |= s.flags;
             (s.pid, s.comm, s.cgroup)
@@ -1049,6 +1171,71 @@ mod tests {
         (out, j)
     }
 
+    /// As [`join_batched`], each record pushed in place ([`Joiner::push_in_place`]) and kept
+    /// alive until the join copies what it still needs: after the sweep of two drains in
+    /// three, before the next drain's pushes in the third (as the daemon does when a sweep
+    /// could not run).
+    fn join_in_place(
+        sim: &Sim,
+        period: u64,
+        slack: u64,
+        rings: usize,
+        batch: usize,
+    ) -> (Vec<IoEvent>, Joiner) {
+        let mut j = Joiner::new(0, rings);
+        let mut out = Vec::new();
+        let mut next = 0;
+        let end = sim.progs.last().map_or(0, |p| p.at_ns);
+        let mut drain = sim.progs.first().map_or(0, |p| p.at_ns) + period;
+        let mut held: Vec<Vec<u8>> = Vec::new();
+        let mut drains = 0;
+        loop {
+            j.unborrow();
+            // Overwritten, as a ring's memory is once given back.
+            for r in &mut held {
+                r.fill(0xa5);
+            }
+            held.clear();
+            let upto = sim.progs[next..].partition_point(|p| p.at_ns <= drain) + next;
+            for ring in 0..rings {
+                let mut record = Vec::new();
+                for (i, p) in sim.progs.iter().enumerate().take(upto).skip(next) {
+                    if (p.ring + 2 * i) % rings != ring {
+                        continue;
+                    }
+                    if record.len() + p.bytes.len() > batch && !record.is_empty() {
+                        held.push(std::mem::take(&mut record));
+                        // SAFETY: the record stays in `held`, unchanged, until unborrow.
+                        unsafe { j.push_in_place(ring, held.last().unwrap()) };
+                    }
+                    record.extend_from_slice(&p.bytes);
+                }
+                if !record.is_empty() {
+                    held.push(record);
+                    // SAFETY: as above.
+                    unsafe { j.push_in_place(ring, held.last().unwrap()) };
+                }
+            }
+            next = upto;
+            j.sweep(drain.saturating_sub(slack), &mut |e| out.push(e));
+            drains += 1;
+            if drains % 3 != 0 {
+                j.unborrow();
+                for r in &mut held {
+                    r.fill(0xa5);
+                }
+                held.clear();
+            }
+            if drain > end {
+                break;
+            }
+            drain += period;
+        }
+        j.finish(&mut |e| out.push(e));
+        j.unborrow();
+        (out, j)
+    }
+
     /// The counts each completed request must carry at its (last) issue, from the simulated
     /// intervals: in the OS from the start to the completion, merge, or (completion lost) the
     /// next start at its address; at the device over each issue until its requeue or end.
@@ -1161,6 +1348,29 @@ mod tests {
                     "seed {seed}, {rings} rings, batches of {batch}"
                 );
                 assert_eq!(j.stats(), j1.stats());
+            }
+        }
+    }
+
+    #[test]
+    fn halves_read_in_place_join_as_they_do_copied() {
+        for (seed, rings, batch) in [
+            (3, 2, 0),
+            (4, 1, 100),
+            (5, 6, crate::HALF_BATCH_BYTES),
+            (6, 2, crate::HALF_BATCH_BYTES),
+        ] {
+            // Preempted programs (halves behind the sweep) and drains shorter than a request.
+            let sim = simulate(seed, 2_000, 2_000, 50_000);
+            for (period, slack) in [(20_000, 60_000), (7_000, 1_000)] {
+                let (copied, jc) = join_batched(&sim, period, slack, rings, batch);
+                let (in_place, j) = join_in_place(&sim, period, slack, rings, batch);
+                assert_eq!(
+                    in_place, copied,
+                    "seed {seed}, {rings} rings, batches of {batch}, drains {period}"
+                );
+                assert_eq!(j.stats(), jc.stats());
+                assert!(j.borrowed.is_empty());
             }
         }
     }

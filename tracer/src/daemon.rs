@@ -561,6 +561,8 @@ impl Run {
         let Some(h) = &mut self.halves else {
             return (0, Some(u64::MAX));
         };
+        // What an earlier drain left in place and no sweep has given back since.
+        h.give_back();
         let limit = h.flush.settle(stale_before_ns);
         let mut bytes = 0;
         let joiner = &mut h.joiner;
@@ -570,7 +572,9 @@ impl Run {
             bytes += if i == lost {
                 rb.drain(|item| joiner.push_lost(i, item))
             } else {
-                rb.drain(|item| joiner.push(i, item))
+                // SAFETY: the ring holds the records, unchanged, until `give_back` releases
+                // them after the join's unborrow.
+                rb.drain_held(|item| unsafe { joiner.push_in_place(i, item) })
             };
         }
         (bytes, limit)
@@ -582,6 +586,7 @@ impl Run {
             return;
         };
         h.joiner.sweep(upto_ns, &mut |ev| self.handle_event(ev));
+        h.give_back();
         self.halves = Some(h);
     }
 
@@ -610,6 +615,7 @@ impl Run {
         };
         let end = self.end_cut.as_ref().map_or(u64::MAX, |c| c.at_ns);
         h.joiner.finish_by(end, &mut |ev| self.handle_event(ev));
+        h.give_back();
         self.halves = Some(h);
     }
 
@@ -1112,6 +1118,19 @@ struct Halves {
     rings: Vec<crate::ringread::BatchRing>,
     flush: crate::ringread::BatchFlush,
     joiner: tracer_common::join::Joiner,
+}
+
+impl Halves {
+    /// The join copies what it still needs of the halves it read in place (those after its
+    /// sweep, the open requests' submitters), then the rings get their space back. The
+    /// halves' payloads are thus read once, from the ring, rather than copied out and read
+    /// again: at 40k IOPS those copies were a cold line or two per IO for the daemon.
+    fn give_back(&mut self) {
+        self.joiner.unborrow();
+        for rb in &mut self.rings {
+            rb.release();
+        }
+    }
 }
 
 /// The ring space a record of `len` bytes took: its data rounded up to 8 bytes, after the

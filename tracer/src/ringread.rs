@@ -56,7 +56,11 @@ pub struct BatchRing {
     producer: Mapping,
     mask: usize,
     page: usize,
+    /// Where the next drain reads from.
     pos: usize,
+    /// The consumer position last given to the producer: records from here to `pos` are
+    /// drained and held.
+    released: usize,
 }
 
 // SAFETY: the mappings are owned and used through &mut self only.
@@ -93,12 +97,21 @@ impl BatchRing {
             mask: byte_size - 1,
             page,
             pos,
+            released: pos,
         })
     }
 
     /// Hand every committed record to `f`; the ring bytes consumed (headers and discarded
     /// records included).
-    pub fn drain(&mut self, mut f: impl FnMut(&[u8])) -> u64 {
+    pub fn drain(&mut self, f: impl FnMut(&[u8])) -> u64 {
+        let n = self.drain_held(f);
+        self.release();
+        n
+    }
+
+    /// [`BatchRing::drain`] without giving the records' space back to the producer: they stay
+    /// where they are, unchanged, until [`BatchRing::release`] (or the ring's drop).
+    pub fn drain_held(&mut self, mut f: impl FnMut(&[u8])) -> u64 {
         // SAFETY: the producer page starts with the producer position, an aligned usize.
         let prod = unsafe { &*self.producer.ptr.cast::<AtomicUsize>() }.load(Ordering::Acquire);
         // SAFETY: the data pages follow the producer page, mapped twice over.
@@ -110,11 +123,16 @@ impl BatchRing {
         };
         let start = self.pos;
         self.pos = walk(data, self.mask, start, prod, &mut f);
-        if self.pos != start {
+        self.pos.wrapping_sub(start) as u64
+    }
+
+    /// Give the space of every record drained so far back to the producer.
+    pub fn release(&mut self) {
+        if self.pos != self.released {
             // SAFETY: as in `new`.
             unsafe { &*self.consumer.ptr.cast::<AtomicUsize>() }.store(self.pos, Ordering::Release);
+            self.released = self.pos;
         }
-        self.pos.wrapping_sub(start) as u64
     }
 }
 

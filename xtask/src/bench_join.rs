@@ -190,7 +190,9 @@ fn rate(ios: u64, every_ns: u64, drain_ns: u64) -> Result<()> {
         for r in 0..RINGS {
             let mut at = 0;
             for &len in &lens[r] {
-                j.push(r, &rings[r][at..at + len]);
+                // SAFETY: the rings are next written after the unborrow below, as the daemon
+                // releases its rings.
+                unsafe { j.push_in_place(r, &rings[r][at..at + len]) };
                 at += len;
             }
         }
@@ -198,6 +200,7 @@ fn rate(ios: u64, every_ns: u64, drain_ns: u64) -> Result<()> {
             records += 1;
             std::hint::black_box(e);
         });
+        j.unborrow();
         busy += t.elapsed();
         max_open = max_open.max(j.open());
         drain += drain_ns;
