@@ -421,6 +421,7 @@ impl Joiner {
         }
     }
 
+    /// The payload of a half left in place at the start of `bytes`.
     fn borrow(&mut self, bytes: &[u8]) -> u32 {
         self.borrowed.push(bytes.as_ptr() as usize);
         // Halves waiting at once are a drain's worth: far below 2^31.
@@ -447,7 +448,8 @@ impl Joiner {
     }
 
     /// Take the half at the start of `bytes`; its size, or None if it is short or of no known
-    /// kind. `lost`: a half of a lost batch, taken as its mark.
+    /// kind. `keep`: how its payload waits for the replay ([`Keep::Lost`]: a half of a lost
+    /// batch, taken as its mark).
     fn push_half(&mut self, ring: usize, bytes: &[u8], keep: Keep) -> Option<usize> {
         let lost = keep == Keep::Lost;
         let head = read::<HalfHead>(bytes)?;
