@@ -77,6 +77,8 @@ struct Submitter {
 }
 
 impl Submitter {
+    /// The submitter of a start half; its instant the start program's clock (or, from a
+    /// probe that did not write one, the kernel's stamp).
     fn of(h: &StartHalf) -> Submitter {
         Submitter {
             pid: h.pid,
@@ -456,13 +458,13 @@ impl Joiner {
         match head.half {
             HALF_START => {
                 let h = read::<StartHalf>(bytes)?;
-                let at_ns = if h.at_ns != 0 { h.at_ns } else { head.start_ns };
+                let s = Submitter::of(&h);
                 let p = match keep {
                     Keep::Lost => NONE,
                     Keep::InPlace => self.borrow(bytes),
-                    Keep::Copy => self.starts.put(Submitter::of(&h)),
+                    Keep::Copy => self.starts.put(s),
                 };
-                self.event(ring, &head, at_ns, What::Start, p);
+                self.event(ring, &head, s.at_ns, What::Start, p);
                 Some(size_of::<StartHalf>())
             }
             HALF_ISSUE => {
@@ -1139,44 +1141,13 @@ mod tests {
         rings: usize,
         batch: usize,
     ) -> (Vec<IoEvent>, Joiner) {
-        let mut j = Joiner::new(0, rings);
-        let mut out = Vec::new();
-        let mut next = 0;
-        let end = sim.progs.last().map_or(0, |p| p.at_ns);
-        let mut drain = sim.progs.first().map_or(0, |p| p.at_ns) + period;
-        loop {
-            let upto = sim.progs[next..].partition_point(|p| p.at_ns <= drain) + next;
-            for ring in 0..rings {
-                let mut record = Vec::new();
-                for (i, p) in sim.progs.iter().enumerate().take(upto).skip(next) {
-                    if (p.ring + 2 * i) % rings != ring {
-                        continue;
-                    }
-                    if record.len() + p.bytes.len() > batch && !record.is_empty() {
-                        j.push(ring, &record);
-                        record.clear();
-                    }
-                    record.extend_from_slice(&p.bytes);
-                }
-                if !record.is_empty() {
-                    j.push(ring, &record);
-                }
-            }
-            next = upto;
-            j.sweep(drain.saturating_sub(slack), &mut |e| out.push(e));
-            if drain > end {
-                break;
-            }
-            drain += period;
-        }
-        j.finish(&mut |e| out.push(e));
-        (out, j)
+        join_drains(sim, period, slack, rings, batch, false)
     }
 
     /// As [`join_batched`], each record pushed in place ([`Joiner::push_in_place`]) and kept
     /// alive until the join copies what it still needs: after the sweep of two drains in
     /// three, before the next drain's pushes in the third (as the daemon does when a sweep
-    /// could not run).
+    /// could not run). Records given back are overwritten, as a ring's memory is.
     fn join_in_place(
         sim: &Sim,
         period: u64,
@@ -1184,6 +1155,24 @@ mod tests {
         rings: usize,
         batch: usize,
     ) -> (Vec<IoEvent>, Joiner) {
+        join_drains(sim, period, slack, rings, batch, true)
+    }
+
+    fn join_drains(
+        sim: &Sim,
+        period: u64,
+        slack: u64,
+        rings: usize,
+        batch: usize,
+        in_place: bool,
+    ) -> (Vec<IoEvent>, Joiner) {
+        fn give_back(j: &mut Joiner, held: &mut Vec<Vec<u8>>) {
+            j.unborrow();
+            for r in held.iter_mut() {
+                r.fill(0xa5);
+            }
+            held.clear();
+        }
         let mut j = Joiner::new(0, rings);
         let mut out = Vec::new();
         let mut next = 0;
@@ -1192,41 +1181,38 @@ mod tests {
         let mut held: Vec<Vec<u8>> = Vec::new();
         let mut drains = 0;
         loop {
-            j.unborrow();
-            // Overwritten, as a ring's memory is once given back.
-            for r in &mut held {
-                r.fill(0xa5);
-            }
-            held.clear();
+            give_back(&mut j, &mut held);
             let upto = sim.progs[next..].partition_point(|p| p.at_ns <= drain) + next;
             for ring in 0..rings {
+                let mut records = Vec::new();
                 let mut record = Vec::new();
                 for (i, p) in sim.progs.iter().enumerate().take(upto).skip(next) {
                     if (p.ring + 2 * i) % rings != ring {
                         continue;
                     }
                     if record.len() + p.bytes.len() > batch && !record.is_empty() {
-                        held.push(std::mem::take(&mut record));
-                        // SAFETY: the record stays in `held`, unchanged, until unborrow.
-                        unsafe { j.push_in_place(ring, held.last().unwrap()) };
+                        records.push(std::mem::take(&mut record));
                     }
                     record.extend_from_slice(&p.bytes);
                 }
                 if !record.is_empty() {
-                    held.push(record);
-                    // SAFETY: as above.
-                    unsafe { j.push_in_place(ring, held.last().unwrap()) };
+                    records.push(record);
+                }
+                for r in records {
+                    if in_place {
+                        held.push(r);
+                        // SAFETY: the record stays in `held`, unchanged, until give_back.
+                        unsafe { j.push_in_place(ring, held.last().unwrap()) };
+                    } else {
+                        j.push(ring, &r);
+                    }
                 }
             }
             next = upto;
             j.sweep(drain.saturating_sub(slack), &mut |e| out.push(e));
             drains += 1;
             if drains % 3 != 0 {
-                j.unborrow();
-                for r in &mut held {
-                    r.fill(0xa5);
-                }
-                held.clear();
+                give_back(&mut j, &mut held);
             }
             if drain > end {
                 break;
@@ -1234,7 +1220,7 @@ mod tests {
             drain += period;
         }
         j.finish(&mut |e| out.push(e));
-        j.unborrow();
+        give_back(&mut j, &mut held);
         (out, j)
     }
 
