@@ -1144,20 +1144,11 @@ mod tests {
         join_drains(sim, period, slack, rings, batch, false)
     }
 
-    /// As [`join_batched`], each record pushed in place ([`Joiner::push_in_place`]) and kept
-    /// alive until the join copies what it still needs: after the sweep of two drains in
-    /// three, before the next drain's pushes in the third (as the daemon does when a sweep
-    /// could not run). Records given back are overwritten, as a ring's memory is.
-    fn join_in_place(
-        sim: &Sim,
-        period: u64,
-        slack: u64,
-        rings: usize,
-        batch: usize,
-    ) -> (Vec<IoEvent>, Joiner) {
-        join_drains(sim, period, slack, rings, batch, true)
-    }
-
+    /// [`join_batched`], or with `in_place` each record pushed in place
+    /// ([`Joiner::push_in_place`]) and kept alive until the join copies what it still needs:
+    /// after the sweep of two drains in three, before the next drain's pushes in the third (as
+    /// the daemon does when a sweep could not run). Records given back are overwritten, as a
+    /// ring's memory is.
     fn join_drains(
         sim: &Sim,
         period: u64,
@@ -1352,7 +1343,7 @@ mod tests {
             let sim = simulate(seed, 2_000, 2_000, 50_000);
             for (period, slack) in [(20_000, 60_000), (7_000, 1_000)] {
                 let (copied, jc) = join_batched(&sim, period, slack, rings, batch);
-                let (in_place, j) = join_in_place(&sim, period, slack, rings, batch);
+                let (in_place, j) = join_drains(&sim, period, slack, rings, batch, true);
                 assert_eq!(
                     in_place, copied,
                     "seed {seed}, {rings} rings, batches of {batch}, drains {period}"
