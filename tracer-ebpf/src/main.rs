@@ -998,6 +998,34 @@ pub fn blkprof_nop_complete(_ctx: BtfTracePointContext) -> i32 {
     0
 }
 
+// Programs that read the clock once and stop: being attached plus the one thing every exact
+// record needs from each of its programs, its own instant (`cargo xtask bench` measures the
+// floor of a record per IO with them).
+
+/// Read the clock; volatile, so that the read is not dropped as unused.
+#[inline(always)]
+fn clock_only() -> i32 {
+    let t = now_ns();
+    // SAFETY: reading a local.
+    let _ = unsafe { core::ptr::read_volatile(&t) };
+    0
+}
+
+#[btf_tracepoint(function = "block_io_start")]
+pub fn blkprof_clock_start(_ctx: BtfTracePointContext) -> i32 {
+    clock_only()
+}
+
+#[btf_tracepoint(function = "block_rq_issue")]
+pub fn blkprof_clock_issue(_ctx: BtfTracePointContext) -> i32 {
+    clock_only()
+}
+
+#[btf_tracepoint(function = "block_rq_complete")]
+pub fn blkprof_clock_complete(_ctx: BtfTracePointContext) -> i32 {
+    clock_only()
+}
+
 // ---------------------------------------------------------------------------------------------
 // Kernels without `block_io_start` (Linux 6.1 to 6.4). `block_getrq` fires in the submitter's
 // task once for every request `blk_mq_submit_bio` makes, just before the bio is put in it, but

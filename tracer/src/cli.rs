@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 use tracer_common::format::DeviceInfo;
 use tracer_common::op::Op;
 
@@ -139,9 +139,11 @@ pub struct Args {
     /// told apart. The report lists the top files per device and groups them by kind.
     #[arg(long)]
     pub files: bool,
-    /// Attach programs that do nothing (benchmarks: the cost of being attached).
-    #[arg(long, hide = true)]
-    pub attach_only: bool,
+    /// Attach programs that do nothing, or (`--attach-only=clock`) that read the clock once
+    /// each (benchmarks: the cost of being attached, and the floor of a record per IO).
+    #[arg(long, hide = true, value_enum, num_args = 0..=1, require_equals = true,
+          default_missing_value = "nothing")]
+    pub attach_only: Option<AttachOnly>,
     /// Read each IO's owner cgroup even where the io controller is on a v1 hierarchy
     /// (benchmarks: the cost of the loads; the ids are then v1 cgroups').
     #[arg(long, hide = true)]
@@ -205,6 +207,15 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         0 => Err(format!("{s:?}: size must be positive")),
         v => Ok(v),
     }
+}
+
+/// What `--attach-only`'s programs do (benchmarks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AttachOnly {
+    /// Return at once: the cost of being attached.
+    Nothing,
+    /// Read the clock once each: the instant every exact record needs from each program.
+    Clock,
 }
 
 #[derive(Debug, Clone)]
@@ -301,10 +312,13 @@ impl Args {
             return Err("--interval must be at least 10ms".into());
         }
         let mode = match (self.no_records, self.attach_only) {
-            (true, true) => return Err("--no-records and --attach-only exclude each other".into()),
-            (false, false) => crate::probe::ProbeMode::Records,
-            (true, false) => crate::probe::ProbeMode::Aggregates,
-            (false, true) => crate::probe::ProbeMode::Nop,
+            (true, Some(_)) => {
+                return Err("--no-records and --attach-only exclude each other".into());
+            }
+            (false, None) => crate::probe::ProbeMode::Records,
+            (true, None) => crate::probe::ProbeMode::Aggregates,
+            (false, Some(AttachOnly::Nothing)) => crate::probe::ProbeMode::Nop,
+            (false, Some(AttachOnly::Clock)) => crate::probe::ProbeMode::Clock,
         };
         if mode != crate::probe::ProbeMode::Records {
             let flag = if self.no_records {

@@ -80,6 +80,8 @@ pub enum ProbeMode {
     Aggregates,
     /// Programs that return at once: the cost of being attached (benchmarks only).
     Nop,
+    /// Programs that read the clock once each and return (benchmarks only).
+    Clock,
 }
 
 pub struct ProbeOptions {
@@ -235,6 +237,7 @@ impl Probe {
             ProbeMode::Records => hooks.programs(),
             ProbeMode::Aggregates => &tracer_common::PROGRAMS_AGGREGATES,
             ProbeMode::Nop => &tracer_common::PROGRAMS_NOP,
+            ProbeMode::Clock => &tracer_common::PROGRAMS_CLOCK,
         };
         for &(prog, tracepoint) in programs {
             let p: &mut BtfTracePoint = ebpf

@@ -950,6 +950,9 @@ enum CpuArm {
     Untraced,
     /// Programs that return at once on the same tracepoints (`--attach-only`).
     Floor,
+    /// Programs that read the clock once each (`--attach-only=clock`): the floor of a record
+    /// per IO, each program's own instant.
+    Clock,
     /// Per-IO records to a trace file.
     Records,
     /// `--no-records`: the in-kernel aggregates only.
@@ -964,6 +967,7 @@ impl CpuArm {
         match self {
             CpuArm::Untraced => "untraced",
             CpuArm::Floor => "attached, programs that do nothing",
+            CpuArm::Clock => "attached, programs that read the clock once each",
             CpuArm::Records => "blkprof-trace --output (a record per IO)",
             CpuArm::Aggregates => "blkprof-trace --no-records",
             CpuArm::Biolatency => "biolatency -Q -D",
@@ -1007,6 +1011,10 @@ fn cpu_round(
         CpuArm::Floor => Some(spawn_tracer(
             &ours,
             &["--device", lp.name(), "--quiet", "--attach-only"],
+        )?),
+        CpuArm::Clock => Some(spawn_tracer(
+            &ours,
+            &["--device", lp.name(), "--quiet", "--attach-only=clock"],
         )?),
         CpuArm::Records => Some(spawn_tracer(
             &ours,
@@ -1147,6 +1155,7 @@ fn bench_cpu_inner(seconds: u64, rounds: usize, rate: u64, parts: bool) -> Resul
         // arms' indices stay those of the busy-CPU table.
         CpuArm::Untraced,
         CpuArm::Floor,
+        CpuArm::Clock,
         CpuArm::Records,
         CpuArm::Aggregates,
         CpuArm::Biolatency,

@@ -92,7 +92,9 @@ enum Cmd {
         agent_rate: u64,
         /// Only the CPU benchmark: the whole machine's busy CPU time per IO at a fixed rate
         /// (4 KB random direct reads by threads that sleep between IOs; fio's rate limiter
-        /// spins, which hid the cost of the programs run in its context), untraced, with programs that do nothing (the floor), with records, with
+        /// spins, which hid the cost of the programs run in its context), untraced, with
+        /// programs that do nothing (the floor), with programs that read the clock once each
+        /// (the floor of a record per IO: each program's own instant), with records, with
         /// --no-records and with biolatency -Q -D (BLKPROF_BENCH_BASELINE: another tracer
         /// too), the arms rotated over rounds.
         #[arg(long, conflicts_with_all = ["analyzer_only", "agent"])]
