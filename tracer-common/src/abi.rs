@@ -127,8 +127,12 @@ const _: () = assert!(core::mem::size_of::<HalfBatch>() == 40 + HALF_BATCH_BYTES
 
 /// How old a CPU's batch may grow before the daemon has it written to the rings (an IPI to
 /// the CPU): a CPU with IO to do fills and writes its batch far sooner (every 0.3 ms at 40k
-/// IOPS), one gone quiet has its last halves written within a drain or two.
-pub const HALF_BATCH_STALE_NS: u64 = 10_000_000;
+/// IOPS), one gone quiet has its last halves written within a drain or two of this age. The
+/// IPI waits for its CPU: a batch goes stale mostly on a virtual CPU its host has put off
+/// for a while, and the daemon then spun until it ran again (at 10 ms, 3-69 ms per IPI
+/// measured on a 2-vCPU VM, 2026-11-28). At 100 ms a CPU put off for less is left to write
+/// its batch itself when it runs again.
+pub const HALF_BATCH_STALE_NS: u64 = 100_000_000;
 
 /// Programs that return at once, on the tracepoints the probe uses (6.5+): the cost of being
 /// attached, which `cargo xtask bench` measures the probe against.
