@@ -142,7 +142,7 @@ pub const PROGRAMS_NOP: [(&str, &str); 3] = [
     ("blkprof_nop_complete", "block_rq_complete"),
 ];
 
-/// Programs that read the clock once each, on the same tracepoints (`--attach-only clock`):
+/// Programs that read the clock once each, on the same tracepoints (`--attach-only=clock`):
 /// the least a record per IO costs, each program's own instant.
 pub const PROGRAMS_CLOCK: [(&str, &str); 3] = [
     ("blkprof_clock_start", "block_io_start"),

@@ -471,6 +471,33 @@ mod tests {
     }
 
     #[test]
+    fn attach_only_attaches_nothing_or_clock_reads() {
+        use crate::probe::ProbeMode;
+        let mode = |args: &[&str]| {
+            let mut v = vec!["blkprof-trace"];
+            v.extend_from_slice(args);
+            Args::try_parse_from(v).map(|a| a.into_config().map(|c| c.mode))
+        };
+        assert_eq!(mode(&[]).unwrap(), Ok(ProbeMode::Records));
+        assert_eq!(mode(&["--attach-only"]).unwrap(), Ok(ProbeMode::Nop));
+        assert_eq!(
+            mode(&["--attach-only", "--quiet"]).unwrap(),
+            Ok(ProbeMode::Nop)
+        );
+        assert_eq!(
+            mode(&["--attach-only=clock"]).unwrap(),
+            Ok(ProbeMode::Clock)
+        );
+        assert!(mode(&["--attach-only=often"]).is_err());
+        assert!(
+            mode(&["--attach-only=clock", "--no-records"])
+                .unwrap()
+                .unwrap_err()
+                .contains("exclude each other")
+        );
+    }
+
+    #[test]
     fn a_bare_port_listens_on_localhost_only() {
         let a = Args::parse_from(["blkprof-trace", "--metrics-addr", "9755"]);
         assert_eq!(a.metrics_addr, Some("127.0.0.1:9755".parse().unwrap()));
