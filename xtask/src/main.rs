@@ -56,7 +56,7 @@ enum Cmd {
         out: Option<std::path::PathBuf>,
     },
     /// Set up, then run every test: unit, CLI, a short pass of every fuzz target (10 s each;
-    /// with CI=true 10-25 s, 6 minutes with the build) and the root end-to-end tests.
+    /// with CI=true 10-25 s, 4 minutes with the build) and the root end-to-end tests.
     Test {
         /// Only run end-to-end tests whose name contains this.
         filter: Option<String>,
@@ -249,7 +249,12 @@ fn main() -> Result<()> {
             seconds,
             targets,
             sanitizer,
-        } => fuzz::fuzz(fuzz::Budget::Each { seconds }, sanitizer, &targets),
+        } => fuzz::fuzz(
+            fuzz::Budget::Each { seconds },
+            sanitizer,
+            fuzz::Optimize::Full,
+            &targets,
+        ),
         Cmd::GateStability { opts } => {
             if !opts.prebuilt && opts.recheck.is_none() {
                 setup::setup()?;
