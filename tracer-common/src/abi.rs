@@ -326,7 +326,8 @@ pub struct ProbeConfig {
     /// of this goes to the large ring.
     pub hot_ring_bytes: u32,
     /// For tests only: nonzero N has every Nth run of a record path's completion program on a
-    /// CPU return at once, as a kernel that skips runs does (`BLKPROF_TEST_SKIP_COMPLETIONS`).
+    /// CPU for a traced device's request return at once, as a kernel that skips runs does
+    /// (`BLKPROF_TEST_SKIP_COMPLETIONS`).
     pub test_skip_completions: u32,
 }
 const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 4 * (31 + 6 + 16));

@@ -197,7 +197,8 @@ impl Probe {
         if config.test_skip_completions != 0 {
             eprintln!(
                 "blkprof-trace: BLKPROF_TEST_SKIP_COMPLETIONS={}: the completion program skips \
-                 every {}th run on each CPU on purpose (for tests): this trace misses IOs",
+                 every {}th run on each CPU for a traced device on purpose (for tests): this \
+                 trace misses IOs",
                 config.test_skip_completions, config.test_skip_completions
             );
         }
