@@ -194,7 +194,7 @@ fn main() -> Result<()> {
             let r = if vm_only {
                 steps.run("VM tests", util::test_vms)
             } else {
-                util::test(filter, &mut steps)
+                util::test(filter.as_deref(), &mut steps)
             };
             steps.summary();
             r

@@ -72,20 +72,45 @@ pub(crate) fn is_root() -> bool {
         .unwrap_or(false)
 }
 
-pub(crate) fn test(filter: Option<String>, steps: &mut Steps) -> Result<()> {
-    // Unit, library and CLI tests of every crate but the probe (which only builds for BPF).
+/// Every crate's tests but the probe's (which only builds for BPF), the e2e tests included, in
+/// the release profile: one build serves the unit tests, the binaries the e2e tests run
+/// (`tracer/tests/cli.rs` makes cargo build `blkprof-trace` too) and the e2e tests, whose
+/// executables [`e2e_executables`] takes from it. In the debug profile the unit tests built
+/// every dependency a second time, and `cargo test -p blkprof-e2e` resolves other features
+/// (the analyzer's Parquet, among others) and built the e2e tests again.
+const WORKSPACE_TESTS: &[&str] = &[
+    "test",
+    "--release",
+    "--workspace",
+    "--exclude",
+    "tracer-ebpf",
+];
+
+/// The trace format as the tracer builds it, without the v1 feature (the workspace build
+/// unifies it on).
+const FORMAT_TESTS: &[&str] = &[
+    "test",
+    "--release",
+    "-p",
+    "tracer-common",
+    "--features",
+    "format",
+];
+
+/// The one release build of [`test`] and [`test_vms`].
+fn build_for_tests() -> Result<()> {
+    run(cargo().args(WORKSPACE_TESTS).arg("--no-run"))?;
+    run(cargo().args(FORMAT_TESTS).arg("--no-run"))
+}
+
+pub(crate) fn test(filter: Option<&str>, steps: &mut Steps) -> Result<()> {
+    steps.run("build", build_for_tests)?;
+    // Unit, library and CLI tests (no root).
     steps.run("unit tests", || {
-        run(cargo().args([
-            "test",
-            "--workspace",
-            "--exclude",
-            "tracer-ebpf",
-            "--exclude",
-            "blkprof-e2e",
-        ]))?;
-        // The trace format as the tracer builds it, without the v1 feature (the workspace
-        // build above unifies it on).
-        run(cargo().args(["test", "-p", "tracer-common", "--features", "format"]))
+        run(cargo()
+            .args(WORKSPACE_TESTS)
+            .args(["--exclude", "blkprof-e2e"]))?;
+        run(cargo().args(FORMAT_TESTS))
     })?;
     // A smoke pass of the fuzz targets (fuzz/; nightly), built without ASan (219 s cold against
     // 365 s with it, session 25) and at opt-level 1 (`Optimize::Quick`). In CI: 4 minutes with
@@ -112,17 +137,33 @@ pub(crate) fn test(filter: Option<String>, steps: &mut Steps) -> Result<()> {
             "the end-to-end tests load eBPF programs and create loop devices: run `cargo xtask test` as root"
         );
     }
-    steps.run("release build", build_release)?;
     // End-to-end tests share the machine's CPUs and block layer: one at a time.
     steps.run("host end-to-end tests", || {
-        let mut c = cargo();
-        c.args(["test", "--release", "-p", "blkprof-e2e", "--"]);
-        if let Some(f) = filter {
-            c.arg(f);
+        let mut failed = Vec::new();
+        for (name, exe) in e2e_executables()? {
+            eprintln!("     Running tests/{name}.rs ({exe})");
+            let mut c = Command::new(&exe);
+            c.current_dir(root().join("tests"));
+            if let Some(f) = filter {
+                c.arg(f);
+            }
+            c.arg("--test-threads=1");
+            c.env("BLKPROF_BIN_DIR", root().join("target/release"));
+            if !c
+                .status()
+                .with_context(|| format!("cannot run {exe}"))?
+                .success()
+            {
+                failed.push(name);
+            }
         }
-        c.args(["--test-threads=1"]);
-        c.env("BLKPROF_BIN_DIR", root().join("target/release"));
-        run(&mut c)
+        if !failed.is_empty() {
+            bail!(
+                "end-to-end tests failed in tests/tests/{{{}}}.rs",
+                failed.join(",")
+            );
+        }
+        Ok(())
     })?;
     steps.run("VM tests", vm_tests)
 }
@@ -132,7 +173,7 @@ pub(crate) fn test_vms() -> Result<()> {
     if !is_root() {
         bail!("the VM tests boot qemu with the host's files and load eBPF in it: run as root");
     }
-    build_release()?;
+    build_for_tests()?;
     vm_tests()
 }
 
@@ -155,22 +196,43 @@ const VM_E2E_TESTS: &[&str] = &[
     "skipped_completion_runs_are_each_found_as_a_missed_completion",
 ];
 
-/// The executable cargo builds for one of tests/tests/*.rs.
-fn e2e_test_executable(name: &str) -> Result<String> {
-    let json = output(cargo().args([
-        "test",
-        "--release",
-        "-p",
-        "blkprof-e2e",
-        "--test",
-        name,
-        "--no-run",
-        "--message-format=json",
-    ]))?;
-    json.lines()
+/// The e2e test executables of [`WORKSPACE_TESTS`]'s build (built already: cargo only lists
+/// them), by the name of their file in tests/tests/, in cargo's order.
+fn e2e_executables() -> Result<Vec<(String, String)>> {
+    let json = output(
+        cargo()
+            .args(WORKSPACE_TESTS)
+            .args(["--no-run", "--message-format=json"]),
+    )?;
+    let mut exes: Vec<(String, String)> = json
+        .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == name)
-        .find_map(|m| m["executable"].as_str().map(String::from))
+        .filter(|m| {
+            m["reason"] == "compiler-artifact"
+                && m["target"]["kind"] == serde_json::json!(["test"])
+                && m["manifest_path"]
+                    .as_str()
+                    .is_some_and(|p| Path::new(p) == root().join("tests/Cargo.toml"))
+        })
+        .filter_map(|m| {
+            Some((
+                m["target"]["name"].as_str()?.to_owned(),
+                m["executable"].as_str()?.to_owned(),
+            ))
+        })
+        .collect();
+    exes.sort();
+    if exes.is_empty() {
+        bail!("cargo built no e2e test executables (tests/tests/*.rs)");
+    }
+    Ok(exes)
+}
+
+/// The executable of tests/tests/`name`.rs.
+fn e2e_test_executable(name: &str) -> Result<String> {
+    e2e_executables()?
+        .into_iter()
+        .find_map(|(n, exe)| (n == name).then_some(exe))
         .with_context(|| format!("cargo built no test executable for tests/tests/{name}.rs"))
 }
 
