@@ -56,12 +56,12 @@ enum Cmd {
         out: Option<std::path::PathBuf>,
     },
     /// Set up, then run every test: unit, CLI, a short pass of every fuzz target (10 s each;
-    /// with CI=true 10-25 s, 4 minutes with the build) and the root end-to-end tests.
+    /// with CI=true 10-25 s, 5-6 minutes with the build) and the root end-to-end tests.
     Test {
         /// Only run end-to-end tests whose name contains this.
         filter: Option<String>,
         /// Only the nested-VM stage: the end-to-end tests in stock 6.12 and 6.1 kernels
-        /// (about 3 minutes each; as root).
+        /// (side by side, 13-14 minutes with the boots in CI; as root).
         #[arg(long)]
         vm_only: bool,
     },
