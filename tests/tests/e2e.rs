@@ -1377,13 +1377,37 @@ fn fio_replays_an_exported_trace_with_the_same_io_and_timing() {
         let last = rw.map(|r| r.complete_ns).max().unwrap();
         (last - first) as f64 / 1e9
     };
+    // The iolog's own stamps (microseconds since the first IO) hold the original's timing: the
+    // reads' and writes' submissions span the same time, to the microsecond's flooring.
+    let text = std::fs::read_to_string(&iolog).unwrap();
+    let stamps: Vec<u64> = text
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 5 && matches!(f[2], "read" | "write")).then(|| f[0].parse().unwrap())
+        })
+        .collect();
+    let rw_enter = orig
+        .records
+        .iter()
+        .filter(|r| matches!(r.op, Op::Read | Op::Write))
+        .map(|r| r.enter_ns);
+    let orig_us = (rw_enter.clone().max().unwrap() - rw_enter.min().unwrap()) / 1_000;
+    let log_us = stamps.iter().max().unwrap() - stamps.iter().min().unwrap();
+    assert!(
+        log_us.abs_diff(orig_us) <= 2,
+        "the iolog's submissions span {log_us} us, the original's {orig_us} us"
+    );
     let (da, db) = (span(&orig), span(&replay));
     eprintln!(
         "round trip: {} IOs, original {da:.3} s, replay {db:.3} s, {misses} reported misses",
         orig.records.len()
     );
+    // fio's replay runs late by 1.7-5.6% here (12 runs, session 29; always late, never early):
+    // within 5% it failed 1 run in 3 on a slow day. A replay without the stamps' timing takes a
+    // fraction of the original's time.
     assert!(
-        (db - da).abs() / da < 0.05,
+        (db - da).abs() / da < 0.10,
         "duration: original {da:.3} s, replay {db:.3} s"
     );
 }
