@@ -1264,6 +1264,12 @@ fn json_live_view_is_one_object_per_device_interval() {
 
 #[test]
 fn fio_replays_an_exported_trace_with_the_same_io_and_timing() {
+    // The records the iolog replays as IOs (flushes are its syncs).
+    fn rw(t: &Trace) -> impl Iterator<Item = &IoRecord> + Clone {
+        t.records
+            .iter()
+            .filter(|r| matches!(r.op, Op::Read | Op::Write))
+    }
     let dir = TestDir::new();
     let a = Scratch::new("rtA", 512, true, false);
     let b = Scratch::new("rtB", 512, true, false);
@@ -1325,11 +1331,7 @@ fn fio_replays_an_exported_trace_with_the_same_io_and_timing() {
             .reported_misses();
     let mix = |t: &Trace| {
         let mut m: BTreeMap<(Op, u32), u64> = BTreeMap::new();
-        for r in t
-            .records
-            .iter()
-            .filter(|r| matches!(r.op, Op::Read | Op::Write))
-        {
+        for r in rw(t) {
             *m.entry((r.op, r.bytes)).or_default() += 1;
         }
         m
@@ -1369,12 +1371,8 @@ fn fio_replays_an_exported_trace_with_the_same_io_and_timing() {
         assert_eq!(ma, mb, "IO count and bytes per op and size, exactly");
     }
     let span = |t: &Trace| {
-        let rw = t
-            .records
-            .iter()
-            .filter(|r| matches!(r.op, Op::Read | Op::Write));
-        let first = rw.clone().map(|r| r.enter_ns).min().unwrap();
-        let last = rw.map(|r| r.complete_ns).max().unwrap();
+        let first = rw(t).map(|r| r.enter_ns).min().unwrap();
+        let last = rw(t).map(|r| r.complete_ns).max().unwrap();
         (last - first) as f64 / 1e9
     };
     // The iolog's own stamps (microseconds since the first IO) hold the original's timing: the
@@ -1387,11 +1385,7 @@ fn fio_replays_an_exported_trace_with_the_same_io_and_timing() {
             (f.len() == 5 && matches!(f[2], "read" | "write")).then(|| f[0].parse().unwrap())
         })
         .collect();
-    let rw_enter = orig
-        .records
-        .iter()
-        .filter(|r| matches!(r.op, Op::Read | Op::Write))
-        .map(|r| r.enter_ns);
+    let rw_enter = rw(&orig).map(|r| r.enter_ns);
     let orig_us = (rw_enter.clone().max().unwrap() - rw_enter.min().unwrap()) / 1_000;
     let log_us = stamps.iter().max().unwrap() - stamps.iter().min().unwrap();
     assert!(
@@ -1793,9 +1787,9 @@ fn workload_shape_matches_fio_jobs_of_known_pattern() {
 /// skips are the probe's own (every 251st run of the completion program on a CPU for this
 /// device), so that a stock kernel shows them too. 256 fsyncs (about 3 skips among their
 /// completions) bring the block layer's flush request, one per hardware queue, reused for
-/// every flush, which no submission event sees. (On the fallback an fsync's empty flush meets no program before its
-/// completion: one whose completion is skipped is not seen at all, and counts only as a
-/// submitter not taken up.)
+/// every flush, which no submission event sees. (On the fallback an fsync's empty flush meets
+/// no program before its completion: one whose completion is skipped is not seen at all, and
+/// counts only as a submitter not taken up.)
 #[test]
 fn skipped_completion_runs_are_each_found_as_a_missed_completion() {
     // Few IOs, skips often: in a TCG guest (the VM tests) each fsync costs about 25 ms, and
