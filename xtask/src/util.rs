@@ -228,11 +228,10 @@ fn e2e_executables() -> Result<Vec<(String, String)>> {
     Ok(exes)
 }
 
-/// The executable of tests/tests/`name`.rs.
-fn e2e_test_executable(name: &str) -> Result<String> {
-    e2e_executables()?
-        .into_iter()
-        .find_map(|(n, exe)| (n == name).then_some(exe))
+/// The executable of tests/tests/`name`.rs among [`e2e_executables`].
+fn e2e_test_executable<'a>(exes: &'a [(String, String)], name: &str) -> Result<&'a str> {
+    exes.iter()
+        .find_map(|(n, exe)| (n == name).then_some(exe.as_str()))
         .with_context(|| format!("cargo built no test executable for tests/tests/{name}.rs"))
 }
 
@@ -245,10 +244,11 @@ fn e2e_test_executable(name: &str) -> Result<String> {
 /// host tests of [`VM_E2E_TESTS`] on loop devices whose images live on
 /// ext4 on nvme5n1 (tmpfs has no `O_DIRECT` on 6.1).
 fn vm_tests() -> Result<()> {
-    let vm = e2e_test_executable("vm")?;
-    let whatif = e2e_test_executable("vm_whatif")?;
-    let e2e = e2e_test_executable("e2e")?;
-    let files = e2e_test_executable("files")?;
+    let exes = e2e_executables()?;
+    let vm = e2e_test_executable(&exes, "vm")?;
+    let whatif = e2e_test_executable(&exes, "vm_whatif")?;
+    let e2e = e2e_test_executable(&exes, "e2e")?;
+    let files = e2e_test_executable(&exes, "files")?;
     let bin_dir = root().join("target/release");
     let bin_dir = bin_dir.display();
     let script = format!(
