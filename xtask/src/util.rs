@@ -137,8 +137,12 @@ pub(crate) fn test(filter: Option<&str>, steps: &mut Steps) -> Result<()> {
             "the end-to-end tests load eBPF programs and create loop devices: run `cargo xtask test` as root"
         );
     }
+    // The tests' loop images go here instead of being deleted (tests/src/lib.rs, `Scratch`);
+    // deleted while the VMs run, which use the CPUs but not this disk.
+    let trash = std::env::temp_dir().join(format!("blkprof-test-trash-{}", std::process::id()));
+    std::fs::create_dir_all(&trash).with_context(|| format!("cannot create {}", trash.display()))?;
     // End-to-end tests share the machine's CPUs and block layer: one at a time.
-    steps.run("host end-to-end tests", || {
+    let host = steps.run("host end-to-end tests", || {
         let mut failed = Vec::new();
         for (name, exe) in e2e_executables()? {
             eprintln!("     Running tests/{name}.rs ({exe})");
@@ -149,6 +153,7 @@ pub(crate) fn test(filter: Option<&str>, steps: &mut Steps) -> Result<()> {
             }
             c.arg("--test-threads=1");
             c.env("BLKPROF_BIN_DIR", root().join("target/release"));
+            c.env("BLKPROF_TEST_TRASH", &trash);
             if !c
                 .status()
                 .with_context(|| format!("cannot run {exe}"))?
@@ -164,8 +169,23 @@ pub(crate) fn test(filter: Option<&str>, steps: &mut Steps) -> Result<()> {
             );
         }
         Ok(())
-    })?;
-    steps.run("VM tests", vm_tests)
+    });
+    let emptying = std::thread::spawn(move || {
+        let t = Instant::now();
+        let files = std::fs::read_dir(&trash).map_or(0, Iterator::count);
+        let r = std::fs::remove_dir_all(&trash)
+            .with_context(|| format!("cannot delete {}", trash.display()));
+        (files, t.elapsed().as_secs_f64(), r)
+    });
+    let r = host.and_then(|()| steps.run("VM tests", vm_tests));
+    match emptying.join() {
+        Ok((files, seconds, Ok(()))) => {
+            eprintln!("test: the end-to-end tests' {files} loop images deleted in {seconds:.0} s");
+        }
+        Ok((_, _, Err(e))) => eprintln!("test: {e:#}"),
+        Err(_) => eprintln!("test: the thread deleting the loop images panicked"),
+    }
+    r
 }
 
 /// `cargo xtask test --vm-only`.
