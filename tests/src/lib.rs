@@ -192,7 +192,13 @@ impl Scratch {
         } else {
             std::env::temp_dir()
         };
-        let img = dir.join(format!("blkprof-{tag}-{}.img", std::process::id()));
+        // Named once per process and image: a test that makes two devices with one tag (one
+        // after the other, or both at once) gets two files, also among the moved images
+        // (`BLKPROF_TEST_TRASH`, on drop), where one name taken twice would be a deletion
+        // waited for.
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let img = dir.join(format!("blkprof-{tag}-{}-{n}.img", std::process::id()));
         sh(&format!("truncate -s {size_mb}M {}", img.display()));
         let dio = if direct_io { "--direct-io=on" } else { "" };
         let path = sh(&format!("losetup -f --show {dio} {}", img.display()));

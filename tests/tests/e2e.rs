@@ -425,14 +425,14 @@ fn sequential_128k_and_512k_writes_are_exact() {
                 "--direct=1",
                 "--ioengine=libaio",
                 "--iodepth=4",
-                "--size=256m",
+                "--size=64m",
             ]));
         }
     });
     assert_exact(&trace, &dev, &own);
     let n128 = jobs[0]["jobs"][0]["write"]["total_ios"].as_u64().unwrap();
     let n512 = jobs[1]["jobs"][0]["write"]["total_ios"].as_u64().unwrap();
-    assert_eq!((n128, n512), (2048, 512));
+    assert_eq!((n128, n512), (512, 128));
     let got = sizes(&trace, Op::Write);
     let misses = trace
         .trailer
@@ -612,7 +612,7 @@ fn fsync_driven_flushes_are_counted_like_the_kernel() {
             "--direct=1",
             "--ioengine=sync",
             "--fsync=1",
-            "--size=8m",
+            "--size=2m",
         ]);
     });
     assert_exact(&trace, &dev, &own);
@@ -621,9 +621,10 @@ fn fsync_driven_flushes_are_counted_like_the_kernel() {
         .iter()
         .filter(|r| r.flags & flags::FLUSH_RQ != 0)
         .collect();
+    // 511 of the 512 fsyncs here (this host, session 30).
     assert!(
-        flushes.len() >= 1000,
-        "one device flush per fsync: {}",
+        flushes.len() >= 500,
+        "one device flush per fsync (512): {}",
         flushes.len()
     );
     assert!(flushes.iter().all(|r| r.op == Op::Flush && r.issue_ns != 0));
