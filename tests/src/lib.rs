@@ -187,16 +187,16 @@ impl Scratch {
     /// `direct_io`: loop reads/writes the backing file with `O_DIRECT` (realistic latency);
     /// `in_shm`: back it by /dev/shm (fastest device for overhead tests).
     pub fn new(tag: &str, size_mb: u64, direct_io: bool, in_shm: bool) -> Scratch {
-        let dir = if in_shm {
-            PathBuf::from("/dev/shm")
-        } else {
-            std::env::temp_dir()
-        };
         // Named once per process and image: a test that makes two devices with one tag (one
         // after the other, or both at once) gets two files, also among the moved images
         // (`BLKPROF_TEST_TRASH`, on drop), where one name taken twice would be a deletion
         // waited for.
         static NEXT: AtomicU32 = AtomicU32::new(0);
+        let dir = if in_shm {
+            PathBuf::from("/dev/shm")
+        } else {
+            std::env::temp_dir()
+        };
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let img = dir.join(format!("blkprof-{tag}-{}-{n}.img", std::process::id()));
         sh(&format!("truncate -s {size_mb}M {}", img.display()));
