@@ -64,7 +64,7 @@ enum Cmd {
         /// Only run end-to-end tests whose name contains this.
         filter: Option<String>,
         /// Only the nested-VM stage: the end-to-end tests in stock 6.12 and 6.1 kernels
-        /// (side by side, 13-14 minutes with the boots in CI; as root).
+        /// (side by side, about 11 minutes with the boots in CI; as root).
         #[arg(long)]
         vm_only: bool,
     },
