@@ -57,9 +57,9 @@ enum Cmd {
     },
     /// Set up, then run every test: unit, CLI, a short pass of every fuzz target (10 s each;
     /// with CI=true 10-25 s, 5-6 minutes with the build) and the root end-to-end tests. The
-    /// end-to-end tests' loop images (about 3 GiB) are kept in $TMPDIR until the VM tests,
-    /// and deleted beside them: deleting one can take 10-20 s where /tmp is mounted with
-    /// `discard`.
+    /// end-to-end tests' loop images (about 3 GiB) are kept in $TMPDIR/blkprof-test-trash
+    /// until the VM tests, and deleted beside them: deleting one can take 10-20 s where /tmp
+    /// is mounted with `discard`.
     Test {
         /// Only run end-to-end tests whose name contains this.
         filter: Option<String>,

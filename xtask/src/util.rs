@@ -138,8 +138,9 @@ pub(crate) fn test(filter: Option<&str>, steps: &mut Steps) -> Result<()> {
         );
     }
     // The tests' loop images go here instead of being deleted (tests/src/lib.rs, `Scratch`);
-    // deleted while the VMs run, which use the CPUs but not this disk.
-    let trash = std::env::temp_dir().join(format!("blkprof-test-trash-{}", std::process::id()));
+    // deleted while the VMs run, which use the CPUs but not this disk. One name for every run:
+    // what a run stopped before the VMs left there goes with the next run's.
+    let trash = std::env::temp_dir().join("blkprof-test-trash");
     std::fs::create_dir_all(&trash).with_context(|| format!("cannot create {}", trash.display()))?;
     // End-to-end tests share the machine's CPUs and block layer: one at a time.
     let host = steps.run("host end-to-end tests", || {
