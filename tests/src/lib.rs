@@ -305,7 +305,7 @@ impl Drop for Scratch {
         // `discard` (one discard per extent, waited for). `cargo xtask test` names a directory
         // to move the images to instead, on the same file system, and deletes it while the
         // VMs run.
-        if let Some(trash) = std::env::var_os("BLKPROF_TEST_TRASH")
+        if let Some(trash) = std::env::var_os("BLKPROF_TEST_TRASH").filter(|t| !t.is_empty())
             && let Some(file) = self.img.file_name()
             && std::fs::rename(&self.img, Path::new(&trash).join(file)).is_ok()
         {
