@@ -141,7 +141,8 @@ pub(crate) fn test(filter: Option<&str>, steps: &mut Steps) -> Result<()> {
     // deleted while the VMs run, which use the CPUs but not this disk. One name for every run:
     // what a run stopped before the VMs left there goes with the next run's.
     let trash = std::env::temp_dir().join("blkprof-test-trash");
-    std::fs::create_dir_all(&trash).with_context(|| format!("cannot create {}", trash.display()))?;
+    std::fs::create_dir_all(&trash)
+        .with_context(|| format!("cannot create {}", trash.display()))?;
     // End-to-end tests share the machine's CPUs and block layer: one at a time.
     let host = steps.run("host end-to-end tests", || {
         let mut failed = Vec::new();
