@@ -461,6 +461,19 @@ fn aggregate_io(a: *mut Aggregate, bytes: u64, enter_ns: u64, issue_ns: u64, com
     }
 }
 
+/// Count one IO in an aggregate, its count and bytes only: with records on, the records hold
+/// every latency and size, and the aggregates are the exact totals the coverage check and the
+/// counters need. The histograms' buckets and the lines they touch cost the completion tens of
+/// ns per IO (BENCHMARKS.md, session 31).
+#[inline(always)]
+fn count_io(a: *mut Aggregate, bytes: u64) {
+    // SAFETY: map value pointer, this CPU's (as in aggregate_io).
+    unsafe {
+        (*a).ios += 1;
+        (*a).bytes += bytes;
+    }
+}
+
 /// Whole-disk `dev_t` of the request, if it should be traced.
 #[inline(always)]
 fn traced_dev(cfg: &ProbeConfig, rq: *const u8) -> Option<u32> {
@@ -1448,13 +1461,7 @@ fn finish(cfg: &ProbeConfig, rq: *const u8, st: &mut RequestState, kind: u16, cm
             | epoch,
     };
     match if inside { aggregate(&agg_key) } else { None } {
-        Some(a) => aggregate_io(
-            a,
-            u64::from(st.bytes_done),
-            enter_ns,
-            st.issue_ns,
-            complete_ns,
-        ),
+        Some(a) => count_io(a, u64::from(st.bytes_done)),
         None if inside => bump(Counter::AggregateMapFull),
         None => {}
     }
@@ -1910,9 +1917,9 @@ fn try_complete_half(ctx: &BtfTracePointContext) -> Option<()> {
     if !inside {
         flags |= EV_OUTSIDE_CUT;
     }
-    // The exact aggregates, as the `--no-records` program keeps them, without a slot for a
-    // request completed in parts: each part adds its bytes where it completes (as the kernel's
-    // own counters do), the last part the IO (its size bucket is the last part's).
+    // The exact totals, as the `--no-records` program keeps them (its histograms aside: the
+    // records have every latency), without a slot for a request completed in parts: each part
+    // adds its bytes where it completes (as the kernel's own counters do), the last part the IO.
     if inside {
         let agg_key = AggKey {
             dev,
@@ -1925,11 +1932,8 @@ fn try_complete_half(ctx: &BtfTracePointContext) -> Option<()> {
                 }
                 | epoch,
         };
-        let enter_ns = if accounted || flush_rq { start_ns } else { 0 };
         match aggregate(&agg_key) {
-            Some(a) if end == END_LAST => {
-                aggregate_io(a, u64::from(nr_bytes), enter_ns, issue_ns, complete_ns);
-            }
+            Some(a) if end == END_LAST => count_io(a, u64::from(nr_bytes)),
             // SAFETY: map value pointer; this CPU's.
             Some(a) => unsafe { (*a).bytes += u64::from(nr_bytes) },
             None => bump(Counter::AggregateMapFull),
