@@ -687,6 +687,18 @@ fn mean_queue_size_matches_diskstats_within_5_percent() {
         "traced {traced:.3} vs diskstats {kernel:.3} ({:.1}% off)",
         err * 100.0
     );
+    // The end summary's "traced" mean comes from the exact aggregates' sum of total latencies,
+    // over the same IOs and stamps as the records (misses aside), and over the same window.
+    let cov = tracer_common::coverage::coverage(&trace.header, t);
+    let agg = cov
+        .iter()
+        .find(|d| d.name == dev.name)
+        .expect("coverage of the device")
+        .aggregate_mean_queue;
+    assert!(
+        (agg - traced).abs() / traced < 0.01,
+        "the aggregates' mean queue size {agg:.3} vs the records' {traced:.3}"
+    );
     // In-flight counts sampled at issue are plausible: at least this IO, at most fio's iodepth
     // (plus a few requests whose completion the probe missed, if any were reported).
     let slack = u32::try_from(t.counters_end.reported_misses()).expect("the misses fit a u32");

@@ -461,16 +461,20 @@ fn aggregate_io(a: *mut Aggregate, bytes: u64, enter_ns: u64, issue_ns: u64, com
     }
 }
 
-/// Count one IO in an aggregate, its count and bytes only: with records on, the records hold
-/// every latency and size, and the aggregates are the exact totals the coverage check and the
-/// counters need. The histograms' buckets and the lines they touch cost the completion tens of
-/// ns per IO (BENCHMARKS.md, session 31).
+/// Count one IO in an aggregate without its histograms: with records on, the records hold
+/// every latency and size, and the aggregates keep what the coverage check and the counters
+/// need: the count, the bytes and the sum of total latencies (the mean queue size beside the
+/// kernel's). The histograms' buckets and the lines they touch cost the completion tens of ns
+/// per IO (BENCHMARKS.md, session 31). `enter_ns` 0: submission time unknown.
 #[inline(always)]
-fn count_io(a: *mut Aggregate, bytes: u64) {
+fn count_io(a: *mut Aggregate, bytes: u64, enter_ns: u64, complete_ns: u64) {
     // SAFETY: map value pointer, this CPU's (as in aggregate_io).
     unsafe {
         (*a).ios += 1;
         (*a).bytes += bytes;
+        if enter_ns != 0 {
+            (*a).total_ns_sum += complete_ns.saturating_sub(enter_ns);
+        }
     }
 }
 
@@ -1461,7 +1465,7 @@ fn finish(cfg: &ProbeConfig, rq: *const u8, st: &mut RequestState, kind: u16, cm
             | epoch,
     };
     match if inside { aggregate(&agg_key) } else { None } {
-        Some(a) => count_io(a, u64::from(st.bytes_done)),
+        Some(a) => count_io(a, u64::from(st.bytes_done), enter_ns, complete_ns),
         None if inside => bump(Counter::AggregateMapFull),
         None => {}
     }
@@ -1932,8 +1936,11 @@ fn try_complete_half(ctx: &BtfTracePointContext) -> Option<()> {
                 }
                 | epoch,
         };
+        let enter_ns = if accounted || flush_rq { start_ns } else { 0 };
         match aggregate(&agg_key) {
-            Some(a) if end == END_LAST => count_io(a, u64::from(nr_bytes)),
+            Some(a) if end == END_LAST => {
+                count_io(a, u64::from(nr_bytes), enter_ns, complete_ns);
+            }
             // SAFETY: map value pointer; this CPU's.
             Some(a) => unsafe { (*a).bytes += u64::from(nr_bytes) },
             None => bump(Counter::AggregateMapFull),
