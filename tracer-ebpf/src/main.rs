@@ -432,15 +432,32 @@ fn bucket(v: u64, n: usize) -> usize {
     if b >= n { n - 1 } else { b }
 }
 
-/// Count one IO in an aggregate. `enter_ns` 0: submission time unknown (no total or queue
-/// latency); `issue_ns` 0: not seen issued (no device or queue latency).
+/// Count one IO in an aggregate without its histograms: with records on, the records hold
+/// every latency and size, and the aggregates keep what the coverage check and the counters
+/// need: the count, the bytes and the sum of total latencies (the mean queue size beside the
+/// kernel's). The histograms' buckets and the lines they touch cost the completion tens of ns
+/// per IO (BENCHMARKS.md, session 31). `enter_ns` 0: submission time unknown.
 #[inline(always)]
-fn aggregate_io(a: *mut Aggregate, bytes: u64, enter_ns: u64, issue_ns: u64, complete_ns: u64) {
-    // SAFETY: map value pointer; bucket indices are bounded by the arrays' lengths. Plain
-    // adds: the value is this CPU's, and the completion program does not nest on a CPU.
+fn count_io(a: *mut Aggregate, bytes: u64, enter_ns: u64, complete_ns: u64) {
+    // SAFETY: map value pointer. Plain adds: the value is this CPU's, and the completion
+    // program does not nest on a CPU.
     unsafe {
         (*a).ios += 1;
         (*a).bytes += bytes;
+        if enter_ns != 0 {
+            (*a).total_ns_sum += complete_ns.saturating_sub(enter_ns);
+        }
+    }
+}
+
+/// Count one IO in an aggregate with its histograms (`--no-records`): [`count_io`], then the
+/// size and latencies. `enter_ns` 0: submission time unknown (no total or queue latency);
+/// `issue_ns` 0: not seen issued (no device or queue latency).
+#[inline(always)]
+fn aggregate_io(a: *mut Aggregate, bytes: u64, enter_ns: u64, issue_ns: u64, complete_ns: u64) {
+    count_io(a, bytes, enter_ns, complete_ns);
+    // SAFETY: as in count_io; bucket indices are bounded by the arrays' lengths.
+    unsafe {
         (*a).size[bucket(bytes, SIZE_BUCKETS)] += 1;
         if issue_ns != 0 {
             let device_ns = complete_ns.saturating_sub(issue_ns);
@@ -450,30 +467,12 @@ fn aggregate_io(a: *mut Aggregate, bytes: u64, enter_ns: u64, issue_ns: u64, com
         if enter_ns != 0 {
             let total_ns = complete_ns.saturating_sub(enter_ns);
             (*a).timed += 1;
-            (*a).total_ns_sum += total_ns;
             (*a).total_latency[bucket(total_ns, LATENCY_BUCKETS)] += 1;
             if issue_ns != 0 {
                 let queue_ns = issue_ns.saturating_sub(enter_ns);
                 (*a).queue_ns_sum += queue_ns;
                 (*a).queue_latency[bucket(queue_ns, LATENCY_BUCKETS)] += 1;
             }
-        }
-    }
-}
-
-/// Count one IO in an aggregate without its histograms: with records on, the records hold
-/// every latency and size, and the aggregates keep what the coverage check and the counters
-/// need: the count, the bytes and the sum of total latencies (the mean queue size beside the
-/// kernel's). The histograms' buckets and the lines they touch cost the completion tens of ns
-/// per IO (BENCHMARKS.md, session 31). `enter_ns` 0: submission time unknown.
-#[inline(always)]
-fn count_io(a: *mut Aggregate, bytes: u64, enter_ns: u64, complete_ns: u64) {
-    // SAFETY: map value pointer, this CPU's (as in aggregate_io).
-    unsafe {
-        (*a).ios += 1;
-        (*a).bytes += bytes;
-        if enter_ns != 0 {
-            (*a).total_ns_sum += complete_ns.saturating_sub(enter_ns);
         }
     }
 }
