@@ -624,11 +624,12 @@ pub fn assert_cut_exact(trace: &Trace, dev: &str, what: &str) -> BTreeMap<StatGr
         assert_eq!(
             g.unaccounted(misses),
             0,
-            "{what} {grp:?}: kernel {} at the cut (raw {}, +-{} during the reads), traced {}, misses {misses}",
+            "{what} {grp:?}: kernel {} at the cut (raw {}, +-{} during the reads), traced {}, misses {misses} (+{} across a rotation)",
             g.kernel_at_cut_ios(),
             g.kernel_ios,
             g.cut_during_read_end_ios + g.cut_during_read_start_ios,
-            g.aggregate_ios
+            g.aggregate_ios,
+            g.cut_missed_across
         );
         assert_eq!(
             g.excess(),

@@ -427,6 +427,12 @@ pub struct Cut {
     /// missed completions (or IOs slower than the grace period), counted by stage in
     /// `counters_end.missed_completions` and `missed_stage`.
     pub never_completed: u64,
+    /// Rotations only: requests in flight at the instant whose completion the probe did not
+    /// see, found missed while the tracer waited for them after it (counted in the earlier
+    /// file's misses) or still open when it stopped waiting (counted in a later file's, if
+    /// found missed). The kernel counted each on one side of the instant or the other, so the
+    /// coverage of the files on both sides allows for them.
+    pub missed_across: u64,
 }
 
 /// IOs of one device that completed between a cut's instant and the diskstats read, and during
