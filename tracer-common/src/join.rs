@@ -338,7 +338,15 @@ impl Joiner {
     /// (those met first after their start, from their first event): the ones in flight at a
     /// cut that have not completed yet.
     pub fn open_started_by(&self, at_ns: u64) -> usize {
-        self.live.values().filter(|l| l.since_ns <= at_ns).count()
+        self.open_started_in(0, at_ns)
+    }
+
+    /// [`Joiner::open_started_by`], of the requests that started at or after `from_ns`.
+    pub fn open_started_in(&self, from_ns: u64, at_ns: u64) -> usize {
+        self.live
+            .values()
+            .filter(|l| (from_ns..=at_ns).contains(&l.since_ns))
+            .count()
     }
 
     /// Take a record as read from ring `ring`: a half, or a CPU's batch of halves one after

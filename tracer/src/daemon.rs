@@ -188,13 +188,10 @@ const CUT_LEAD_NS: u64 = 2_000_000;
 const CUT_GRACE: Duration = Duration::from_secs(2);
 /// How long a rotation waits for the requests in flight at its instant (see [`Run::rotate`]).
 const ROTATION_GRACE: Duration = Duration::from_millis(250);
-
-/// The requests in flight at a cut left open after a wait: a count from the join, or by stage
-/// from the probe's request map (seen completing, issued, never issued).
-enum Open {
-    Joined(u64),
-    Tracked([u64; 3]),
-}
+/// A rotation does not wait for requests that entered the OS this long before its instant:
+/// a completion missed long ago whose address has not come back (its device gone idle) would
+/// otherwise hold every rotation for [`ROTATION_GRACE`]. They are counted as still open.
+const ROTATION_WAITS_FOR_NS: u64 = 1_000_000_000;
 
 fn read_file(p: &str) -> String {
     std::fs::read_to_string(p)
@@ -449,45 +446,14 @@ impl Run {
         let Some(at) = self.end_cut.as_ref().map(|c| c.at_ns) else {
             return Ok([0; 3]);
         };
-        match self.wait_started_by(ring, at, CUT_GRACE, Duration::from_millis(10))? {
+        if self.halves.is_some() {
             // The join holds the requests in flight; the ones left are counted as missed
             // with the join's other unclosed requests (`Run::counters`), by no stage.
-            Open::Joined(open) => {
-                if let Some(c) = &mut self.end_cut {
-                    c.never_completed = open;
-                }
-                Ok([0; 3])
+            let open = self.wait_joined(ring, 0, at, CUT_GRACE, Duration::from_millis(10));
+            if let Some(c) = &mut self.end_cut {
+                c.never_completed = open;
             }
-            Open::Tracked(stages) => Ok(stages),
-        }
-    }
-
-    /// Drain the ring every `poll` until no request that entered the OS by `at` is open, or
-    /// for `grace`: what is still open then.
-    fn wait_started_by(
-        &mut self,
-        ring: &mut RingBuf<MapData>,
-        at: u64,
-        grace: Duration,
-        poll: Duration,
-    ) -> Result<Open> {
-        let until = Instant::now() + grace;
-        if self.halves.is_some() {
-            loop {
-                drain_ring(ring, self);
-                // Every CPU's batch too: a request started just before the instant may have
-                // its start half in a batch not yet old enough to be written, and the sweep
-                // must pass the instant before the open count says anything.
-                self.settle_halves();
-                let open = self
-                    .halves
-                    .as_ref()
-                    .map_or(0, |h| h.joiner.open_started_by(at));
-                if open == 0 || Instant::now() >= until {
-                    return Ok(Open::Joined(open as u64));
-                }
-                std::thread::sleep(poll);
-            }
+            return Ok([0; 3]);
         }
         let mut pending: Vec<_> = self
             .probe
@@ -495,8 +461,9 @@ impl Run {
             .into_iter()
             .filter(|(_, st)| st.enter_ns <= at)
             .collect();
+        let until = Instant::now() + CUT_GRACE;
         while !pending.is_empty() && Instant::now() < until {
-            std::thread::sleep(poll);
+            std::thread::sleep(Duration::from_millis(10));
             drain_ring(ring, self);
             pending.retain(|(w, st)| self.probe.still_tracked(*w, st));
         }
@@ -510,7 +477,39 @@ impl Run {
                 2
             }] += 1;
         }
-        Ok(Open::Tracked(stages))
+        Ok(stages)
+    }
+
+    /// Half records: drain the ring every `poll` until no request that entered the OS from
+    /// `from` to `at` is open in the join, or for `grace`; then the requests open that
+    /// entered by `at`, whenever.
+    fn wait_joined(
+        &mut self,
+        ring: &mut RingBuf<MapData>,
+        from: u64,
+        at: u64,
+        grace: Duration,
+        poll: Duration,
+    ) -> u64 {
+        let until = Instant::now() + grace;
+        loop {
+            drain_ring(ring, self);
+            // Every CPU's batch too: a request started just before the instant may have its
+            // start half in a batch not yet old enough to be written, and the sweep must pass
+            // the instant before the open count says anything.
+            self.settle_halves();
+            let waited = self
+                .halves
+                .as_ref()
+                .map_or(0, |h| h.joiner.open_started_in(from, at));
+            if waited == 0 || Instant::now() >= until {
+                return self
+                    .halves
+                    .as_ref()
+                    .map_or(0, |h| h.joiner.open_started_by(at) as u64);
+            }
+            std::thread::sleep(poll);
+        }
     }
 
     /// End the open file and start the next at one instant, as the run's start and end are
@@ -518,6 +517,8 @@ impl Run {
     /// after, and records go to the file their completion time belongs to.
     fn rotate(&mut self, ring: &mut RingBuf<MapData>) -> Result<()> {
         drain_ring(ring, self);
+        // Misses found from here on may be of requests in flight at the instant (below).
+        let misses = self.counters()?.missed_completions;
         let at = clock::monotonic_ns() + CUT_LEAD_NS;
         let before = Cuts::epoch_of(self.cuts.rotation, at);
         let after = before ^ AGG_EPOCH;
@@ -546,21 +547,28 @@ impl Run {
         }
         // A completion the kernel did not run the program for is found only when its request's
         // address starts another request, and the kernel counted it somewhere between the
-        // request's last event and then: on either side of the instant, for a request in flight
-        // at it. So the file stays open (the records after the instant held) until the requests
-        // in flight at the instant have completed or been found missed, and the cut counts
-        // those found missed meanwhile (in this file's misses) and those still open (in a
-        // later file's, if found missed): both files' coverage allows for them. Under load
-        // this takes about as long as the slowest of them; on a device gone idle, a missed
-        // completion not found yet holds every rotation for ROTATION_GRACE.
-        let misses = self.counters()?.missed_completions;
-        let open = match self.wait_started_by(ring, at, ROTATION_GRACE, Duration::from_millis(2))? {
-            Open::Joined(n) => n,
-            Open::Tracked(stages) => stages.iter().sum(),
-        };
-        let found = self.counters()?.missed_completions.saturating_sub(misses);
-        if let Some(c) = &mut self.end_cut {
-            c.missed_across = found + open;
+        // request's last event and then: for a request in flight at the instant, the count
+        // and the miss can fall in different files. So with half records the file stays open
+        // (the records after the instant held) until the requests that entered the OS in the
+        // second before the instant have completed or been found missed. The misses found
+        // meanwhile are this file's, and the next file's coverage allows for them (the kernel
+        // may have counted them after the instant); the requests still open then will be a
+        // later file's if found missed, and this file's coverage allows for them. Under load
+        // this takes about as long as the slowest of them. (The in-kernel join does not wait:
+        // its request map takes tens of ms to scan.)
+        if self.halves.is_some() {
+            let open = self.wait_joined(
+                ring,
+                at.saturating_sub(ROTATION_WAITS_FOR_NS),
+                at,
+                ROTATION_GRACE,
+                Duration::from_millis(2),
+            );
+            let found = self.counters()?.missed_completions.saturating_sub(misses);
+            if let Some(c) = &mut self.end_cut {
+                c.missed_after = found;
+                c.still_open = open;
+            }
         }
         // The parity before the instant no longer changes: it and the other's value frozen at
         // the last rotation are the aggregates at the instant.
@@ -568,6 +576,9 @@ impl Run {
         let ag = AggregateSnapshot::sum(&frozen, &self.frozen_other);
         self.frozen_other = frozen;
         let ct = self.counters()?;
+        // The next file's loss counters start where this file's end, whatever changes while
+        // this one closes.
+        self.start_counters = Some(ct.clone());
         self.close_output("rotation", ds.clone(), ag.clone(), ct);
         self.file_start_cut = self.end_cut.take();
         self.start_diskstats = Some(ds);

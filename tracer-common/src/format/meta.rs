@@ -427,12 +427,19 @@ pub struct Cut {
     /// missed completions (or IOs slower than the grace period), counted by stage in
     /// `counters_end.missed_completions` and `missed_stage`.
     pub never_completed: u64,
-    /// Rotations only: requests in flight at the instant whose completion the probe did not
-    /// see, found missed while the tracer waited for them after it (counted in the earlier
-    /// file's misses) or still open when it stopped waiting (counted in a later file's, if
-    /// found missed). The kernel counted each on one side of the instant or the other, so the
-    /// coverage of the files on both sides allows for them.
-    pub missed_across: u64,
+    /// Rotations with half records only (traces from 2026-11-29 on). A missed completion is
+    /// found when its request's address starts another request, and the kernel counted the IO
+    /// in between: for a request in flight at the instant, on either side of it. The tracer
+    /// waits after the instant (at most 250 ms) until the requests that entered the OS in the
+    /// second before it have completed or been found missed. `missed_after`: the misses found
+    /// from just before the instant to the end of that wait, counted in the ending file's
+    /// misses; the kernel may have counted them in the next file, whose coverage allows for
+    /// them.
+    pub missed_after: u64,
+    /// Requests in flight at the instant still open when the wait ended (missed and not yet
+    /// found, or slower than the wait): if found missed, counted in a later file's misses; the
+    /// kernel may have counted them in the ending file, whose coverage allows for them.
+    pub still_open: u64,
 }
 
 /// IOs of one device that completed between a cut's instant and the diskstats read, and during
