@@ -517,8 +517,12 @@ impl Run {
     /// after, and records go to the file their completion time belongs to.
     fn rotate(&mut self, ring: &mut RingBuf<MapData>) -> Result<()> {
         drain_ring(ring, self);
-        // Misses found from here on may be of requests in flight at the instant (below).
-        let misses = self.counters()?.missed_completions;
+        // With half records, misses found from here on may be of requests in flight at the
+        // instant (below).
+        let misses = match self.halves {
+            Some(_) => self.counters()?.missed_completions,
+            None => 0,
+        };
         let at = clock::monotonic_ns() + CUT_LEAD_NS;
         let before = Cuts::epoch_of(self.cuts.rotation, at);
         let after = before ^ AGG_EPOCH;
@@ -556,26 +560,27 @@ impl Run {
         // later file's if found missed, and this file's coverage allows for them. Under load
         // this takes about as long as the slowest of them. (The in-kernel join does not wait:
         // its request map takes tens of ms to scan.)
-        if self.halves.is_some() {
-            let open = self.wait_joined(
+        let still_open = if self.halves.is_some() {
+            Some(self.wait_joined(
                 ring,
                 at.saturating_sub(ROTATION_WAITS_FOR_NS),
                 at,
                 ROTATION_GRACE,
                 Duration::from_millis(2),
-            );
-            let found = self.counters()?.missed_completions.saturating_sub(misses);
-            if let Some(c) = &mut self.end_cut {
-                c.missed_after = found;
-                c.still_open = open;
-            }
-        }
+            ))
+        } else {
+            None
+        };
         // The parity before the instant no longer changes: it and the other's value frozen at
         // the last rotation are the aggregates at the instant.
         let frozen = self.probe.aggregates_of(Some(before))?;
         let ag = AggregateSnapshot::sum(&frozen, &self.frozen_other);
         self.frozen_other = frozen;
         let ct = self.counters()?;
+        if let (Some(open), Some(c)) = (still_open, &mut self.end_cut) {
+            c.missed_after = ct.missed_completions.saturating_sub(misses);
+            c.still_open = open;
+        }
         // The next file's loss counters start where this file's end, whatever changes while
         // this one closes.
         self.start_counters = Some(ct.clone());
