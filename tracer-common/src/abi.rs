@@ -80,8 +80,8 @@ pub const MAP_HOT_RINGS: [&str; HALF_RINGS] = [
 ];
 
 /// Bytes of each ring of [`MAP_HOT_RINGS`] (at most: a smaller ring budget makes them
-/// smaller). `BENCHMARKS.md`, session 19: the programs cost 372-430 ns per IO at 40k IOPS
-/// with rings of this size against 571-588 with rings of 8 MB.
+/// smaller). Measured (`BENCHMARKS.md`): the programs cost 372-430 ns per IO at 40k IOPS with
+/// rings of this size against 571-588 with rings of 8 MB.
 pub const HOT_RING_BYTES: u32 = 128 << 10;
 
 /// Each CPU's batch of halves ([`HalfBatch`]), gathered before one ring write.
@@ -100,14 +100,13 @@ pub const HALF_BATCH_BYTES: usize = 1024;
 /// ([`Counter::MergeHalfDrops`]), a last end half ([`Counter::RingDrops`]).
 pub const BATCH_LOSS_CLASSES: usize = 5;
 
-/// A CPU's halves waiting for one ring write (`BENCHMARKS.md`, session 22: a ring
-/// reservation per half cost about 80 ns at 40k IOPS, a store into this batch a fraction of
-/// it). A program that finds `busy` set (it interrupted another program of the CPU between
-/// its loads and stores of the batch) writes its half to the ring itself. A batch goes to the
-/// CPU's small ring (else its large one) when the next half does not fit, or when the daemon
-/// runs [`PROGRAM_FLUSH_HALVES`] on the CPU; if neither ring has room its halves are counted
-/// lost by class and the batch goes whole to [`MAP_HALF_LOST`], where the join takes each half
-/// as its lost mark.
+/// A CPU's halves waiting for one ring write (`BENCHMARKS.md`: a ring reservation per half costs
+/// about 80 ns at 40k IOPS, a store into this batch a fraction of it). A program that finds `busy`
+/// set (it interrupted another program of the CPU between its loads and stores of the batch) writes
+/// its half to the ring itself. A batch goes to the CPU's small ring (else its large one) when the
+/// next half does not fit, or when the daemon runs [`PROGRAM_FLUSH_HALVES`] on the CPU; if neither
+/// ring has room its halves are counted lost by class and the batch goes whole to
+/// [`MAP_HALF_LOST`], where the join takes each half as its lost mark.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct HalfBatch {
@@ -129,9 +128,9 @@ const _: () = assert!(core::mem::size_of::<HalfBatch>() == 40 + HALF_BATCH_BYTES
 /// the CPU): a CPU with IO to do fills and writes its batch far sooner (every 0.3 ms at 40k
 /// IOPS), one gone quiet has its last halves written within a drain or two of this age. The
 /// IPI waits for its CPU: a batch goes stale mostly on a virtual CPU its host has put off
-/// for a while, and the daemon then spun until it ran again (at 10 ms, 3-69 ms per IPI
-/// measured on a 2-vCPU VM, 2026-11-28). At 100 ms a CPU put off for less is left to write
-/// its batch itself when it runs again.
+/// for a while, and the daemon spins until it runs again (3-69 ms per IPI measured on a
+/// 2-vCPU VM with batches 10 ms old, `BENCHMARKS.md`). At 100 ms a CPU put off for less is
+/// left to write its batch itself when it runs again.
 pub const HALF_BATCH_STALE_NS: u64 = 100_000_000;
 
 /// Programs that return at once, on the tracepoints the probe uses (6.5+): the cost of being

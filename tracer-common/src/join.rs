@@ -313,9 +313,9 @@ impl Joiner {
     /// completion not seen is counted missed only if it may have come in between. The end
     /// is known only when the run stops, and the join goes on while the daemon waits for the
     /// requests in flight then; the completions it finds missed meanwhile, of requests seen
-    /// only after the end, are not the run's (at tens of thousands of IOs a second, a
-    /// completion the kernel skipped inside that wait was counted in the run's misses, which
-    /// then exceeded the IOs it really missed).
+    /// only after the end, are not the run's (else, at tens of thousands of IOs a second, a
+    /// completion the kernel skipped inside that wait would count in the run's misses, which
+    /// would then exceed the IOs it really missed).
     pub fn set_run(&mut self, start_ns: u64, end_ns: u64) {
         self.run = (start_ns, end_ns);
     }

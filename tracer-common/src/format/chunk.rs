@@ -273,7 +273,7 @@ pub(super) fn bad(what: &str) -> String {
 #[expect(
     clippy::cast_possible_truncation,
     reason = "devices and pids were written from u32s: a wider value is only in a damaged file, \
-              and is cut, as it always was (refusing it would change how damaged files read)"
+              and is cut (refusing it would change how damaged files read)"
 )]
 pub(super) fn read_tables(c: &mut Cursor, ids: &mut TaskIds) -> Result<ChunkTables, String> {
     let count = c

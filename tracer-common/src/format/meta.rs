@@ -427,14 +427,13 @@ pub struct Cut {
     /// missed completions (or IOs slower than the grace period), counted by stage in
     /// `counters_end.missed_completions` and `missed_stage`.
     pub never_completed: u64,
-    /// Rotations with half records only (traces from 2026-11-29 on). A missed completion is
-    /// found when its request's address starts another request, and the kernel counted the IO
-    /// in between: for a request in flight at the instant, on either side of it. The tracer
-    /// waits after the instant (at most 250 ms) until the requests that entered the OS in the
-    /// second before it have completed or been found missed. `missed_after`: the misses found
-    /// from just before the instant to the end of that wait, counted in the ending file's
-    /// misses; the kernel may have counted them in the next file, whose coverage allows for
-    /// them.
+    /// Rotations with half records only (0 in traces written before the field). A missed completion
+    /// is found when its request's address starts another request, and the kernel counted the IO in
+    /// between: for a request in flight at the instant, on either side of it. The tracer waits
+    /// after the instant (at most 250 ms) until the requests that entered the OS in the second
+    /// before it have completed or been found missed. `missed_after`: the misses found from just
+    /// before the instant to the end of that wait, counted in the ending file's misses; the kernel
+    /// may have counted them in the next file, whose coverage allows for them.
     pub missed_after: u64,
     /// Requests in flight at the instant still open when the wait ended (missed and not yet
     /// found, or slower than the wait): if found missed, counted in a later file's misses; the
@@ -459,9 +458,9 @@ pub struct CutDevice {
 /// task, a written-back page's end), and a virtual CPU put off by its host in between delays
 /// the count further. An IO whose program ran this close before the read is tallied with those
 /// that completed during it (the kernel may or may not have counted it). With the read's
-/// start as the boundary, a rotation test's file was one IO off about 1 run in 10
-/// (BENCHMARKS.md, session 27): its program ran 9 us before the read, the kernel counted it in
-/// the read's delta, and the tally counted it again.
+/// start as the boundary, an IO whose program ran just before the read (9 us, measured:
+/// BENCHMARKS.md) but which the kernel counted in the read's delta would be tallied again: one
+/// IO too many in the file's check.
 const KERNEL_COUNT_LAG_NS: u64 = 100_000;
 
 impl Cut {

@@ -1,4 +1,4 @@
-//! The blkprof trace file format, version 4 (versions 1 to 3 are still read). Specified in
+//! The blkprof trace file format, version 5 (versions 1 to 4 are still read). Specified in
 //! `docs/trace-format.md`; this module is the one implementation of it, used by the tracer
 //! (writer) and the analyzer (reader).
 //!
