@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 
+use crate::signal::{signal, signal_group};
 use crate::util::{catch_signals, interrupted, is_root, output, range, root, sleep};
 
 #[derive(clap::Args)]
@@ -193,14 +194,7 @@ impl Drop for Spawned {
     fn drop(&mut self) {
         for c in &mut self.0 {
             if let Ok(None) = c.try_wait() {
-                #[expect(
-                    clippy::cast_possible_wrap,
-                    reason = "a pid is at most pid_max (2^22 at most), far below i32::MAX"
-                )]
-                // SAFETY: kill(2) on the process group of a child we spawned and not reaped.
-                unsafe {
-                    libc::kill(-(c.id() as libc::pid_t), libc::SIGKILL)
-                };
+                signal_group(c, libc::SIGKILL);
                 #[expect(
                     clippy::let_underscore_must_use,
                     reason = "reaps the child just killed in Drop; its exit status is of no use"
@@ -336,14 +330,7 @@ fn record(dev: &str, s: &Scenario, seconds: u64, trace: &Path) -> Result<()> {
         drop(Spawned(spawned.0.pop().into_iter().collect()));
     }
     let mut tracer = spawned.0.pop().expect("tracer");
-    #[expect(
-        clippy::cast_possible_wrap,
-        reason = "a pid is at most pid_max (2^22 at most), far below i32::MAX"
-    )]
-    // SAFETY: kill(2) on our child.
-    unsafe {
-        libc::kill(tracer.id() as libc::pid_t, libc::SIGINT)
-    };
+    signal(&tracer, libc::SIGINT);
     let status = tracer.wait()?;
     let messages = stderr.join().unwrap_or_default();
     if !status.success() {

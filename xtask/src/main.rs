@@ -21,6 +21,7 @@ mod fuzz;
 mod gate;
 mod pacer;
 mod setup;
+mod signal;
 mod util;
 mod vm;
 

@@ -10,7 +10,7 @@ use super::accounting::{diskstats_reads, proc_cpu_s, proc_hwm_mib};
 use super::device::Loop;
 use super::fio::fio_at_rate;
 use super::tracer::{spawn_tracer, stop_tracer};
-use super::{quartiles, require_root_and_build, tracer_bin};
+use super::{quartiles, remove_scratch, require_root_and_build, scratch_trace, tracer_bin};
 
 /// How the agent benchmark runs the tracer.
 #[derive(Clone, Copy)]
@@ -69,11 +69,7 @@ fn agent_round(
     seconds: u64,
     out: &Path,
 ) -> Result<(f64, f64)> {
-    #[expect(
-        clippy::let_underscore_must_use,
-        reason = "clears the previous round's trace; there is none before the first round"
-    )]
-    let _ = std::fs::remove_file(out);
+    remove_scratch(out);
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
@@ -124,11 +120,7 @@ fn agent_round(
         bail!("the metrics endpoint never answered");
     }
     stop_tracer(child)?;
-    #[expect(
-        clippy::let_underscore_must_use,
-        reason = "the tracer's .hlog side file is not measured: best-effort cleanup"
-    )]
-    let _ = std::fs::remove_file(out.with_extension("hlog"));
+    remove_scratch(&out.with_extension("hlog"));
     Ok((cpu * 1e9 / ios.max(1) as f64, rss))
 }
 
@@ -136,13 +128,8 @@ fn agent_round(
 /// at a fixed rate (fio 4 KB random reads), the modes rotated over rounds.
 pub(crate) fn bench_agent(seconds: u64, rounds: usize, rate: u64) -> Result<()> {
     require_root_and_build()?;
-    let pid = std::process::id();
-    let lp = Loop::new(
-        Path::new(&format!("/dev/shm/blkprof-bench-agent-{pid}.img")),
-        "1G",
-        false,
-    )?;
-    let out = std::env::temp_dir().join(format!("blkprof-bench-agent-{pid}.blkp"));
+    let lp = Loop::in_shm("blkprof-bench-agent", "1G")?;
+    let out = scratch_trace("blkprof-bench-agent");
     let bin = tracer_bin();
     eprintln!(
         "bench: agent modes on {} over /dev/shm, fio 4k randread at {rate} IOPS, {seconds} s per run, {rounds} rounds",
@@ -161,11 +148,7 @@ pub(crate) fn bench_agent(seconds: u64, rounds: usize, rate: u64) -> Result<()> 
         }
         eprintln!("round {}: {}", round + 1, line.join(" | "));
     }
-    #[expect(
-        clippy::let_underscore_must_use,
-        reason = "best-effort cleanup of the scratch trace once the rounds are done"
-    )]
-    let _ = std::fs::remove_file(&out);
+    remove_scratch(&out);
     println!(
         "\n| daemon, fio 4k randread at {rate} IOPS | CPU per IO (median of {rounds}; quartiles) | peak RSS |"
     );

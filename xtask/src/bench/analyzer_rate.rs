@@ -111,11 +111,7 @@ fn timed(cmd: &mut Command) -> Result<Cost> {
         .stdout(std::process::Stdio::null())
         .spawn()
         .context("spawn")?;
-    #[expect(
-        clippy::cast_possible_wrap,
-        reason = "a pid is at most pid_max (2^22 at most), far below i32::MAX"
-    )]
-    let pid = child.id() as i32;
+    let pid = crate::signal::pid(&child);
     let mut status = 0;
     // SAFETY: rusage is plain data; wait4 on our own child.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };

@@ -12,7 +12,10 @@ use anyhow::{Context as _, Result, bail};
 use super::accounting::{bpf_stats, diskstats_reads, idle_ns, proc_cpu_s, prog_stats};
 use super::device::Loop;
 use super::tracer::{interrupt, spawn_biolatency, spawn_tracer};
-use super::{baseline_tracer, keeping_bpf_stats, quartiles, require_root_and_build, tracer_bin};
+use super::{
+    baseline_tracer, keeping_bpf_stats, quartiles, remove_scratch, require_root_and_build,
+    scratch_trace, tracer_bin,
+};
 
 /// How a fixed-rate arm runs the tracer.
 #[derive(Clone, Copy, PartialEq)]
@@ -69,11 +72,7 @@ fn cpu_round(
     out: &Path,
     baseline: Option<&Path>,
 ) -> Result<CpuRound> {
-    #[expect(
-        clippy::let_underscore_must_use,
-        reason = "clears the previous round's trace; there is none before the first round"
-    )]
-    let _ = std::fs::remove_file(out);
+    remove_scratch(out);
     let mut tracer = start_arm(arm, lp, out, baseline)?;
     // Let start-up work (BTF, loading, the first device scan) settle.
     std::thread::sleep(Duration::from_millis(500));
@@ -127,11 +126,7 @@ fn cpu_round(
             );
         }
     }
-    #[expect(
-        clippy::let_underscore_must_use,
-        reason = "the tracer's .hlog side file is not measured: best-effort cleanup"
-    )]
-    let _ = std::fs::remove_file(out.with_extension("hlog"));
+    remove_scratch(&out.with_extension("hlog"));
     let ncpu = std::thread::available_parallelism().map_or(1, std::num::NonZero::get) as u64;
     let busy = (wall * ncpu).saturating_sub(idle);
     let n = ios.max(1) as f64;
@@ -224,13 +219,8 @@ pub(crate) fn bench_cpu(seconds: u64, rounds: usize, rate: u64, parts: bool) -> 
 }
 
 fn bench_cpu_inner(seconds: u64, rounds: usize, rate: u64, parts: bool) -> Result<()> {
-    let pid = std::process::id();
-    let lp = Loop::new(
-        Path::new(&format!("/dev/shm/blkprof-bench-cpu-{pid}.img")),
-        "1G",
-        false,
-    )?;
-    let out = std::env::temp_dir().join(format!("blkprof-bench-cpu-{pid}.blkp"));
+    let lp = Loop::in_shm("blkprof-bench-cpu", "1G")?;
+    let out = scratch_trace("blkprof-bench-cpu");
     let baseline = baseline_tracer();
     let mut arms = vec![
         // By parts the untraced arm measures nothing: kept first all the same, so that the
@@ -284,11 +274,7 @@ fn bench_cpu_inner(seconds: u64, rounds: usize, rate: u64, parts: bool) -> Resul
             f.added[i].push(b - busy[0]);
         }
     }
-    #[expect(
-        clippy::let_underscore_must_use,
-        reason = "best-effort cleanup of the scratch trace once the rounds are done"
-    )]
-    let _ = std::fs::remove_file(&out);
+    remove_scratch(&out);
     let settings = format!("paced 4k random reads at {rate} IOPS, {rounds} rounds of {seconds} s");
     if parts {
         print_parts(&arms, &f, &settings);

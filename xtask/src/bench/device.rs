@@ -1,7 +1,7 @@
 //! The scratch devices the benchmarks read: loop devices over /dev/shm, and queue settings put
 //! back when done.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use anyhow::{Context as _, Result};
@@ -15,18 +15,15 @@ pub(super) struct Loop {
 }
 
 impl Loop {
-    pub(super) fn new(img: &Path, size: &str, direct: bool) -> Result<Loop> {
-        run(Command::new("truncate").args(["-s", size]).arg(img))?;
-        let mut c = Command::new("losetup");
-        c.args(["-f", "--show"]);
-        if direct {
-            c.arg("--direct-io=on");
-        }
-        let dev = output(c.arg(img))?.trim().to_string();
-        Ok(Loop {
-            dev,
-            img: img.to_owned(),
-        })
+    /// A loop device over a sparse image of `size` (truncate's units) in /dev/shm, named
+    /// `name` and this process's pid.
+    pub(super) fn in_shm(name: &str, size: &str) -> Result<Loop> {
+        let img = PathBuf::from(format!("/dev/shm/{name}-{}.img", std::process::id()));
+        run(Command::new("truncate").args(["-s", size]).arg(&img))?;
+        let dev = output(Command::new("losetup").args(["-f", "--show"]).arg(&img))?
+            .trim()
+            .to_string();
+        Ok(Loop { dev, img })
     }
 
     /// The device's name without /dev/ (as blkprof-trace --device and /proc/diskstats name it).

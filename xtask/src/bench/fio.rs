@@ -18,18 +18,7 @@ pub(super) fn fio_iops_busy(dev: &str, seconds: u64) -> Result<(f64, f64)> {
 
 /// fio's IOPS for `seconds` of 4 KB random direct reads at iodepth 32.
 pub(super) fn fio_iops(dev: &str, seconds: u64) -> Result<f64> {
-    let out = output(Command::new("fio").args([
-        "--name=bench",
-        &format!("--filename={dev}"),
-        "--rw=randread",
-        "--bs=4k",
-        "--direct=1",
-        "--ioengine=libaio",
-        "--iodepth=32",
-        &format!("--runtime={seconds}"),
-        "--time_based",
-        "--output-format=json",
-    ]))?;
+    let out = randread("bench", dev, 32, None, seconds)?;
     let start = out.find('{').context("fio printed no JSON")?;
     let v: serde_json::Value = serde_json::from_str(&out[start..])?;
     v["jobs"][0]["read"]["iops"]
@@ -39,18 +28,33 @@ pub(super) fn fio_iops(dev: &str, seconds: u64) -> Result<f64> {
 
 /// fio reading `dev` at `rate` IOPS for `seconds` (iodepth 8), for a load at a fixed rate.
 pub(super) fn fio_at_rate(dev: &str, rate: u64, seconds: u64) -> Result<()> {
-    output(Command::new("fio").args([
-        "--name=agent",
-        &format!("--filename={dev}"),
-        "--rw=randread",
-        "--bs=4k",
-        "--direct=1",
-        "--ioengine=libaio",
-        "--iodepth=8",
-        &format!("--rate_iops={rate}"),
-        &format!("--runtime={seconds}"),
-        "--time_based",
-        "--output-format=json",
-    ]))?;
+    randread("agent", dev, 8, Some(rate), seconds)?;
     Ok(())
+}
+
+/// fio job `name`: 4 KB random direct reads of `dev` (libaio, `iodepth`), at `rate` IOPS or as
+/// fast as they go, for `seconds`; its JSON output.
+fn randread(
+    name: &str,
+    dev: &str,
+    iodepth: u32,
+    rate: Option<u64>,
+    seconds: u64,
+) -> Result<String> {
+    let mut args = vec![
+        format!("--name={name}"),
+        format!("--filename={dev}"),
+        "--rw=randread".into(),
+        "--bs=4k".into(),
+        "--direct=1".into(),
+        "--ioengine=libaio".into(),
+        format!("--iodepth={iodepth}"),
+    ];
+    args.extend(rate.map(|r| format!("--rate_iops={r}")));
+    args.extend([
+        format!("--runtime={seconds}"),
+        "--time_based".into(),
+        "--output-format=json".into(),
+    ]);
+    output(Command::new("fio").args(&args))
 }

@@ -18,7 +18,7 @@ mod runs;
 mod throughput;
 mod tracer;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Result, bail};
 
@@ -63,6 +63,21 @@ fn baseline_tracer() -> Option<PathBuf> {
 /// Our tracer, as built by `require_root_and_build`.
 fn tracer_bin() -> PathBuf {
     root().join("target/release/blkprof-trace")
+}
+
+/// The scratch trace file of a benchmark: `name` and this process's pid, in the temporary
+/// directory.
+fn scratch_trace(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("{name}-{}.blkp", std::process::id()))
+}
+
+/// Remove a scratch file (a round's trace, its .hlog side file) if it is there.
+fn remove_scratch(path: &Path) {
+    #[expect(
+        clippy::let_underscore_must_use,
+        reason = "best-effort: the file is not there before the first round, and a leftover scratch file is no failure of the benchmark"
+    )]
+    let _ = std::fs::remove_file(path);
 }
 
 /// (first quartile, median, third quartile), nearest rank.

@@ -12,6 +12,7 @@ use tracer_common::format::TraceReader;
 use super::accounting::{diskstats_reads, proc_cpu_s, proc_hwm_mib, prog_stats};
 use super::device::Loop;
 use super::fio::fio_iops;
+use super::remove_scratch;
 use super::tracer::{interrupt, spawn_biolatency, spawn_tracer, stop_tracer};
 
 /// What a traced run measured.
@@ -67,11 +68,7 @@ pub(super) fn traced_round(
     seconds: u64,
     out: &Path,
 ) -> Result<Traced> {
-    #[expect(
-        clippy::let_underscore_must_use,
-        reason = "clears the previous round's trace; there is none before the first round"
-    )]
-    let _ = std::fs::remove_file(out);
+    remove_scratch(out);
     let child = spawn_tracer(
         bin,
         &[

@@ -11,7 +11,10 @@ use super::accounting::bpf_stats;
 use super::device::{Loop, QueueSetting};
 use super::fio::{fio_iops, fio_iops_busy};
 use super::runs::{Traced, aggregates_round, biolatency_round, per_program_medians, traced_round};
-use super::{baseline_tracer, keeping_bpf_stats, quartiles, require_root_and_build, tracer_bin};
+use super::{
+    baseline_tracer, keeping_bpf_stats, quartiles, remove_scratch, require_root_and_build,
+    scratch_trace, tracer_bin,
+};
 
 /// The rounds again with completions on the submitting CPU: per round, the traced/untraced
 /// and biolatency/untraced throughput, the traced run's `bpf_stats` cost, biolatency's.
@@ -113,18 +116,9 @@ pub(crate) fn bench(seconds: u64, rounds: usize) -> Result<()> {
 }
 
 fn bench_inner(seconds: u64, rounds: usize) -> Result<()> {
-    let pid = std::process::id();
-    let lp = Loop::new(
-        Path::new(&format!("/dev/shm/blkprof-bench-{pid}.img")),
-        "1G",
-        false,
-    )?;
-    let other = Loop::new(
-        Path::new(&format!("/dev/shm/blkprof-bench-other-{pid}.img")),
-        "64M",
-        false,
-    )?;
-    let out = std::env::temp_dir().join(format!("blkprof-bench-{pid}.blkp"));
+    let lp = Loop::in_shm("blkprof-bench", "1G")?;
+    let other = Loop::in_shm("blkprof-bench-other", "64M")?;
+    let out = scratch_trace("blkprof-bench");
     let ncpu = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     eprintln!(
         "bench: {} over /dev/shm, fio 4k randread iodepth 32, {seconds} s per run, {rounds} rounds, {ncpu} CPUs",
@@ -149,13 +143,8 @@ fn bench_inner(seconds: u64, rounds: usize) -> Result<()> {
         one_round(&s, round, &mut r)?;
     }
     let same = same_cpu_rounds(&s.ours, &s.lp, seconds, rounds, &s.out)?;
-    #[expect(
-        clippy::let_underscore_must_use,
-        reason = "best-effort cleanup of the scratch trace once the rounds are done"
-    )]
-    let _ = std::fs::remove_file(&s.out);
-    #[expect(clippy::let_underscore_must_use, reason = "as above")]
-    let _ = std::fs::remove_file(s.out.with_extension("hlog"));
+    remove_scratch(&s.out);
+    remove_scratch(&s.out.with_extension("hlog"));
     print_table(&r, &same, rounds, ncpu);
     Ok(())
 }

@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 
+use crate::signal::signal;
+
 /// Start blkprof-trace with `args` and wait until it has attached (it says so, naming Ctrl-C,
 /// on stderr).
 pub(super) fn spawn_tracer(bin: &Path, args: &[&str]) -> Result<Child> {
@@ -44,13 +46,7 @@ pub(super) fn spawn_tracer(bin: &Path, args: &[&str]) -> Result<Child> {
 
 /// Send a child SIGINT, as Ctrl-C would: the tracer then writes its trailer and summary.
 pub(super) fn interrupt(child: &Child) {
-    #[expect(
-        clippy::cast_possible_wrap,
-        reason = "a pid is at most pid_max (2^22 at most), far below i32::MAX"
-    )]
-    let pid = child.id() as i32;
-    // SAFETY: kill(2) on our own child, not yet reaped (we hold it), so the pid is still its.
-    unsafe { libc::kill(pid, libc::SIGINT) };
+    signal(child, libc::SIGINT);
 }
 
 /// Stop a tracer started by [`spawn_tracer`] and wait for it; its stdout (the end summary) is

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, bail};
 
 use super::cgroup::Cgroup;
+use crate::signal::{pid, signal, signal_group};
 use crate::util::interrupted;
 
 /// What was started and set up, undone in reverse order on drop.
@@ -55,13 +56,8 @@ fn stop_child(what: &str, child: &mut Child, grace: Duration) -> Option<std::pro
     if let Ok(Some(s)) = child.try_wait() {
         return Some(s);
     }
-    #[expect(
-        clippy::cast_possible_wrap,
-        reason = "a pid is at most pid_max (2^22 at most), far below i32::MAX"
-    )]
-    let pid = child.id() as libc::pid_t;
-    // SAFETY: kill(2) on a pid we spawned and have not reaped.
-    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let pid = pid(child);
+    signal(child, libc::SIGTERM);
     let end = Instant::now() + grace;
     while Instant::now() < end {
         if let Ok(Some(s)) = child.try_wait() {
@@ -74,8 +70,7 @@ fn stop_child(what: &str, child: &mut Child, grace: Duration) -> Option<std::pro
         grace.as_secs()
     );
     // The whole group: a JVM or fio may have children of its own.
-    // SAFETY: as above; the group is the child's own (process_group(0)).
-    unsafe { libc::kill(-pid, libc::SIGKILL) };
+    signal_group(child, libc::SIGKILL);
     #[expect(
         clippy::let_underscore_must_use,
         reason = "reaps the child just killed; it did not stop when asked, so its exit status says nothing"
