@@ -7,9 +7,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, bail};
 
 use super::run::Run;
-use super::scratch::{Scratch, wait_child};
-use super::tail;
-use super::ycsb::ycsb;
+use super::scratch::Scratch;
+use super::ycsb::phase;
 use crate::util::{interrupted, root, sleep};
 
 /// blkprof-trace on `devname` (with the files of each IO, and `labels`) for YCSB's run phase of
@@ -32,33 +31,18 @@ pub(super) fn traced_run(s: &mut Scratch, r: &Run, devname: &str, labels: &[Stri
         "cassandra: tracing {devname}; YCSB workload A for {} s ({} threads)",
         r.o.duration, r.o.threads
     );
-    let mut runc = ycsb(
-        r.java,
-        &r.jars.client_cp,
-        "-t",
-        r.o,
-        &r.workload,
+    phase(
+        s,
+        r,
+        "run",
         &[
             // Stopped by maxexecutiontime; YCSB runs nothing with operationcount=0.
             "operationcount=2000000000".into(),
             format!("maxexecutiontime={}", r.o.duration),
             "status.interval=1".into(),
         ],
-    );
-    runc.stdout(std::fs::File::create(r.out.join("ycsb-run.txt"))?)
-        .stderr(std::fs::File::create(r.out.join("ycsb-run.err"))?);
-    s.spawn("ycsb run", &mut runc, Duration::from_secs(10))?;
-    let st = wait_child(
-        s,
-        "ycsb run",
         Duration::from_secs(r.o.duration + 300 * u64::from(r.slow)),
     )?;
-    if !st.success() {
-        bail!(
-            "YCSB run failed ({st}); the end of its output:\n{}",
-            tail(&r.out.join("ycsb-run.err"), 20)
-        );
-    }
     sleep(Duration::from_secs(1))?;
     let st = s.stop("blkprof-trace");
     if !st.is_some_and(|st| st.success()) {

@@ -33,8 +33,36 @@ pub(super) fn cql_timeout_ms(o: &Options) -> u64 {
     }
 }
 
+/// YCSB's phase `word` ("load", or "run" for its transactions) with `extra` properties, its
+/// output in --out (ycsb-WORD.txt and .err); waited for up to `timeout`.
+pub(super) fn phase(
+    s: &mut Scratch,
+    r: &Run,
+    word: &str,
+    extra: &[String],
+    timeout: Duration,
+) -> Result<()> {
+    let flag = if word == "load" { "-load" } else { "-t" };
+    let mut c = ycsb(r.java, &r.jars.client_cp, flag, r.o, &r.workload, extra);
+    let err = r.out.join(format!("ycsb-{word}.err"));
+    c.stdout(std::fs::File::create(
+        r.out.join(format!("ycsb-{word}.txt")),
+    )?)
+    .stderr(std::fs::File::create(&err)?);
+    let what = format!("ycsb {word}");
+    s.spawn(&what, &mut c, Duration::from_secs(10))?;
+    let st = wait_child(s, &what, timeout)?;
+    if !st.success() {
+        bail!(
+            "YCSB {word} failed ({st}); the end of its output:\n{}",
+            tail(&err, 20)
+        );
+    }
+    Ok(())
+}
+
 /// YCSB's `phase` (`-load` or `-t`) against the node, with `extra` properties.
-pub(super) fn ycsb(
+fn ycsb(
     java: &Path,
     client_cp: &str,
     phase: &str,
@@ -110,32 +138,17 @@ pub(super) fn load(s: &mut Scratch, r: &Run) -> Result<()> {
         "cassandra: loading {} YCSB records ({} threads)",
         r.o.records, r.o.threads
     );
-    let mut load = ycsb(
-        r.java,
-        &r.jars.client_cp,
-        "-load",
-        r.o,
-        &r.workload,
+    phase(
+        s,
+        r,
+        "load",
         &[
             "cql.create_schema=true".into(),
             format!("operationcount={}", r.o.records),
             "status.interval=5".into(),
         ],
-    );
-    load.stdout(std::fs::File::create(r.out.join("ycsb-load.txt"))?)
-        .stderr(std::fs::File::create(r.out.join("ycsb-load.err"))?);
-    s.spawn("ycsb load", &mut load, Duration::from_secs(10))?;
-    let st = wait_child(
-        s,
-        "ycsb load",
         Duration::from_secs(1800 * u64::from(r.slow)),
     )?;
-    if !st.success() {
-        bail!(
-            "YCSB load failed ({st}); the end of its output:\n{}",
-            tail(&r.out.join("ycsb-load.err"), 20)
-        );
-    }
     eprintln!("cassandra: loaded in {:.0} s", t.elapsed().as_secs_f64());
     Ok(())
 }
