@@ -93,7 +93,7 @@ pub(crate) enum Optimize {
     Full,
     /// opt-level 1, into target/fuzz-smoke (so that switching does not rebuild the other): a
     /// smoke pass's build, 246 s against 297 cold, whose targets run 0.74-0.81 as many inputs a
-    /// second (session 28).
+    /// second (BENCHMARKS.md).
     Quick,
 }
 

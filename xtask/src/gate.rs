@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 
+use crate::signal::{signal, signal_group};
 use crate::util::{catch_signals, interrupted, is_root, output, range, root, sleep};
 
 #[derive(clap::Args)]
@@ -193,14 +194,7 @@ impl Drop for Spawned {
     fn drop(&mut self) {
         for c in &mut self.0 {
             if let Ok(None) = c.try_wait() {
-                #[expect(
-                    clippy::cast_possible_wrap,
-                    reason = "a pid is at most pid_max (2^22 at most), far below i32::MAX"
-                )]
-                // SAFETY: kill(2) on the process group of a child we spawned and not reaped.
-                unsafe {
-                    libc::kill(-(c.id() as libc::pid_t), libc::SIGKILL)
-                };
+                signal_group(c, libc::SIGKILL);
                 #[expect(
                     clippy::let_underscore_must_use,
                     reason = "reaps the child just killed in Drop; its exit status is of no use"
@@ -336,14 +330,7 @@ fn record(dev: &str, s: &Scenario, seconds: u64, trace: &Path) -> Result<()> {
         drop(Spawned(spawned.0.pop().into_iter().collect()));
     }
     let mut tracer = spawned.0.pop().expect("tracer");
-    #[expect(
-        clippy::cast_possible_wrap,
-        reason = "a pid is at most pid_max (2^22 at most), far below i32::MAX"
-    )]
-    // SAFETY: kill(2) on our child.
-    unsafe {
-        libc::kill(tracer.id() as libc::pid_t, libc::SIGINT)
-    };
+    signal(&tracer, libc::SIGINT);
     let status = tracer.wait()?;
     let messages = stderr.join().unwrap_or_default();
     if !status.success() {
@@ -521,40 +508,7 @@ pub(crate) fn gate_stability(o: &Options) -> Result<()> {
             .collect(),
     );
 
-    println!();
-    println!(
-        "blkprof check {} against {} ({}{}):",
-        if o.rules.is_some() {
-            "with --rules"
-        } else {
-            "with the default rules"
-        },
-        if baselines.len() == 1 {
-            "one baseline recording".to_string()
-        } else {
-            format!("{} baseline recordings", baselines.len())
-        },
-        dir.display(),
-        match &o.baselines_from {
-            Some(b) => format!(", baselines from {}", b.display()),
-            None => String::new(),
-        }
-    );
-    println!(
-        "{:<12} {:<6} {:>4} {:>4} {:>8}  {:>16} {:>15} {:>6} {:>16} {:>16} {:>19} {:>6}  rules that failed (times)",
-        "scenario",
-        "expect",
-        "pass",
-        "fail",
-        "expected",
-        "read p1 us",
-        "read p50 us",
-        "x base",
-        "read p99 us",
-        "write p99 us",
-        "read IOPS",
-        "read %"
-    );
+    print_header(o, baselines.len(), &dir);
     let mut unexpected = 0;
     let mut total = 0;
     for s in &SCENARIOS {
@@ -562,56 +516,9 @@ pub(crate) fn gate_stability(o: &Options) -> Result<()> {
         if n == 0 {
             continue;
         }
-        let mut results = Vec::new();
-        for i in 0..n {
-            let t = dir.join(trace_name(s.name, i));
-            if o.recheck.is_some() && !t.exists() {
-                break;
-            }
-            if o.recheck.is_some() {
-                report(&t)?;
-            }
-            results.push(check(&t, &baseline_json, o.rules.as_deref())?);
-        }
-        let pass = results.iter().filter(|r| r.pass).count();
-        let fail = results.len() - pass;
-        let ok = if s.expect_fail { fail } else { pass };
-        unexpected += results.len() - ok;
-        total += results.len();
-        let mut failed: BTreeMap<&str, usize> = BTreeMap::new();
-        for r in &results {
-            for m in &r.failed_rules {
-                *failed.entry(m).or_default() += 1;
-            }
-        }
-        let col = |f: fn(&Checked) -> f64| results.iter().map(f).collect::<Vec<f64>>();
-        let spread = |v: Vec<f64>| format!("{:.0} ({})", median(v.clone()), range(&v));
-        let spread1 = |v: Vec<f64>| {
-            let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-            let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            format!("{:.1} ({lo:.1}-{hi:.1})", median(v))
-        };
-        let p50 = col(|r| r.read_p50_us);
-        println!(
-            "{:<12} {:<6} {:>4} {:>4} {:>8}  {:>16} {:>15} {:>6.2} {:>16} {:>16} {:>19} {:>6.1}  {}",
-            s.name,
-            if s.expect_fail { "fail" } else { "pass" },
-            pass,
-            fail,
-            format!("{ok}/{}", results.len()),
-            spread1(col(|r| r.read_p1_us)),
-            spread(p50.clone()),
-            median(p50) / base_p50,
-            spread(col(|r| r.read_p99_us)),
-            spread(col(|r| r.write_p99_us)),
-            spread(col(|r| r.read_iops)),
-            median(col(|r| r.read_pct_ios)),
-            failed
-                .iter()
-                .map(|(m, n)| format!("{m} {n}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
+        let (wrong, checked) = check_scenario(o, s, n, &dir, &baseline_json, base_p50)?;
+        unexpected += wrong;
+        total += checked;
     }
     println!("\nscenarios:");
     for s in &SCENARIOS {
@@ -647,6 +554,105 @@ pub(crate) fn gate_stability(o: &Options) -> Result<()> {
         bail!("{unexpected} of {total} verdicts were not the expected one");
     }
     Ok(())
+}
+
+/// The table's title (what is checked against which baselines) and its column heads.
+fn print_header(o: &Options, baselines: usize, dir: &Path) {
+    println!();
+    println!(
+        "blkprof check {} against {} ({}{}):",
+        if o.rules.is_some() {
+            "with --rules"
+        } else {
+            "with the default rules"
+        },
+        if baselines == 1 {
+            "one baseline recording".to_string()
+        } else {
+            format!("{baselines} baseline recordings")
+        },
+        dir.display(),
+        match &o.baselines_from {
+            Some(b) => format!(", baselines from {}", b.display()),
+            None => String::new(),
+        }
+    );
+    println!(
+        "{:<12} {:<6} {:>4} {:>4} {:>8}  {:>16} {:>15} {:>6} {:>16} {:>16} {:>19} {:>6}  rules that failed (times)",
+        "scenario",
+        "expect",
+        "pass",
+        "fail",
+        "expected",
+        "read p1 us",
+        "read p50 us",
+        "x base",
+        "read p99 us",
+        "write p99 us",
+        "read IOPS",
+        "read %"
+    );
+}
+
+/// Check scenario `s`'s `n` recordings in `dir` against the baselines and print its row:
+/// (verdicts that were not the expected one, verdicts).
+fn check_scenario(
+    o: &Options,
+    s: &Scenario,
+    n: usize,
+    dir: &Path,
+    baseline_json: &[PathBuf],
+    base_p50: f64,
+) -> Result<(usize, usize)> {
+    let mut results = Vec::new();
+    for i in 0..n {
+        let t = dir.join(trace_name(s.name, i));
+        if o.recheck.is_some() && !t.exists() {
+            break;
+        }
+        if o.recheck.is_some() {
+            report(&t)?;
+        }
+        results.push(check(&t, baseline_json, o.rules.as_deref())?);
+    }
+    let pass = results.iter().filter(|r| r.pass).count();
+    let fail = results.len() - pass;
+    let ok = if s.expect_fail { fail } else { pass };
+    let mut failed: BTreeMap<&str, usize> = BTreeMap::new();
+    for r in &results {
+        for m in &r.failed_rules {
+            *failed.entry(m).or_default() += 1;
+        }
+    }
+    let col = |f: fn(&Checked) -> f64| results.iter().map(f).collect::<Vec<f64>>();
+    let spread = |v: Vec<f64>| format!("{:.0} ({})", median(v.clone()), range(&v));
+    let spread1 = |v: Vec<f64>| {
+        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        format!("{:.1} ({lo:.1}-{hi:.1})", median(v))
+    };
+    let p50 = col(|r| r.read_p50_us);
+    println!(
+        "{:<12} {:<6} {:>4} {:>4} {:>8}  {:>16} {:>15} {:>6.2} {:>16} {:>16} {:>19} {:>6.1}  {}",
+        s.name,
+        if s.expect_fail { "fail" } else { "pass" },
+        pass,
+        fail,
+        format!("{ok}/{}", results.len()),
+        spread1(col(|r| r.read_p1_us)),
+        spread(p50.clone()),
+        median(p50) / base_p50,
+        spread(col(|r| r.read_p99_us)),
+        spread(col(|r| r.write_p99_us)),
+        spread(col(|r| r.read_iops)),
+        median(col(|r| r.read_pct_ios)),
+        failed
+            .iter()
+            .map(|(m, n)| format!("{m} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok((results.len() - ok, results.len()))
 }
 
 /// The scratch directory of a run without --keep, removed on drop.

@@ -13,8 +13,6 @@
 //!   cargo xtask vm -- CMD  run CMD as root in a nested VM (stock 6.12 or 6.1 kernel, NVMe disks)
 
 mod bench;
-mod bench_analyzer;
-mod bench_join;
 mod cassandra;
 mod demo;
 mod experiment;
@@ -23,6 +21,7 @@ mod fuzz;
 mod gate;
 mod pacer;
 mod setup;
+mod signal;
 mod util;
 mod vm;
 
@@ -217,7 +216,7 @@ fn main() -> Result<()> {
         } => {
             let rounds = usize::try_from(rounds).context("--rounds is too large")?;
             if join {
-                return bench_join::bench(join_ios);
+                return bench::join::bench(join_ios);
             }
             if cpu {
                 setup::setup()?;
@@ -230,9 +229,9 @@ fn main() -> Result<()> {
             if !analyzer_only {
                 setup::setup()?;
                 bench::bench(seconds, rounds)?;
-                bench_join::bench(join_ios)?;
+                bench::join::bench(join_ios)?;
             }
-            bench_analyzer::bench(analyzer_ios)
+            bench::analyzer_rate::bench(analyzer_ios)
         }
         Cmd::Cassandra { opts, prebuilt } => {
             if !prebuilt {

@@ -1,13 +1,12 @@
 //! A paced load that sleeps between its IOs: 4 KB random direct reads at a fixed rate, from
 //! threads of this process that each wait for the next IO's instant in `nanosleep`.
 //!
-//! `cargo xtask bench --cpu` used fio's `--rate_iops` first. fio paces by spinning for any
-//! wait shorter than its measured sleep granularity (`usec_spin`), which at 40k IOPS is most
-//! of them; work the kernel does in fio's context (the programs of `block_io_start` and
-//! `block_rq_issue` run in its `io_submit`) then shortens the spin instead of adding busy
-//! time. Measured: fio's own CPU per IO stayed at 13.5-13.7 us traced and untraced, whatever
-//! the tracer, while those two programs cost about 350 ns per IO. Here a thread that sleeps
-//! until its next instant pays every added nanosecond as busy time.
+//! Not fio's `--rate_iops`: fio paces by spinning for any wait shorter than its measured sleep
+//! granularity (`usec_spin`), which at 40k IOPS is most of them; work the kernel does in fio's
+//! context (the programs of `block_io_start` and `block_rq_issue` run in its `io_submit`) then
+//! shortens the spin instead of adding busy time, and fio's own CPU per IO stays the same
+//! whatever the tracer (BENCHMARKS.md). Here a thread that sleeps until its next instant pays
+//! every added nanosecond as busy time.
 
 use std::fs::File;
 use std::os::unix::fs::{FileExt as _, OpenOptionsExt as _};
@@ -16,6 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use analyzer::numeric::Rng;
 use anyhow::{Context as _, Result, bail};
 
 const BLOCK: usize = 4096;
@@ -58,8 +58,8 @@ impl Pacer {
             let first = t0 + period * u32::try_from(k).unwrap_or(0) / u32::try_from(threads)?;
             handles.push(std::thread::spawn(move || -> Result<u64> {
                 let mut buf = Box::new(Aligned([0; BLOCK]));
-                // xorshift64: a reproducible spread of offsets, one seed per thread.
-                let mut x = 0x9E37_79B9_7F4A_7C15_u64 ^ (k as u64 + 1);
+                // A reproducible spread of offsets, one seed per thread.
+                let mut rng = Rng(0x9E37_79B9_7F4A_7C15_u64 ^ (k as u64 + 1));
                 let mut next = first;
                 let mut ios = 0;
                 while !stop.load(Ordering::Relaxed) {
@@ -67,10 +67,7 @@ impl Pacer {
                     if next > now {
                         std::thread::sleep(next - now);
                     }
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    let off = (x % blocks) * BLOCK as u64;
+                    let off = rng.below(blocks) * BLOCK as u64;
                     file.read_exact_at(&mut buf.0, off).context("paced read")?;
                     ios += 1;
                     // Absolute instants: a late wake-up is caught up, the rate holds.

@@ -6,6 +6,7 @@
 
 use std::time::{Duration, Instant};
 
+use analyzer::numeric::Rng;
 use anyhow::{Result, bail};
 use tracer_common::join::Joiner;
 use tracer_common::{
@@ -34,16 +35,10 @@ struct Half {
 
 /// The IO's instants: started every `every_ns` (with jitter), issued within 3 µs, completed
 /// 20-60 µs later, on one of 256 request addresses taken in turn.
-fn instants(io: u64, every_ns: u64, x: &mut u64) -> (u64, u64, u64, u64) {
-    let mut draw = |n: u64| {
-        *x ^= *x << 13;
-        *x ^= *x >> 7;
-        *x ^= *x << 17;
-        *x % n
-    };
-    let start = 1_000_000_000 + io * every_ns + draw(500);
-    let issue = start + 300 + draw(3_000);
-    let complete = issue + 20_000 + draw(40_000);
+fn instants(io: u64, every_ns: u64, rng: &mut Rng) -> (u64, u64, u64, u64) {
+    let start = 1_000_000_000 + io * every_ns + rng.below(500);
+    let issue = start + 300 + rng.below(3_000);
+    let complete = issue + 20_000 + rng.below(40_000);
     let key = 0xffff_8880_1000_0000 + (io % 256) * 0x140;
     (key, start, issue, complete)
 }
@@ -69,11 +64,11 @@ const RINGS: usize = 4;
 
 fn rate(ios: u64, every_ns: u64, drain_ns: u64) -> Result<()> {
     let n = u32::try_from(ios)?;
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let mut halves = Vec::with_capacity(n as usize * 3);
     let mut io_instants = Vec::with_capacity(n as usize);
     for io in 0..n {
-        let (key, start, issue, complete) = instants(u64::from(io), every_ns, &mut x);
+        let (key, start, issue, complete) = instants(u64::from(io), every_ns, &mut rng);
         io_instants.push((key, start, issue, complete));
         let cpu = (io % 2) as u8;
         // The start program runs just after the kernel's stamp, on the submitting CPU, as

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
-use analyzer::numeric::median;
+use analyzer::numeric::{Rng, median};
 use anyhow::{Context as _, Result, bail};
 use tracer_common::format::{
     DeviceInfo, IoRecord, TraceHeader, TraceReader, TraceTrailer, TraceWriter, comm_bytes,
@@ -39,13 +39,11 @@ fn write_big(path: &Path, n: u64) -> Result<()> {
     };
     let mut w = TraceWriter::create(path, &header)?;
     let comm = comm_bytes("java");
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let mut t = base;
     let dev = tracer_common::dev_join(259, 1);
     for i in 0..n {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
+        let x = rng.next_u64();
         t += 20_000 + x % 5_000; // ~40k IOPS
         let in_burst = (t - base) % 10_000_000_000 < 500_000_000;
         let (op, bytes, lat) = if in_burst && i % 3 == 0 {
@@ -113,11 +111,7 @@ fn timed(cmd: &mut Command) -> Result<Cost> {
         .stdout(std::process::Stdio::null())
         .spawn()
         .context("spawn")?;
-    #[expect(
-        clippy::cast_possible_wrap,
-        reason = "a pid is at most pid_max (2^22 at most), far below i32::MAX"
-    )]
-    let pid = child.id() as i32;
+    let pid = crate::signal::pid(&child);
     let mut status = 0;
     // SAFETY: rusage is plain data; wait4 on our own child.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
