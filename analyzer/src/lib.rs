@@ -26,7 +26,8 @@ pub mod inputs;
 pub mod numeric;
 pub mod report;
 
-// The paths from before the layers, used by the other crates of the workspace and the tests.
+// Short paths to the modules (`analyzer::summary`, ...), used by the binary, the other crates
+// of the workspace and the tests.
 pub use analysis::{
     bursts, busy, classes, loghist, noise, sections, series, sizes, summary, whatif,
 };

@@ -6,32 +6,17 @@
     reason = "a test crate links all the package's dependencies; the lib target checks them"
 )]
 
+#[expect(dead_code, reason = "each test crate uses part of the shared helpers")]
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use analyzer::synth::{BASE_NS, Io, Meta, write_trace_with};
+use common::{blkprof, fixture, stdout};
 use serde_json::Value;
 use tracer_common::format::QueueSettings;
 use tracer_common::op::{Op, flags};
-
-fn blkprof(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_blkprof"))
-        .args(args)
-        .env("TZ", "UTC")
-        .output()
-        .expect("run blkprof")
-}
-
-fn stdout(o: &Output) -> String {
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout.clone()).unwrap()
-}
 
 fn meta(labels: &[(&str, &str)], read_ahead_kb: Option<u32>) -> Meta {
     Meta {
@@ -143,19 +128,6 @@ fn the_report_carries_the_labels_and_the_queue_settings() {
         !text.contains("labels:") && !text.contains("queue:"),
         "{text}"
     );
-}
-
-/// The shared fixtures live in `shared/fixtures` beside the repository (or `BLKPROF_FIXTURES`).
-fn fixture(p: &str) -> PathBuf {
-    if let Some(dir) = std::env::var_os("BLKPROF_FIXTURES") {
-        return PathBuf::from(dir).join(p);
-    }
-    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
-    here.ancestors()
-        .map(|a| a.join("shared/fixtures"))
-        .find(|d| d.is_dir())
-        .unwrap_or_else(|| panic!("no shared/fixtures beside {}", here.display()))
-        .join(p)
 }
 
 fn compare_json(args: &[&str]) -> Value {

@@ -6,10 +6,12 @@
     reason = "a test crate links all the package's dependencies; the lib target checks them"
 )]
 
+#[expect(dead_code, reason = "each test crate uses part of the shared helpers")]
+mod common;
+
 use analyzer::compare::{Comparison, compare, write_text};
-use analyzer::series::Options;
-use analyzer::summary::{JsonReport, summarize};
-use analyzer::synth::{BASE_NS, Io, write_trace};
+use analyzer::summary::JsonReport;
+use analyzer::synth::{BASE_NS, Io};
 use serde_json::Value;
 use tracer_common::op::{Op, flags};
 
@@ -36,11 +38,10 @@ fn workload(mix: &[(Op, u32, u64)]) -> Vec<Io> {
     ios
 }
 
+/// The report of `mix` ([`workload`]) written as a trace.
 fn report(mix: &[(Op, u32, u64)]) -> JsonReport {
     let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("t.blkp");
-    write_trace(&p, &mut workload(mix)).unwrap();
-    summarize(&p, &Options::default()).unwrap().to_json()
+    common::report(&common::trace(dir.path(), "t.blkp", &mut workload(mix)))
 }
 
 /// The JSON row of `metric`: (values, flagged); panics if there is no such row.

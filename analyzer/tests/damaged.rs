@@ -12,12 +12,16 @@
     reason = "a test crate links all the package's dependencies; the lib target checks them"
 )]
 
-use std::path::{Path, PathBuf};
+#[expect(dead_code, reason = "each test crate uses part of the shared helpers")]
+mod common;
+
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use analyzer::synth::{BASE_NS, Io, Rng, write_trace};
+use common::golden;
 use tracer_common::format::{
     DeviceInfo, IoRecord, ProbeCounters, StatsFrame, TraceHeader, TraceTrailer, TraceWriter,
     comm_bytes,
@@ -28,12 +32,6 @@ use tracer_common::op::Op;
 const MEMORY_LIMIT: u64 = 1 << 30;
 /// Wall-clock limit of each run (a debug build, two runs at a time on two CPUs).
 const TIME_LIMIT: Duration = Duration::from_secs(60);
-
-fn golden(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/data")
-        .join(name)
-}
 
 /// One frame of a trace file: kind byte, payload (the checksum is recomputed on writing).
 #[derive(Clone)]

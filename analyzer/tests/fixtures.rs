@@ -5,28 +5,13 @@
     reason = "a test crate links all the package's dependencies; the lib target checks them"
 )]
 
-use std::path::{Path, PathBuf};
+#[expect(dead_code, reason = "each test crate uses part of the shared helpers")]
+mod common;
+
+use std::path::Path;
 
 use analyzer::stress::{read_app_log, read_stress};
-
-/// The shared fixtures live in `shared/fixtures` beside the repository (or `BLKPROF_FIXTURES`).
-fn fixture(p: &str) -> PathBuf {
-    if let Some(dir) = std::env::var_os("BLKPROF_FIXTURES") {
-        return PathBuf::from(dir).join(p);
-    }
-    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let dir = here
-        .ancestors()
-        .map(|a| a.join("shared/fixtures"))
-        .find(|d| d.is_dir())
-        .unwrap_or_else(|| {
-            panic!(
-                "no shared/fixtures beside {} (set BLKPROF_FIXTURES)",
-                here.display()
-            )
-        });
-    dir.join(p)
-}
+use common::fixture;
 
 fn lines_matching(p: &Path, f: impl Fn(&str) -> bool) -> usize {
     std::fs::read_to_string(p)

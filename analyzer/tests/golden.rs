@@ -5,22 +5,17 @@
     reason = "a test crate links all the package's dependencies; the lib target checks them"
 )]
 
-use std::path::PathBuf;
+#[expect(dead_code, reason = "each test crate uses part of the shared helpers")]
+mod common;
 
 use analyzer::check::{Rules, check, default_rules};
 use analyzer::series::Options;
 use analyzer::summary::{JsonReport, summarize};
+use common::golden;
 
-fn golden(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/data")
-        .join(name)
-}
-
+/// The report of golden trace `name`.
 fn report(name: &str) -> JsonReport {
-    summarize(&golden(name), &Options::default())
-        .unwrap()
-        .to_json()
+    common::report(&golden(name))
 }
 
 #[test]

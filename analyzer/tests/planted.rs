@@ -6,17 +6,20 @@
     reason = "a test crate links all the package's dependencies; the lib target checks them"
 )]
 
+#[expect(dead_code, reason = "each test crate uses part of the shared helpers")]
+mod common;
+
 use analyzer::numeric::{f64_to_u64_saturating, f64_to_usize_saturating};
 use analyzer::series::Options;
 use analyzer::summary::summarize;
-use analyzer::synth::{BASE_NS, Io, cassandra_like, write_trace};
+use analyzer::synth::{BASE_NS, Io, cassandra_like, cassandra_like_seeded, write_trace};
+use common::trace;
 use tracer_common::op::{Op, flags};
 
+/// The summary of `ios` written as a trace.
 fn report(ios: &mut [Io]) -> analyzer::summary::Summary {
     let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("t.blkp");
-    write_trace(&p, ios).unwrap();
-    summarize(&p, &Options::default()).unwrap()
+    common::summary(&trace(dir.path(), "t.blkp", ios))
 }
 
 #[test]
@@ -240,33 +243,39 @@ fn hostile_strings_are_escaped_in_html() {
 #[test]
 fn compare_flags_a_changed_workload_and_not_an_unchanged_one() {
     let dir = tempfile::tempdir().unwrap();
-    let mk = |name: &str, ios: &mut Vec<Io>| {
-        let p = dir.path().join(name);
-        write_trace(&p, ios).unwrap();
-        summarize(&p, &Options::default()).unwrap().to_json()
-    };
+    let mk = |name: &str, ios: &mut Vec<Io>| common::report(&trace(dir.path(), name, ios));
     let a = mk(
         "a.blkp",
         &mut cassandra_like(40, 2000, &[(10.0, 2.0, 1500.0)]),
     );
-    let a2 = mk(
-        "a2.blkp",
-        &mut cassandra_like(40, 2000, &[(10.0, 2.0, 1500.0)]),
+    // A second recording of the same workload: the same IOs at the same rates, their times,
+    // latencies and sectors drawn anew.
+    let again = mk(
+        "again.blkp",
+        &mut cassandra_like_seeded(0x0bad_cafe, 40, 2000, &[(10.0, 2.0, 1500.0)]),
     );
-    let same = mk(
-        "same.blkp",
-        &mut cassandra_like(40, 2000, &[(10.0, 2.0, 1500.0)]),
+    let read_latency = |j: &analyzer::summary::JsonReport| {
+        serde_json::to_value(&j.devices[0].ops["read"].device_latency_us).unwrap()
+    };
+    assert_ne!(
+        read_latency(&a),
+        read_latency(&again),
+        "the recordings differ"
     );
     // Bigger flushes and twice the reads.
     let b = mk(
         "b.blkp",
         &mut cassandra_like(40, 4000, &[(10.0, 2.0, 1500.0), (25.0, 4.0, 3000.0)]),
     );
-    let c = analyzer::compare::compare(&[a2, same], None).unwrap();
+    let c = analyzer::compare::compare(&[a, again], None).unwrap();
     assert!(
         c.rows.iter().all(|r| !r.flagged),
         "{:?}",
         c.rows.iter().filter(|r| r.flagged).collect::<Vec<_>>()
+    );
+    let a = mk(
+        "a.blkp",
+        &mut cassandra_like(40, 2000, &[(10.0, 2.0, 1500.0)]),
     );
     let c = analyzer::compare::compare(&[a, b], None).unwrap();
     let flagged: Vec<&str> = c
@@ -291,11 +300,7 @@ fn compare_flags_a_changed_workload_and_not_an_unchanged_one() {
 fn check_fails_a_changed_workload_and_passes_a_second_recording() {
     use analyzer::check::{Rules, check, default_rules};
     let dir = tempfile::tempdir().unwrap();
-    let mk = |name: &str, ios: &mut Vec<Io>| {
-        let p = dir.path().join(name);
-        write_trace(&p, ios).unwrap();
-        summarize(&p, &Options::default()).unwrap().to_json()
-    };
+    let mk = |name: &str, ios: &mut Vec<Io>| common::report(&trace(dir.path(), name, ios));
     let base = mk(
         "base.blkp",
         &mut cassandra_like(60, 2000, &[(10.0, 2.0, 1500.0), (40.0, 2.0, 1500.0)]),

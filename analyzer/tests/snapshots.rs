@@ -9,14 +9,12 @@
     reason = "a test crate links all the package's dependencies; the lib target checks them"
 )]
 
+#[expect(dead_code, reason = "each test crate uses part of the shared helpers")]
+mod common;
+
+use common::golden;
 use std::path::PathBuf;
 use std::process::Command;
-
-fn golden(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/data")
-        .join(name)
-}
 
 /// Run blkprof from the golden data directory (so that paths print the same everywhere) and
 /// return its standard output; it must exit with `code`.

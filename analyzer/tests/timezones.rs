@@ -10,33 +10,21 @@
     reason = "a test crate links all the package's dependencies; the lib target checks them"
 )]
 
+#[expect(dead_code, reason = "each test crate uses part of the shared helpers")]
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use analyzer::summary::JsonReport;
+use common::{golden, json_report, stdout};
 use tracer_common::format::{TraceReader, TraceWriter, comm_bytes};
 
-fn golden(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/data")
-        .join(name)
-}
-
+/// `blkprof report` with `args`.
 fn blkprof(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_blkprof"))
-        .arg("report")
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn text(o: &Output) -> String {
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    String::from_utf8(o.stdout.clone()).unwrap()
-}
-
-fn json(o: &Output) -> JsonReport {
-    serde_json::from_slice(text(o).as_bytes()).unwrap()
+    let mut a = vec!["report"];
+    a.extend_from_slice(args);
+    common::blkprof(&a)
 }
 
 /// `src` with every "YYYY-MM-DD HH:MM:SS" stamp that `stamp_at` finds in a line moved by
@@ -126,14 +114,14 @@ fn a_log_in_utc_plus_2_matches_with_app_log_tz_exactly_as_the_utc_log() {
     let utc = run(&utc_log, &[]);
     let fixed = run(&plus2, &["--app-log-tz", "+02:00"]);
     assert_eq!(
-        text(&fixed),
-        text(&utc),
+        stdout(&fixed),
+        stdout(&utc),
         "the same report, flush table and all"
     );
-    assert!(text(&utc).contains("flushes matched 11 of 11"));
+    assert!(stdout(&utc).contains("flushes matched 11 of 11"));
     let (u, f) = (
-        json(&run(&utc_log, &["--json"])),
-        json(&run(&plus2, &["--app-log-tz", "+02:00", "--json"])),
+        json_report(&run(&utc_log, &["--json"])),
+        json_report(&run(&plus2, &["--app-log-tz", "+02:00", "--json"])),
     );
     let same = |j: &JsonReport| {
         serde_json::to_string(&(&j.flush_match, &j.compaction_discards, &j.markers)).unwrap()
@@ -147,12 +135,12 @@ fn a_log_in_utc_plus_2_matches_with_app_log_tz_exactly_as_the_utc_log() {
     // Read as UTC (the default for a trace without a zone), nothing falls inside the trace:
     // the report says so where the flush table would be, on stderr and in JSON.
     let o = run(&plus2, &[]);
-    let t = text(&o);
+    let t = stdout(&o);
     assert!(!t.contains("flushes matched"), "{t}");
     let hint = "11 of its flushes would match write bursts: try --app-log-tz +02:00";
     assert!(t.contains("\nwarning: ") && t.contains(hint), "{t}");
     assert!(String::from_utf8_lossy(&o.stderr).contains(hint));
-    let j = json(&run(&plus2, &["--json"]));
+    let j = json_report(&run(&plus2, &["--json"]));
     assert!(j.flush_match.is_empty());
     let w = &j.time_warnings[0];
     assert_eq!((w.kind.as_str(), w.time_zone.as_str()), ("app-log", "UTC"));
@@ -167,15 +155,15 @@ fn a_log_in_utc_plus_2_matches_with_app_log_tz_exactly_as_the_utc_log() {
     // name; the UTC+02:00 log read as Berlin time is an hour off, and +02:00 is named.
     let berlin = shifted(&utc_log, dir.path(), 1, log_stamp);
     let o = run(&berlin, &["--app-log-tz", "Europe/Berlin"]);
-    assert_eq!(text(&o), text(&utc));
-    let j = json(&run(&plus2, &["--app-log-tz", "Europe/Berlin", "--json"]));
+    assert_eq!(stdout(&o), stdout(&utc));
+    let j = json_report(&run(&plus2, &["--app-log-tz", "Europe/Berlin", "--json"]));
     let w = &j.time_warnings[0];
     assert_eq!(w.time_zone, "Europe/Berlin");
     assert_eq!(w.suggested_offset.as_deref(), Some("+02:00"));
 
     // A log of another day: no offset brings it onto the trace, and the report says that.
     let other_day = shifted(&utc_log, dir.path(), 48, log_stamp);
-    let t = text(&run(&other_day, &[]));
+    let t = stdout(&run(&other_day, &[]));
     assert!(
         t.contains("no whole- or half-hour UTC offset brings any of them inside"),
         "{t}"
@@ -200,13 +188,13 @@ fn ycsb_status_lines_in_utc_plus_2_sit_beside_the_disk_with_stress_tz() {
             .collect::<Vec<_>>()
             .join("\n")
     };
-    let utc = table(text(&run(&utc_err, &[])));
+    let utc = table(stdout(&run(&utc_err, &[])));
     assert!(utc.contains("2026-11-22T06:10:10.560Z       258"), "{utc}");
-    let fixed = table(text(&run(&plus2, &["--stress-tz", "+02:00"])));
+    let fixed = table(stdout(&run(&plus2, &["--stress-tz", "+02:00"])));
     assert_eq!(fixed, utc);
     let (u, f) = (
-        json(&run(&utc_err, &["--json"])),
-        json(&run(&plus2, &["--stress-tz", "+02:00", "--json"])),
+        json_report(&run(&utc_err, &["--json"])),
+        json_report(&run(&plus2, &["--stress-tz", "+02:00", "--json"])),
     );
     assert_eq!(
         serde_json::to_string(&f.stress[0].status).unwrap(),
@@ -217,12 +205,12 @@ fn ycsb_status_lines_in_utc_plus_2_sit_beside_the_disk_with_stress_tz() {
 
     // Read as UTC: no side-by-side view, and the offset that fits is named.
     let o = run(&plus2, &[]);
-    let t = text(&o);
+    let t = stdout(&o);
     assert!(!t.contains("client vs"), "{t}");
     let hint = "64 of them would fall inside it: try --stress-tz +02:00";
     assert!(t.contains("  warning: ") && t.contains(hint), "{t}");
     assert!(String::from_utf8_lossy(&o.stderr).contains(hint));
-    let j = json(&run(&plus2, &["--json"]));
+    let j = json_report(&run(&plus2, &["--json"]));
     let w = &j.time_warnings[0];
     assert_eq!((w.kind.as_str(), w.events), ("stress", 64));
     assert_eq!(w.suggested_offset.as_deref(), Some("+02:00"));
@@ -235,7 +223,7 @@ fn the_zone_recorded_in_the_trace_is_the_default() {
     let utc_err = golden("cassandra-ycsb-a.ycsb-run.err");
     let log2 = shifted(&utc_log, dir.path(), 2, log_stamp);
     let err2 = shifted(&utc_err, dir.path(), 2, ycsb_stamp);
-    let reference = text(&blkprof(&[
+    let reference = stdout(&blkprof(&[
         golden(TRACE).to_str().unwrap(),
         "--app-log",
         utc_log.to_str().unwrap(),
@@ -248,7 +236,7 @@ fn the_zone_recorded_in_the_trace_is_the_default() {
         log2.to_str().unwrap(),
         err2.to_str().unwrap(),
     );
-    let j = json(&blkprof(&[
+    let j = json_report(&blkprof(&[
         t2,
         "--app-log",
         log2,
@@ -260,13 +248,13 @@ fn the_zone_recorded_in_the_trace_is_the_default() {
     assert_eq!(j.time_zones.app_log.as_deref(), Some("+02:00"));
     assert!(j.time_warnings.is_empty(), "{:?}", j.time_warnings);
     assert_eq!(j.flush_match[0].1.flushes_matched, 11);
-    let t = text(&blkprof(&[t2, "--app-log", log2]));
+    let t = stdout(&blkprof(&[t2, "--app-log", log2]));
     let after_header = |t: &str| t.lines().skip(1).collect::<Vec<_>>().join("\n");
     assert_eq!(after_header(&t), after_header(&reference));
     // ...and a log written in UTC on that host (as the project's own runs do) needs the option.
-    let t = text(&blkprof(&[t2, "--app-log", utc_log.to_str().unwrap()]));
+    let t = stdout(&blkprof(&[t2, "--app-log", utc_log.to_str().unwrap()]));
     assert!(t.contains("try --app-log-tz +00:00"), "{t}");
-    let t = text(&blkprof(&[
+    let t = stdout(&blkprof(&[
         t2,
         "--app-log",
         utc_log.to_str().unwrap(),
@@ -278,7 +266,7 @@ fn the_zone_recorded_in_the_trace_is_the_default() {
     // A named zone: Berlin in November is +01:00.
     let t1 = trace_in_zone(dir.path(), 3600, "Europe/Berlin");
     let log1 = shifted(&utc_log, dir.path(), 1, log_stamp);
-    let j = json(&blkprof(&[
+    let j = json_report(&blkprof(&[
         t1.to_str().unwrap(),
         "--app-log",
         log1.to_str().unwrap(),
@@ -296,7 +284,7 @@ fn stress_start_with_an_offset_or_in_the_stress_zone() {
     let run = |extra: &[&str]| {
         let mut a = vec![trace.to_str().unwrap(), "--stress", cs.to_str().unwrap()];
         a.extend_from_slice(extra);
-        text(&blkprof(&a))
+        stdout(&blkprof(&a))
     };
     let want = "2026-11-22T06:10:16.000Z      1842";
     for start in [

@@ -6,11 +6,12 @@
     reason = "a test crate links all the package's dependencies; the lib target checks them"
 )]
 
-use std::path::Path;
-use std::process::{Command, Output};
+#[expect(dead_code, reason = "each test crate uses part of the shared helpers")]
+mod common;
 
-use analyzer::synth::{BASE_NS, Io, write_trace};
+use analyzer::synth::{BASE_NS, Io};
 use analyzer::whatif::{Options, Raid0, whatif};
+use common::{blkprof, trace};
 use serde_json::Value;
 use tracer_common::op::{Op, flags};
 
@@ -59,23 +60,10 @@ fn planted() -> Vec<Io> {
     ]
 }
 
-fn trace(dir: &Path, ios: &mut [Io]) -> std::path::PathBuf {
-    let p = dir.join("t.blkp");
-    write_trace(&p, ios).unwrap();
-    p
-}
-
-fn blkprof(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_blkprof"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
 #[test]
 fn planted_ios_land_on_the_members_md_puts_them_on() {
     let dir = tempfile::tempdir().unwrap();
-    let p = trace(dir.path(), &mut planted());
+    let p = trace(dir.path(), "t.blkp", &mut planted());
     let opts = Options {
         raid0: Raid0::new(4, 64 * K).unwrap(),
         device: None,
@@ -138,7 +126,7 @@ fn planted_ios_land_on_the_members_md_puts_them_on() {
 #[test]
 fn offset_shifts_the_mapping_and_leaves_out_what_lies_before() {
     let dir = tempfile::tempdir().unwrap();
-    let p = trace(dir.path(), &mut planted());
+    let p = trace(dir.path(), "t.blkp", &mut planted());
     let opts = Options {
         raid0: Raid0::new(4, 64 * K).unwrap(),
         device: Some("259:1".into()),
@@ -159,7 +147,7 @@ fn offset_shifts_the_mapping_and_leaves_out_what_lies_before() {
 #[test]
 fn json_has_the_arrays_section_shape() {
     let dir = tempfile::tempdir().unwrap();
-    let p = trace(dir.path(), &mut planted());
+    let p = trace(dir.path(), "t.blkp", &mut planted());
     let o = blkprof(&[
         "whatif",
         "--raid0",
@@ -215,7 +203,7 @@ fn json_has_the_arrays_section_shape() {
 #[test]
 fn text_reads_as_the_arrays_section() {
     let dir = tempfile::tempdir().unwrap();
-    let p = trace(dir.path(), &mut planted());
+    let p = trace(dir.path(), "t.blkp", &mut planted());
     let o = blkprof(&[
         "whatif",
         "--raid0",
@@ -241,7 +229,7 @@ fn text_reads_as_the_arrays_section() {
 #[test]
 fn a_trace_without_ios_says_so() {
     let dir = tempfile::tempdir().unwrap();
-    let p = trace(dir.path(), &mut []);
+    let p = trace(dir.path(), "t.blkp", &mut []);
     let o = blkprof(&[
         "whatif",
         "--raid0",
@@ -273,7 +261,7 @@ fn a_trace_without_ios_says_so() {
 #[test]
 fn bad_shapes_and_inputs_exit_2_with_the_rule() {
     let dir = tempfile::tempdir().unwrap();
-    let p = trace(dir.path(), &mut planted());
+    let p = trace(dir.path(), "t.blkp", &mut planted());
     let p = p.to_str().unwrap();
     for (args, says) in [
         (vec!["--raid0", "1", "--chunk", "64K"], "at least 2"),

@@ -122,12 +122,10 @@ mod tests {
             };
             usize::try_from(i).map_or(BUCKETS - 1, |i| i.min(BUCKETS - 1))
         };
-        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let mut rng = crate::numeric::Rng(0x2545_F491_4F6C_DD1D);
         for v in (0..5000).chain((0..64).flat_map(|b| [(1u64 << b) - 1, 1 << b, (1 << b) + 1])) {
             assert_eq!(index(v), by_octave(v), "{v}");
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            let x = rng.next_u64();
             let w = x >> (x % 64);
             assert_eq!(index(w), by_octave(w), "{w}");
         }

@@ -1,4 +1,4 @@
-//! What is computed from the records: the streaming summary (the engine, `summary.rs`), the
+//! What is computed from the records: the streaming summary (`summary/`), the
 //! sections it feeds, time series, bursts, busy time, size classes, sampling noise, the
 //! what-if array model, and the names of what a trace leaves unnamed (`labels.rs`: shared with
 //! the export).
@@ -9,6 +9,7 @@ pub mod classes;
 pub mod labels;
 pub mod loghist;
 pub mod noise;
+pub mod per_device;
 pub mod sections;
 pub mod series;
 pub mod sizes;

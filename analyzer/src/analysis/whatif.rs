@@ -12,7 +12,7 @@ use std::io::Write;
 use std::path::Path;
 
 use serde::Serialize;
-use tracer_common::format::{FormatError, IoRecord, TraceReader};
+use tracer_common::format::{DeviceInfo, FormatError, IoRecord, Scan, TraceReader};
 use tracer_common::op::{Op, StatGroup, flags};
 
 use crate::analysis::sections::arrays::{ArrayModel, MemberModel};
@@ -373,27 +373,7 @@ pub fn whatif(path: &Path, opts: &Options) -> Result<WhatIf, WhatIfError> {
     if !opts.offset_bytes.is_multiple_of(512) {
         return Err(WhatIfError::Offset(opts.offset_bytes));
     }
-    let names = || {
-        scan.devices
-            .iter()
-            .map(|d| d.name.clone())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let dev = match &opts.device {
-        Some(name) => Some(
-            scan.devices
-                .iter()
-                .find(|d| &d.name == name || format!("{}:{}", d.major, d.minor) == *name)
-                .ok_or_else(|| WhatIfError::NoDevice {
-                    name: name.clone(),
-                    have: names(),
-                })?
-                .clone(),
-        ),
-        None if scan.devices.len() > 1 => return Err(WhatIfError::SeveralDevices(names())),
-        None => scan.devices.first().cloned(),
-    };
+    let dev = device(&scan, opts)?;
     let file_bytes = std::fs::metadata(path).map_or(u64::MAX, |m| m.len());
     let window = crate::analysis::summary::Window::of(
         &header,
@@ -485,6 +465,25 @@ pub fn whatif(path: &Path, opts: &Options) -> Result<WhatIf, WhatIfError> {
     } else {
         splits.split_ios as f64 * 100.0 / splits.data_ios as f64
     };
+    let (rows, mixes) = member_rows(&mut members);
+    let device = dev.map_or_else(|| "(every device)".to_string(), |d| d.name);
+    Ok(WhatIf {
+        trace: path.display().to_string(),
+        array: ArrayModel::new("what-if".into(), "raid0".into(), raid.chunk_bytes, rows),
+        device,
+        level: "raid0",
+        members: raid.members,
+        chunk_bytes: raid.chunk_bytes,
+        offset_bytes: opts.offset_bytes,
+        trace_ios: ios,
+        splits,
+        member_mix: mixes,
+        not_modelled: NOT_MODELLED.to_vec(),
+    })
+}
+
+/// Each member's row of the array table and its size mix.
+fn member_rows(members: &mut [Member]) -> (Vec<MemberModel>, Vec<MemberMix>) {
     let mut rows = Vec::new();
     let mut mixes = Vec::new();
     for (i, m) in (0u32..).zip(members.iter_mut()) {
@@ -528,19 +527,31 @@ pub fn whatif(path: &Path, opts: &Options) -> Result<WhatIf, WhatIfError> {
             ios_if_merged: m.ios_if_merged,
         });
     }
-    let device = dev.map_or_else(|| "(every device)".to_string(), |d| d.name);
-    Ok(WhatIf {
-        trace: path.display().to_string(),
-        array: ArrayModel::new("what-if".into(), "raid0".into(), raid.chunk_bytes, rows),
-        device,
-        level: "raid0",
-        members: raid.members,
-        chunk_bytes: raid.chunk_bytes,
-        offset_bytes: opts.offset_bytes,
-        trace_ios: ios,
-        splits,
-        member_mix: mixes,
-        not_modelled: NOT_MODELLED.to_vec(),
+    (rows, mixes)
+}
+
+/// The device `--device` names, or the trace's only one; none when the trace has none.
+fn device(scan: &Scan, opts: &Options) -> Result<Option<DeviceInfo>, WhatIfError> {
+    let names = || {
+        scan.devices
+            .iter()
+            .map(|d| d.name.clone())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    Ok(match &opts.device {
+        Some(name) => Some(
+            scan.devices
+                .iter()
+                .find(|d| &d.name == name || format!("{}:{}", d.major, d.minor) == *name)
+                .ok_or_else(|| WhatIfError::NoDevice {
+                    name: name.clone(),
+                    have: names(),
+                })?
+                .clone(),
+        ),
+        None if scan.devices.len() > 1 => return Err(WhatIfError::SeveralDevices(names())),
+        None => scan.devices.first().cloned(),
     })
 }
 

@@ -725,7 +725,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (input, output) = (dir.path().join("in.csv"), dir.path().join("out.blkprof"));
         // FILETIME 2.2e17 is in the year 2298: past i64 nanoseconds since 1970 (2262), within
-        // u64 (2554); it used to become a negative wall clock in the trace header.
+        // u64 (2554): refused, not turned into a negative wall clock in the trace header.
         std::fs::write(&input, "220000000000000000,web,0,Read,4096,4096,100\n").unwrap();
         let e = import_msr(&input, &output, false).unwrap_err().to_string();
         assert!(e.contains("before the year 2262"), "{e}");

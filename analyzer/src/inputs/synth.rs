@@ -165,7 +165,18 @@ pub use crate::numeric::Rng;
 /// write bursts planted at `bursts` (start s, duration s, MB/s), each followed 2 s later by a
 /// 4 GB discard; a trickle of 4 KB commit-log writes between.
 pub fn cassandra_like(seconds: u64, read_iops: u64, bursts: &[(f64, f64, f64)]) -> Vec<Io> {
-    let mut rng = Rng(0x1234_5678);
+    cassandra_like_seeded(0x1234_5678, seconds, read_iops, bursts)
+}
+
+/// [`cassandra_like`] with the read times, latencies and sectors drawn from generator `seed`:
+/// another recording of the same workload, differing only by noise.
+pub fn cassandra_like_seeded(
+    seed: u64,
+    seconds: u64,
+    read_iops: u64,
+    bursts: &[(f64, f64, f64)],
+) -> Vec<Io> {
+    let mut rng = Rng(seed);
     let mut ios = Vec::new();
     let s = 1_000_000_000u64;
     let in_burst = |t: u64| {

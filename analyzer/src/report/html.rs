@@ -3,6 +3,7 @@
 //! and the sections' HTML, which come rendered (and escaped) already.
 
 use askama::Template;
+use tracer_common::op::StatGroup;
 
 use crate::analysis::bursts::Burst;
 use crate::report::model::{JsonDevice, JsonOp, JsonReport, describe_labels, describe_queue};
@@ -50,7 +51,8 @@ struct OpRow<'a> {
 }
 
 fn device<'a>(j: &JsonReport, d: &'a JsonDevice) -> Device<'a> {
-    let ops = ["read", "write", "discard", "flush"]
+    let ops = StatGroup::ALL
+        .map(StatGroup::name)
         .into_iter()
         .filter_map(|name| {
             let o = d.ops.get(name).filter(|o| o.ios > 0)?;

@@ -200,6 +200,10 @@ fn overlays(j: &JsonReport, d: &JsonDevice, x_max: f64) -> (Vec<(f64, f64)>, Vec
 }
 
 /// The charts of device `d` of report `j`.
+#[expect(
+    clippy::too_many_lines,
+    reason = "the charts, one after the other in the page's order"
+)]
 pub fn charts<'a>(j: &JsonReport, d: &'a JsonDevice) -> Vec<Chart<'a>> {
     let ser = &d.series;
     // Each value is plotted at the middle of its interval.

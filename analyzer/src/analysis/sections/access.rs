@@ -13,6 +13,7 @@ use tracer_common::format::IoRecord;
 use tracer_common::op::Op;
 
 use super::{Section, SectionDef};
+use crate::analysis::per_device::index;
 use crate::analysis::series::Options;
 
 pub(super) const DEF: SectionDef = SectionDef {
@@ -101,15 +102,14 @@ fn new(_: &Options, _: &tracer_common::format::TraceHeader) -> Box<dyn Section> 
 impl Access {
     /// The streams of device `dev`, made when first needed.
     fn streams(&mut self, dev: u32) -> &mut [Stream; 2] {
-        if self.devices.get(self.last).is_none_or(|d| d.0 != dev) {
-            self.last = if let Some(i) = self.devices.iter().position(|d| d.0 == dev) {
-                i
-            } else {
-                self.devices.push((dev, Default::default()));
-                self.devices.len() - 1
-            };
-        }
-        &mut self.devices[self.last].1
+        let i = index(
+            &mut self.devices,
+            &mut self.last,
+            dev,
+            |d| d.0,
+            || (dev, Default::default()),
+        );
+        &mut self.devices[i].1
     }
 }
 

@@ -12,6 +12,7 @@ use tracer_common::hdrfast::HdrCounts;
 use tracer_common::op::StatGroup;
 
 use super::{Names, Section, SectionDef};
+use crate::analysis::per_device::index;
 use crate::analysis::series::Options;
 
 pub(crate) const DEF: SectionDef = SectionDef {
@@ -144,18 +145,17 @@ impl Section for NoArrays {
 impl Section for Arrays {
     fn chunk(&mut self, records: &[IoRecord]) {
         for r in records {
-            if self.devs.get(self.last).is_none_or(|t| t.dev != r.dev) {
-                self.last = if let Some(i) = self.devs.iter().position(|t| t.dev == r.dev) {
-                    i
-                } else {
-                    self.devs.push(Tally {
-                        dev: r.dev,
-                        ..Tally::default()
-                    });
-                    self.devs.len() - 1
-                };
-            }
-            let t = &mut self.devs[self.last];
+            let i = index(
+                &mut self.devs,
+                &mut self.last,
+                r.dev,
+                |t| t.dev,
+                || Tally {
+                    dev: r.dev,
+                    ..Tally::default()
+                },
+            );
+            let t = &mut self.devs[i];
             t.ios += 1;
             t.bytes += u64::from(r.bytes);
             match r.stat_group() {

@@ -11,6 +11,7 @@ use tracer_common::format::{IoRecord, TraceHeader};
 use tracer_common::op::StatGroup;
 
 use super::{Names, Section, SectionDef};
+use crate::analysis::per_device::index;
 use crate::analysis::series::Options;
 
 pub(super) const DEF: SectionDef = SectionDef {
@@ -120,18 +121,17 @@ fn new(_: &Options, header: &TraceHeader) -> Box<dyn Section> {
 impl HwQueues {
     /// The tallies of device `dev`, made when first needed.
     fn tallies(&mut self, dev: u32) -> &mut DevTallies {
-        if self.devs.get(self.last).is_none_or(|d| d.dev != dev) {
-            self.last = if let Some(i) = self.devs.iter().position(|d| d.dev == dev) {
-                i
-            } else {
-                self.devs.push(DevTallies {
-                    dev,
-                    queues: Vec::new(),
-                });
-                self.devs.len() - 1
-            };
-        }
-        &mut self.devs[self.last]
+        let i = index(
+            &mut self.devs,
+            &mut self.last,
+            dev,
+            |d| d.dev,
+            || DevTallies {
+                dev,
+                queues: Vec::new(),
+            },
+        );
+        &mut self.devs[i]
     }
 }
 

@@ -27,6 +27,7 @@ use tracer_common::format::IoRecord;
 use tracer_common::op::{Op, StatGroup};
 
 use super::{Names, Section, SectionDef};
+use crate::analysis::per_device::index;
 use crate::analysis::series::Options;
 
 pub(super) const DEF: SectionDef = SectionDef {
@@ -313,15 +314,14 @@ impl Phases {
             if r.op == Op::Flush && r.stat_group() != StatGroup::Flush {
                 continue;
             }
-            if self.devices.get(self.last).is_none_or(|d| d.dev != r.dev) {
-                self.last = if let Some(i) = self.devices.iter().position(|d| d.dev == r.dev) {
-                    i
-                } else {
-                    self.devices.push(Device::new(r.dev));
-                    self.devices.len() - 1
-                };
-            }
-            self.devices[self.last].push(Pending {
+            let i = index(
+                &mut self.devices,
+                &mut self.last,
+                r.dev,
+                |d| d.dev,
+                || Device::new(r.dev),
+            );
+            self.devices[i].push(Pending {
                 enter_ns: r.enter_ns,
                 sector: r.sector,
                 sectors: u64::from(r.bytes).div_ceil(512),
@@ -402,10 +402,10 @@ impl Section for Phases {
                     .collect();
                 // The report's order: read, write, discard, flush, then the rest by name.
                 let rank = |op: &str| {
-                    ["read", "write", "discard", "flush"]
+                    StatGroup::ALL
                         .iter()
-                        .position(|x| *x == op)
-                        .unwrap_or(4)
+                        .position(|g| g.name() == op)
+                        .unwrap_or(StatGroup::ALL.len())
                 };
                 ops.sort_by(|a, b| (rank(&a.op), &a.op).cmp(&(rank(&b.op), &b.op)));
                 DeviceModel {

@@ -24,6 +24,7 @@ use tracer_common::format::IoRecord;
 use tracer_common::op::Op;
 
 use super::{Names, Section, SectionDef};
+use crate::analysis::per_device::index;
 use crate::analysis::series::Options;
 
 pub(super) const DEF: SectionDef = SectionDef {
@@ -331,15 +332,14 @@ fn new(_: &Options, _: &tracer_common::format::TraceHeader) -> Box<dyn Section> 
 impl Shape {
     /// Device `dev`, made when first needed.
     fn device(&mut self, dev: u32) -> &mut Device {
-        if self.devices.get(self.last).is_none_or(|d| d.dev != dev) {
-            self.last = if let Some(i) = self.devices.iter().position(|d| d.dev == dev) {
-                i
-            } else {
-                self.devices.push(Device::new(dev));
-                self.devices.len() - 1
-            };
-        }
-        &mut self.devices[self.last]
+        let i = index(
+            &mut self.devices,
+            &mut self.last,
+            dev,
+            |d| d.dev,
+            || Device::new(dev),
+        );
+        &mut self.devices[i]
     }
 }
 
