@@ -496,31 +496,7 @@ fn verdict(
     bds: &[(&JsonReport, &JsonDevice)],
     rule: &Rule,
 ) -> Result<Verdict, String> {
-    let mix_op = rule.metric.strip_suffix(".size_mix_distance");
-    let needs_base = rule.within.is_some() || rule.within_pct.is_some() || mix_op.is_some();
-    if needs_base && bds.is_empty() {
-        return Err(format!(
-            "rule on {:?} compares with a baseline: give --baseline",
-            rule.metric
-        ));
-    }
-    if rule.max.is_none()
-        && rule.min.is_none()
-        && rule.within.is_none()
-        && rule.within_pct.is_none()
-    {
-        return Err(format!(
-            "rule on {:?} has no bound (max, min, within or within_pct)",
-            rule.metric
-        ));
-    }
-    let sigmas = rule.sigmas.unwrap_or(0.0);
-    if !(sigmas >= 0.0 && sigmas.is_finite()) {
-        return Err(format!(
-            "rule on {:?}: sigmas must be a number >= 0",
-            rule.metric
-        ));
-    }
+    let sigmas = rule_sigmas(rule, !bds.is_empty())?;
     let mut v = Verdict {
         rule: rule.clone(),
         value: None,
@@ -529,41 +505,7 @@ fn verdict(
         pass: true,
         reason: "ok".into(),
     };
-    // The figures.
-    let (fig, base): (Option<Figure>, Vec<Figure>) = if let Some(op) = mix_op {
-        if !OPS.contains(&op) {
-            return Err(format!(
-                "unknown op {op:?} in metric {:?} (read, write, discard or flush)",
-                rule.metric
-            ));
-        }
-        // Distance to the closest baseline, less its sampling noise.
-        let closest = bds
-            .iter()
-            .filter_map(|(_, bd)| {
-                let dist = mix_distance(d, bd, op)?;
-                let se = match (d.ops.get(op), bd.ops.get(op)) {
-                    (Some(a), Some(b)) => noise::size_mix_se(a, b),
-                    _ => 0.0,
-                };
-                Some(Figure {
-                    value: dist,
-                    lo: (dist - sigmas * se).max(0.0),
-                    hi: dist + sigmas * se,
-                })
-            })
-            .min_by(|a, b| a.lo.total_cmp(&b.lo));
-        (closest, Vec::new())
-    } else {
-        let f = figure(trace, d, &rule.metric, sigmas)?;
-        let mut base = Vec::new();
-        for (b, bd) in bds {
-            if let Some(x) = figure(b, bd, &rule.metric, sigmas)? {
-                base.push(x);
-            }
-        }
-        (f, base)
-    };
+    let (fig, base) = figures(trace, d, bds, rule, sigmas)?;
     if !base.is_empty() {
         let mut vals: Vec<f64> = base.iter().map(|b| b.value).collect();
         vals.sort_by(f64::total_cmp);
@@ -616,65 +558,153 @@ fn verdict(
         reasons.push(format!("{} is below the minimum {m}", fmt_num(f.value)));
     }
     if !base.is_empty() && (rule.within.is_some() || rule.within_pct.is_some()) {
-        let what = match v.baseline_range {
-            Some((lo, hi)) => format!("the baselines' {}..{}", fmt_num(lo), fmt_num(hi)),
-            None => format!("the baseline's {}", fmt_num(base[0].value)),
-        };
-        let highest = base
-            .iter()
-            .max_by(|a, b| a.value.total_cmp(&b.value))
-            .expect("a baseline");
-        let lowest = base
-            .iter()
-            .min_by(|a, b| a.value.total_cmp(&b.value))
-            .expect("a baseline");
-        // A rise is measured from the highest baseline, a fall from the lowest (one baseline:
-        // the same); the two figures' noise adds in quadrature and is taken off the difference.
-        let dir = rule.direction.unwrap_or_default();
-        let mut sides = Vec::new();
-        if dir != Direction::Down {
-            let noise = (f.value - f.lo).hypot(highest.hi - highest.value);
-            sides.push((f.value - highest.value, 1.0, noise, highest.value));
-        }
-        if dir != Direction::Up {
-            let noise = (f.hi - f.value).hypot(lowest.value - lowest.lo);
-            sides.push((f.value - lowest.value, -1.0, noise, lowest.value));
-        }
-        let slack = rule.slack.unwrap_or(0.0);
-        for (diff, sign, noise, edge) in sides {
-            let gap = sign * diff - noise;
-            if gap <= slack || gap <= 0.0 {
-                continue;
-            }
-            let beyond = if noisy {
-                format!(" (sampling noise {})", fmt_num(noise))
-            } else {
-                String::new()
-            };
-            if let Some(w) = rule.within.filter(|&w| gap > w) {
-                reasons.push(format!(
-                    "{} is {:+.3} from {what}, more than {w}{beyond}",
-                    fmt_num(f.value),
-                    diff
-                ));
-            }
-            if let Some(w) = rule
-                .within_pct
-                .filter(|&w| edge != 0.0 && gap / edge.abs() * 100.0 > w)
-            {
-                reasons.push(format!(
-                    "{} is {:+.1}% from {what}, more than {w}%{beyond}",
-                    fmt_num(f.value),
-                    diff / edge.abs() * 100.0
-                ));
-            }
-        }
+        reasons.extend(within_reasons(rule, &f, &base, v.baseline_range, noisy));
     }
     v.pass = reasons.is_empty();
     if !v.pass {
         v.reason = reasons.join("; ");
     }
     Ok(v)
+}
+
+/// The rule's sigmas, once the rule is one that can be checked: it has a bound, and a baseline
+/// if it compares with one.
+fn rule_sigmas(rule: &Rule, have_baseline: bool) -> Result<f64, String> {
+    let mix = rule.metric.ends_with(".size_mix_distance");
+    let needs_base = rule.within.is_some() || rule.within_pct.is_some() || mix;
+    if needs_base && !have_baseline {
+        return Err(format!(
+            "rule on {:?} compares with a baseline: give --baseline",
+            rule.metric
+        ));
+    }
+    if rule.max.is_none()
+        && rule.min.is_none()
+        && rule.within.is_none()
+        && rule.within_pct.is_none()
+    {
+        return Err(format!(
+            "rule on {:?} has no bound (max, min, within or within_pct)",
+            rule.metric
+        ));
+    }
+    let sigmas = rule.sigmas.unwrap_or(0.0);
+    if !(sigmas >= 0.0 && sigmas.is_finite()) {
+        return Err(format!(
+            "rule on {:?}: sigmas must be a number >= 0",
+            rule.metric
+        ));
+    }
+    Ok(sigmas)
+}
+
+/// The rule's figure in the trace and in each baseline that has it. A size-mix distance is one
+/// figure, the distance to the closest baseline less its sampling noise, and no baselines.
+fn figures(
+    trace: &JsonReport,
+    d: &JsonDevice,
+    bds: &[(&JsonReport, &JsonDevice)],
+    rule: &Rule,
+    sigmas: f64,
+) -> Result<(Option<Figure>, Vec<Figure>), String> {
+    if let Some(op) = rule.metric.strip_suffix(".size_mix_distance") {
+        if !OPS.contains(&op) {
+            return Err(format!(
+                "unknown op {op:?} in metric {:?} (read, write, discard or flush)",
+                rule.metric
+            ));
+        }
+        let closest = bds
+            .iter()
+            .filter_map(|(_, bd)| {
+                let dist = mix_distance(d, bd, op)?;
+                let se = match (d.ops.get(op), bd.ops.get(op)) {
+                    (Some(a), Some(b)) => noise::size_mix_se(a, b),
+                    _ => 0.0,
+                };
+                Some(Figure {
+                    value: dist,
+                    lo: (dist - sigmas * se).max(0.0),
+                    hi: dist + sigmas * se,
+                })
+            })
+            .min_by(|a, b| a.lo.total_cmp(&b.lo));
+        return Ok((closest, Vec::new()));
+    }
+    let f = figure(trace, d, &rule.metric, sigmas)?;
+    let mut base = Vec::new();
+    for (b, bd) in bds {
+        if let Some(x) = figure(b, bd, &rule.metric, sigmas)? {
+            base.push(x);
+        }
+    }
+    Ok((f, base))
+}
+
+/// Why the figure `f` is not within `within`/`within_pct` of the baselines (`base`, not empty;
+/// `range`: theirs when several); empty when it is.
+fn within_reasons(
+    rule: &Rule,
+    f: &Figure,
+    base: &[Figure],
+    range: Option<(f64, f64)>,
+    noisy: bool,
+) -> Vec<String> {
+    let what = match range {
+        Some((lo, hi)) => format!("the baselines' {}..{}", fmt_num(lo), fmt_num(hi)),
+        None => format!("the baseline's {}", fmt_num(base[0].value)),
+    };
+    let highest = base
+        .iter()
+        .max_by(|a, b| a.value.total_cmp(&b.value))
+        .expect("a baseline");
+    let lowest = base
+        .iter()
+        .min_by(|a, b| a.value.total_cmp(&b.value))
+        .expect("a baseline");
+    // A rise is measured from the highest baseline, a fall from the lowest (one baseline:
+    // the same); the two figures' noise adds in quadrature and is taken off the difference.
+    let dir = rule.direction.unwrap_or_default();
+    let mut sides = Vec::new();
+    if dir != Direction::Down {
+        let noise = (f.value - f.lo).hypot(highest.hi - highest.value);
+        sides.push((f.value - highest.value, 1.0, noise, highest.value));
+    }
+    if dir != Direction::Up {
+        let noise = (f.hi - f.value).hypot(lowest.value - lowest.lo);
+        sides.push((f.value - lowest.value, -1.0, noise, lowest.value));
+    }
+    let slack = rule.slack.unwrap_or(0.0);
+    let mut reasons = Vec::new();
+    for (diff, sign, noise, edge) in sides {
+        let gap = sign * diff - noise;
+        if gap <= slack || gap <= 0.0 {
+            continue;
+        }
+        let beyond = if noisy {
+            format!(" (sampling noise {})", fmt_num(noise))
+        } else {
+            String::new()
+        };
+        if let Some(w) = rule.within.filter(|&w| gap > w) {
+            reasons.push(format!(
+                "{} is {:+.3} from {what}, more than {w}{beyond}",
+                fmt_num(f.value),
+                diff
+            ));
+        }
+        if let Some(w) = rule
+            .within_pct
+            .filter(|&w| edge != 0.0 && gap / edge.abs() * 100.0 > w)
+        {
+            reasons.push(format!(
+                "{} is {:+.1}% from {what}, more than {w}%{beyond}",
+                fmt_num(f.value),
+                diff / edge.abs() * 100.0
+            ));
+        }
+    }
+    reasons
 }
 
 /// A number in at most 6 characters' precision, for a range in a 14-character column.
