@@ -1,6 +1,11 @@
 //! In-kernel aggregates (counts, bytes, latency sums and histograms per device, op and epoch),
 //! exact against /proc/diskstats, and the `--no-records` program that keeps them alone.
 
+#![expect(
+    clippy::needless_pass_by_value,
+    reason = "aya's program macros hand each program its context by value"
+)]
+
 use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
 use tracer_common::{
     AGG_FLUSH_RQ, AGG_NOT_ACCOUNTED, AggKey, Aggregate, Counter, Cuts, LATENCY_BUCKETS,
@@ -34,7 +39,7 @@ static ZERO_AGGREGATE: Aggregate = Aggregate {
 fn bucket(v: u64, n: usize) -> usize {
     let b = loglin_le_bucket(v);
     // SAFETY: reading a local.
-    let b = unsafe { core::ptr::read_volatile(&b) };
+    let b = unsafe { core::ptr::read_volatile(&raw const b) };
     if b >= n { n - 1 } else { b }
 }
 
@@ -104,6 +109,10 @@ pub(crate) fn aggregate(key: &AggKey) -> Option<*mut Aggregate> {
     if let Some(a) = AGGREGATES.get_ptr_mut(key) {
         return Some(a);
     }
+    #[expect(
+        clippy::let_underscore_must_use,
+        reason = "fails only when the map is full (the caller counts it) or the key exists"
+    )]
     let _ = AGGREGATES.insert(key, &ZERO_AGGREGATE, BPF_NOEXIST);
     AGGREGATES.get_ptr_mut(key)
 }
@@ -115,11 +124,15 @@ pub(crate) fn aggregate(key: &AggKey) -> Option<*mut Aggregate> {
 // the bytes done before its last part.
 
 #[btf_tracepoint(function = "block_rq_complete")]
-pub fn blkprof_complete_agg(ctx: BtfTracePointContext) -> i32 {
+fn blkprof_complete_agg(ctx: BtfTracePointContext) -> i32 {
     try_complete_agg(&ctx);
     0
 }
 
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "the tracepoint's `nr_bytes` (an unsigned int) comes in a 64-bit argument slot"
+)]
 fn try_complete_agg(ctx: &BtfTracePointContext) -> Option<()> {
     let cfg = config();
     let rq: *const u8 = ctx.arg(0);
@@ -138,6 +151,10 @@ fn try_complete_agg(ctx: &BtfTracePointContext) -> Option<()> {
         if (!bio.is_null() && nr_bytes < remaining) || flush_seq {
             // Not its end (a partial completion, or the data part of a flush sequence, which
             // the kernel accounts when the sequence ends): keep the bytes done so far.
+            #[expect(
+                clippy::single_match_else,
+                reason = "the `if let` form compiles to another block order on the per-IO path"
+            )]
             let p = match lookup(key) {
                 Some(p) => p,
                 None => {
@@ -200,9 +217,10 @@ fn try_complete_agg(ctx: &BtfTracePointContext) -> Option<()> {
             }
             | Cuts::epoch_of(cuts.rotation, complete_ns),
     };
-    match aggregate(&agg_key) {
-        Some(a) => aggregate_io(a, u64::from(bytes), enter_ns, issue_ns, complete_ns),
-        None => bump(Counter::AggregateMapFull),
+    if let Some(a) = aggregate(&agg_key) {
+        aggregate_io(a, u64::from(bytes), enter_ns, issue_ns, complete_ns);
+    } else {
+        bump(Counter::AggregateMapFull);
     }
     Some(())
 }

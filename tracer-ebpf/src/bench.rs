@@ -8,17 +8,17 @@ use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
 use crate::kernel::now_ns;
 
 #[btf_tracepoint(function = "block_io_start")]
-pub fn blkprof_nop_start(_ctx: BtfTracePointContext) -> i32 {
+fn blkprof_nop_start(_ctx: BtfTracePointContext) -> i32 {
     0
 }
 
 #[btf_tracepoint(function = "block_rq_issue")]
-pub fn blkprof_nop_issue(_ctx: BtfTracePointContext) -> i32 {
+fn blkprof_nop_issue(_ctx: BtfTracePointContext) -> i32 {
     0
 }
 
 #[btf_tracepoint(function = "block_rq_complete")]
-pub fn blkprof_nop_complete(_ctx: BtfTracePointContext) -> i32 {
+fn blkprof_nop_complete(_ctx: BtfTracePointContext) -> i32 {
     0
 }
 
@@ -31,21 +31,21 @@ pub fn blkprof_nop_complete(_ctx: BtfTracePointContext) -> i32 {
 fn clock_only() -> i32 {
     let t = now_ns();
     // SAFETY: reading a local.
-    let _ = unsafe { core::ptr::read_volatile(&t) };
+    let _ = unsafe { core::ptr::read_volatile(&raw const t) };
     0
 }
 
 #[btf_tracepoint(function = "block_io_start")]
-pub fn blkprof_clock_start(_ctx: BtfTracePointContext) -> i32 {
+fn blkprof_clock_start(_ctx: BtfTracePointContext) -> i32 {
     clock_only()
 }
 
 #[btf_tracepoint(function = "block_rq_issue")]
-pub fn blkprof_clock_issue(_ctx: BtfTracePointContext) -> i32 {
+fn blkprof_clock_issue(_ctx: BtfTracePointContext) -> i32 {
     clock_only()
 }
 
 #[btf_tracepoint(function = "block_rq_complete")]
-pub fn blkprof_clock_complete(_ctx: BtfTracePointContext) -> i32 {
+fn blkprof_clock_complete(_ctx: BtfTracePointContext) -> i32 {
     clock_only()
 }

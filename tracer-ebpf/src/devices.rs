@@ -50,6 +50,10 @@ pub(crate) fn device(dev: u32) -> Option<*mut DeviceState> {
             return Some(unsafe { &raw mut (*slot).st });
         }
     }
+    #[expect(
+        clippy::let_underscore_must_use,
+        reason = "fails only when another CPU has just created it, which is as good"
+    )]
     let _ = DEVICES.insert(&dev, &DeviceState::default(), BPF_NOEXIST);
     DEVICES.get_ptr_mut(&dev)
 }

@@ -1,5 +1,5 @@
 //! File naming: the file of a request's first data page, and its path, sent once per file on
-//! the FILE_NAMES ring.
+//! the `FILE_NAMES` ring.
 
 use tracer_common::{
     Counter, FILE_DEV_ANON, FILE_DEV_DEVICE, FILE_NAME_DEPTH, FILE_NAME_LEN, FileKey, FileName,
@@ -14,7 +14,7 @@ const S_IFBLK: u16 = 0o060_000;
 
 /// The file of the request's first data page, as (`s_dev`, inode), or a [`FILE_DEV_ANON`] /
 /// [`FILE_DEV_DEVICE`] marker; (0, 0) when off or without data pages. A file met for the
-/// first time (or again after the LRU forgot it) is named on FILE_NAMES.
+/// first time (or again after the LRU forgot it) is named on `FILE_NAMES`.
 #[inline(always)]
 pub(crate) fn file_of(cfg: &ProbeConfig, rq: *const u8) -> (u32, u64) {
     if cfg_u32(&cfg.files) == 0 {
@@ -46,6 +46,10 @@ pub(crate) fn file_of(cfg: &ProbeConfig, rq: *const u8) -> (u32, u64) {
     };
     // SAFETY: map lookup of a plain key.
     if unsafe { FILES_SEEN.get(&key) }.is_none() {
+        #[expect(
+            clippy::let_underscore_must_use,
+            reason = "a failed insert only names the file again when it is next met"
+        )]
         let _ = FILES_SEEN.insert(&key, &1, 0);
         name_file(cfg, key, bits_of(inode, SCRATCH_COMPLETE));
     }
@@ -55,13 +59,17 @@ pub(crate) fn file_of(cfg: &ProbeConfig, rq: *const u8) -> (u32, u64) {
 /// Read a kernel word at a plain address (0 if it faults).
 #[inline(always)]
 fn read_word(addr: u64) -> u64 {
-    // SAFETY: bpf_probe_read_kernel checks the address and fails (0 here) on a fault.
+    // SAFETY: `bpf_probe_read_kernel` checks the address and fails (0 here) on a fault.
     unsafe { aya_ebpf::helpers::bpf_probe_read_kernel(addr as *const u64) }.unwrap_or(0)
 }
 
-/// Name a file: its first dentry's name and its parents' up to the root, on FILE_NAMES (a
+/// Name a file: its first dentry's name and its parents' up to the root, on `FILE_NAMES` (a
 /// full ring loses the name, counted; its IOs still name the inode).
 #[inline(never)]
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "FILE_NAME_LEN and FILE_NAME_DEPTH are small constants"
+)]
 fn name_file(cfg: &ProbeConfig, key: FileKey, inode: u64) {
     let Some(mut entry) = FILE_NAMES.reserve::<FileName>(0) else {
         bump(Counter::FileNameDrops);

@@ -8,6 +8,11 @@
 //! docs/design/kernel-6.1-fallback.md. The issue, merge and completion programs of this path
 //! are the whole-record ones (`records`, the `_fb` programs).
 
+#![expect(
+    clippy::needless_pass_by_value,
+    reason = "aya's program macros hand each program its context by value"
+)]
+
 use core::intrinsics::{AtomicOrdering, atomic_cxchg};
 
 use aya_ebpf::{
@@ -63,11 +68,15 @@ pub(crate) fn take_submitter(bio: u64) -> Option<(*mut BioSlot, u32)> {
 }
 
 #[btf_tracepoint(function = "block_getrq")]
-pub fn blkprof_getrq(ctx: BtfTracePointContext) -> i32 {
+fn blkprof_getrq(ctx: BtfTracePointContext) -> i32 {
     try_getrq(&ctx);
     0
 }
 
+#[expect(
+    clippy::cast_ptr_alignment,
+    reason = "`comm` is at an 8-byte aligned offset of the map value"
+)]
 fn try_getrq(ctx: &BtfTracePointContext) -> Option<()> {
     let cfg = config();
     let bio: *const u8 = ctx.arg(0);
@@ -132,6 +141,10 @@ fn try_getrq(ctx: &BtfTracePointContext) -> Option<()> {
 /// tracked already, or taken up from the submitter its bios left at `block_getrq`, or (with
 /// `create`) new with the submission unseen, as before attach.
 #[inline(always)]
+#[expect(
+    clippy::cast_ptr_alignment,
+    reason = "`comm` is at an 8-byte aligned offset of the map value"
+)]
 pub(crate) fn state_adopted(
     cfg: &ProbeConfig,
     rq: *const u8,
@@ -219,7 +232,7 @@ pub(crate) fn state_adopted(
 /// current task is still its submitter's (the requeue worker inserts too: it only finds
 /// requests already tracked).
 #[btf_tracepoint(function = "block_rq_insert")]
-pub fn blkprof_insert_fb(ctx: BtfTracePointContext) -> i32 {
+fn blkprof_insert_fb(ctx: BtfTracePointContext) -> i32 {
     let rq: *const u8 = ctx.arg(0);
     let _ = state_adopted(
         config(),

@@ -4,6 +4,11 @@
 //! address, the kernel's start stamp) and counts the requests in flight from their instants.
 //! Devices on this path have the kernel stamp every request's start (iostats on).
 
+#![expect(
+    clippy::needless_pass_by_value,
+    reason = "aya's program macros hand each program its context by value"
+)]
+
 use aya_ebpf::{
     helpers::{
         bpf_get_current_pid_tgid,
@@ -75,6 +80,10 @@ fn loss_class(lost: Counter, name: bool) -> usize {
 /// batch to the rings first if the half does not fit. A program that interrupted another one
 /// of this CPU inside the batch writes its half to the rings itself ([`write_half_direct`]).
 #[inline(always)]
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "a batch holds at most HALF_BATCH_BYTES"
+)]
 fn write_half<T: 'static>(half: T, head: HalfHead, at_ns: u64, lost: Counter, name: bool) {
     let Some(b) = HALFBATCH.get_ptr_mut(0) else {
         write_half_direct(half, head, at_ns, lost, name);
@@ -149,7 +158,7 @@ unsafe fn flush_batch(b: *mut HalfBatch, len: usize) {
 /// Run by the daemon on each CPU before a drain (never attached): this CPU's batch to its
 /// ring. Returns 1 if it interrupted a program inside the batch (the daemon tries again).
 #[raw_tracepoint(tracepoint = "blkprof_flush_halves")]
-pub fn blkprof_flush_halves(_ctx: RawTracePointContext) -> i32 {
+fn blkprof_flush_halves(_ctx: RawTracePointContext) -> i32 {
     let Some(b) = HALFBATCH.get_ptr_mut(0) else {
         return 0;
     };
@@ -222,7 +231,7 @@ fn half_head(half: u32, dev: u32, key: u64, start_ns: u64) -> HalfHead {
 }
 
 #[btf_tracepoint(function = "block_io_start")]
-pub fn blkprof_start_half(ctx: BtfTracePointContext) -> i32 {
+fn blkprof_start_half(ctx: BtfTracePointContext) -> i32 {
     try_start_half(&ctx);
     0
 }
@@ -245,6 +254,10 @@ fn try_start_half(ctx: &BtfTracePointContext) -> Option<()> {
 /// The start half, at `at_ns`, with `flags` ([`START_AT_ISSUE`] or 0): the current task is
 /// the request's submitter.
 #[inline(always)]
+#[expect(
+    clippy::cast_ptr_alignment,
+    reason = "unaligned stores into a byte array"
+)]
 fn write_start_half(dev: u32, key: u64, start_ns: u64, at_ns: u64, flags: u32) {
     let [c0, c1] = current_comm();
     let mut comm = [0u8; 16];
@@ -272,7 +285,7 @@ fn write_start_half(dev: u32, key: u64, start_ns: u64, at_ns: u64, flags: u32) {
 }
 
 #[btf_tracepoint(function = "block_rq_issue")]
-pub fn blkprof_issue_half(ctx: BtfTracePointContext) -> i32 {
+fn blkprof_issue_half(ctx: BtfTracePointContext) -> i32 {
     try_issue_half(&ctx);
     0
 }
@@ -309,13 +322,13 @@ fn try_issue_half(ctx: &BtfTracePointContext) -> Option<()> {
 }
 
 #[btf_tracepoint(function = "block_rq_requeue")]
-pub fn blkprof_requeue_half(ctx: BtfTracePointContext) -> i32 {
+fn blkprof_requeue_half(ctx: BtfTracePointContext) -> i32 {
     try_mark_half(&ctx, HALF_REQUEUE, SCRATCH_REQUEUE);
     0
 }
 
 #[btf_tracepoint(function = "block_rq_merge")]
-pub fn blkprof_merge_half(ctx: BtfTracePointContext) -> i32 {
+fn blkprof_merge_half(ctx: BtfTracePointContext) -> i32 {
     try_mark_half(&ctx, HALF_MERGE, SCRATCH_MERGE);
     0
 }
@@ -343,7 +356,7 @@ fn try_mark_half(ctx: &BtfTracePointContext, half: u32, scratch: u32) -> Option<
 }
 
 #[btf_tracepoint(function = "block_rq_complete")]
-pub fn blkprof_complete_half(ctx: BtfTracePointContext) -> i32 {
+fn blkprof_complete_half(ctx: BtfTracePointContext) -> i32 {
     if skipped_for_test(&ctx) {
         return 0;
     }
@@ -351,10 +364,15 @@ pub fn blkprof_complete_half(ctx: BtfTracePointContext) -> i32 {
     0
 }
 
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "the tracepoint's `error` (a one-byte blk_status_t) and `nr_bytes` (an unsigned int) \
+              come in 64-bit argument slots"
+)]
 fn try_complete_half(ctx: &BtfTracePointContext) -> Option<()> {
     let cfg = config();
     let rq: *const u8 = ctx.arg(0);
-    let error: i32 = ctx.arg::<u64>(1) as u8 as i32;
+    let error = i32::from(ctx.arg::<u64>(1) as u8);
     let nr_bytes: u32 = ctx.arg::<u64>(2) as u32;
     let dev = traced_dev(cfg, rq)?;
     let key = key_of(ctx, SCRATCH_COMPLETE);

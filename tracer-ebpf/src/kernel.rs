@@ -63,8 +63,8 @@ static CONFIG: ProbeConfig = ProbeConfig {
 
 /// The request's address as a plain number, to hash and store (the verifier forbids
 /// arithmetic on the typed pointer): stored into this program's per-CPU scratch word and
-/// loaded back, which the verifier lets a privileged (CAP_PERFMON) program do and which costs
-/// two memory accesses where `bpf_probe_read_kernel` was a helper call.
+/// loaded back, which the verifier lets a privileged (`CAP_PERFMON`) program do and which costs
+/// two memory accesses where `bpf_probe_read_kernel` would be a helper call.
 #[inline(always)]
 pub(crate) fn key_of(ctx: &BtfTracePointContext, scratch: u32) -> u64 {
     let rq: *const u8 = ctx.arg(0);
@@ -170,6 +170,10 @@ pub(crate) fn traced_dev(cfg: &ProbeConfig, rq: *const u8) -> Option<u32> {
 
 /// The request's blk-mq hardware queue index + 1 (`rq->mq_hctx->queue_num`), 0 if it has none.
 #[inline(always)]
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "checked below u16::MAX just before"
+)]
 pub(crate) fn hw_queue(cfg: &ProbeConfig, rq: *const u8) -> u16 {
     let hctx: *const u8 = load(rq, cfg_u32(&cfg.rq_mq_hctx));
     if hctx.is_null() {
@@ -192,7 +196,7 @@ pub(crate) fn disk_dev(cfg: &ProbeConfig, disk: *const u8) -> Option<u32> {
     }
     let major: i32 = load(disk, cfg_u32(&cfg.disk_major));
     let minor: i32 = load(disk, cfg_u32(&cfg.disk_first_minor));
-    let dev = dev_join(major as u32, minor as u32);
+    let dev = dev_join(major.cast_unsigned(), minor.cast_unsigned());
     match cfg_u32(&cfg.filter_devices) {
         0 => {}
         FILTER_LIST => {

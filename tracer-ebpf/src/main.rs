@@ -1,7 +1,7 @@
 //! blkprof's kernel side: BTF tracepoints on the block layer's request life cycle.
 //!
-//! Attach points are tp_btf (not classic tracepoints): the kernel skips a classic tracepoint
-//! program whenever any BPF program already runs on the CPU, while tp_btf programs are only
+//! Attach points are `tp_btf` (not classic tracepoints): the kernel skips a classic tracepoint
+//! program whenever any BPF program already runs on the CPU, while `tp_btf` programs are only
 //! skipped on re-entry of the same program (counted in `bpf_prog_info.recursion_misses`, which
 //! user space reads and reports).
 //!
@@ -22,6 +22,16 @@
     internal_features,
     reason = "atomic_xadd is the only way to emit BPF atomic adds"
 )]
+#![expect(
+    clippy::inline_always,
+    reason = "the per-IO cost is measured to the nanosecond (BENCHMARKS.md): every helper is \
+              inlined into its program, not a BPF-to-BPF call"
+)]
+#![expect(
+    clippy::needless_borrows_for_generic_args,
+    reason = "aya's map methods take `impl Borrow`: a key or value passed by value there costs \
+              extra stack copies in the programs"
+)]
 
 mod aggregates;
 mod bench;
@@ -33,6 +43,9 @@ mod kernel;
 mod maps;
 mod records;
 mod requests;
+
+// The library target only lets `cargo check` see the crate; the probe is this binary.
+use tracer_ebpf as _;
 
 #[cfg(not(test))]
 #[panic_handler]

@@ -48,7 +48,7 @@ pub(crate) static SCRATCH: PerCpuArray<u64> = PerCpuArray::with_max_entries(8, 0
 pub(crate) static AGGREGATE_SLOTS: PerCpuArray<AggregateSlot> =
     PerCpuArray::with_max_entries(AGGREGATE_SLOT_COUNT, 0);
 #[map(name = "AGGREGATES")]
-/// Allocated as keys appear (BPF_F_NO_PREALLOC): preallocated, 1,024 aggregates of 5 KB would
+/// Allocated as keys appear (`BPF_F_NO_PREALLOC`): preallocated, 1,024 aggregates of 5 KB would
 /// take 5 MB on every CPU.
 pub(crate) static AGGREGATES: PerCpuHashMap<AggKey, Aggregate> =
     PerCpuHashMap::with_max_entries(1024, BPF_F_NO_PREALLOC);

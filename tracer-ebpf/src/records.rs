@@ -2,6 +2,11 @@
 //! the state its earlier events kept. The `_fb` programs are the same programs on kernels
 //! without `block_io_start`, where the state comes from `block_getrq` (see `getrq`).
 
+#![expect(
+    clippy::needless_pass_by_value,
+    reason = "aya's program macros hand each program its context by value"
+)]
+
 use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
 use tracer_common::{
     AGG_FLUSH_RQ, AGG_NOT_ACCOUNTED, AggKey, Counter, Cuts, EV_NEVER_ISSUED, EV_NOT_ACCOUNTED,
@@ -24,7 +29,7 @@ use crate::maps::{
 use crate::requests::{lookup, missed, release, state_or_new, track, untrack};
 
 #[btf_tracepoint(function = "block_io_start")]
-pub fn blkprof_io_start(ctx: BtfTracePointContext) -> i32 {
+fn blkprof_io_start(ctx: BtfTracePointContext) -> i32 {
     try_io_start(&ctx);
     0
 }
@@ -59,18 +64,22 @@ fn try_io_start(ctx: &BtfTracePointContext) -> Option<()> {
 }
 
 #[btf_tracepoint(function = "block_rq_issue")]
-pub fn blkprof_rq_issue(ctx: BtfTracePointContext) -> i32 {
+fn blkprof_rq_issue(ctx: BtfTracePointContext) -> i32 {
     try_rq_issue::<false>(&ctx);
     0
 }
 
 /// `block_rq_issue` on kernels without `block_io_start`.
 #[btf_tracepoint(function = "block_rq_issue")]
-pub fn blkprof_issue_fb(ctx: BtfTracePointContext) -> i32 {
+fn blkprof_issue_fb(ctx: BtfTracePointContext) -> i32 {
     try_rq_issue::<true>(&ctx);
     0
 }
 
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "in-flight counts are far below 2^32; the record keeps 32 bits"
+)]
 fn try_rq_issue<const GETRQ: bool>(ctx: &BtfTracePointContext) -> Option<()> {
     let cfg = config();
     let rq: *const u8 = ctx.arg(0);
@@ -110,7 +119,7 @@ fn try_rq_issue<const GETRQ: bool>(ctx: &BtfTracePointContext) -> Option<()> {
 }
 
 #[btf_tracepoint(function = "block_rq_requeue")]
-pub fn blkprof_rq_requeue(ctx: BtfTracePointContext) -> i32 {
+fn blkprof_rq_requeue(ctx: BtfTracePointContext) -> i32 {
     try_rq_requeue(&ctx);
     0
 }
@@ -132,19 +141,19 @@ fn try_rq_requeue(ctx: &BtfTracePointContext) -> Option<()> {
 
 /// `rq` was merged into another request and is freed without completing.
 #[btf_tracepoint(function = "block_rq_merge")]
-pub fn blkprof_rq_merge(ctx: BtfTracePointContext) -> i32 {
+fn blkprof_rq_merge(ctx: BtfTracePointContext) -> i32 {
     try_rq_merge::<false>(&ctx);
     0
 }
 
 /// `block_rq_merge` on kernels without `block_io_start`.
 #[btf_tracepoint(function = "block_rq_merge")]
-pub fn blkprof_merge_fb(ctx: BtfTracePointContext) -> i32 {
+fn blkprof_merge_fb(ctx: BtfTracePointContext) -> i32 {
     try_rq_merge::<true>(&ctx);
     0
 }
 
-fn try_rq_merge<const GETRQ: bool>(ctx: &BtfTracePointContext) -> Option<()> {
+fn try_rq_merge<const GETRQ: bool>(ctx: &BtfTracePointContext) {
     let key = key_of(ctx, SCRATCH_MERGE);
     if let Some(p) = lookup(key) {
         // SAFETY: map value pointer.
@@ -163,11 +172,10 @@ fn try_rq_merge<const GETRQ: bool>(ctx: &BtfTracePointContext) -> Option<()> {
             }
         }
     }
-    Some(())
 }
 
 #[btf_tracepoint(function = "block_rq_complete")]
-pub fn blkprof_rq_complete(ctx: BtfTracePointContext) -> i32 {
+fn blkprof_rq_complete(ctx: BtfTracePointContext) -> i32 {
     if skipped_for_test(&ctx) {
         return 0;
     }
@@ -177,7 +185,7 @@ pub fn blkprof_rq_complete(ctx: BtfTracePointContext) -> i32 {
 
 /// `block_rq_complete` on kernels without `block_io_start`.
 #[btf_tracepoint(function = "block_rq_complete")]
-pub fn blkprof_complete_fb(ctx: BtfTracePointContext) -> i32 {
+fn blkprof_complete_fb(ctx: BtfTracePointContext) -> i32 {
     if skipped_for_test(&ctx) {
         return 0;
     }
@@ -185,10 +193,15 @@ pub fn blkprof_complete_fb(ctx: BtfTracePointContext) -> i32 {
     0
 }
 
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "the tracepoint's `error` (a one-byte blk_status_t) and `nr_bytes` (an unsigned int) \
+              come in 64-bit argument slots"
+)]
 fn try_rq_complete<const GETRQ: bool>(ctx: &BtfTracePointContext) -> Option<()> {
     let cfg = config();
     let rq: *const u8 = ctx.arg(0);
-    let error: i32 = ctx.arg::<u64>(1) as u8 as i32;
+    let error = i32::from(ctx.arg::<u64>(1) as u8);
     let nr_bytes: u32 = ctx.arg::<u64>(2) as u32;
     let key = key_of(ctx, SCRATCH_COMPLETE);
     let p = if GETRQ {

@@ -16,6 +16,10 @@ use crate::maps::{CUTS, OVERFLOW, REQUESTS, SLOTS, atomic_add, bump};
 /// Fill a fresh request state in place, field by field: a struct literal would become a
 /// byte-by-byte memset call on this target.
 #[inline(always)]
+#[expect(
+    clippy::cast_ptr_alignment,
+    reason = "`comm` is at an 8-byte aligned offset of the map value"
+)]
 fn init_state(p: *mut RequestState, enter_ns: u64, dev: u32, in_os: u8, flags: u16) {
     // SAFETY: p points to a map value of type RequestState.
     unsafe {
@@ -125,10 +129,10 @@ pub(crate) fn untrack(key: u64) {
             return;
         }
     }
-    if REQUESTS.remove(&key).is_ok() {
-        if let Some(n) = OVERFLOW.get_ptr_mut(0) {
-            atomic_add(n, u64::MAX);
-        }
+    if REQUESTS.remove(&key).is_ok()
+        && let Some(n) = OVERFLOW.get_ptr_mut(0)
+    {
+        atomic_add(n, u64::MAX);
     }
 }
 
