@@ -38,7 +38,7 @@ static ZERO_AGGREGATE: Aggregate = Aggregate {
 #[inline(always)]
 fn bucket(v: u64, n: usize) -> usize {
     let b = loglin_le_bucket(v);
-    // SAFETY: reading a local.
+    // SAFETY: `b` is a local; the volatile read only hides its value from the optimiser.
     let b = unsafe { core::ptr::read_volatile(&raw const b) };
     if b >= n { n - 1 } else { b }
 }
@@ -47,11 +47,11 @@ fn bucket(v: u64, n: usize) -> usize {
 /// every latency and size, and the aggregates keep what the coverage check and the counters
 /// need: the count, the bytes and the sum of total latencies (the mean queue size beside the
 /// kernel's). The histograms' buckets and the lines they touch cost the completion tens of ns
-/// per IO (BENCHMARKS.md, session 31). `enter_ns` 0: submission time unknown.
+/// per IO (BENCHMARKS.md). `enter_ns` 0: submission time unknown.
 #[inline(always)]
 pub(crate) fn count_io(a: *mut Aggregate, bytes: u64, enter_ns: u64, complete_ns: u64) {
-    // SAFETY: map value pointer. Plain adds: the value is this CPU's, and the completion
-    // program does not nest on a CPU.
+    // SAFETY: `a` is an aggregate of this CPU (see `maps`). Plain adds: no other CPU writes it, and
+    // the completion programs, its only writers, do not nest on a CPU.
     unsafe {
         (*a).ios += 1;
         (*a).bytes += bytes;
@@ -67,7 +67,7 @@ pub(crate) fn count_io(a: *mut Aggregate, bytes: u64, enter_ns: u64, complete_ns
 #[inline(always)]
 fn aggregate_io(a: *mut Aggregate, bytes: u64, enter_ns: u64, issue_ns: u64, complete_ns: u64) {
     count_io(a, bytes, enter_ns, complete_ns);
-    // SAFETY: as in count_io; bucket indices are bounded by the arrays' lengths.
+    // SAFETY: as in `count_io`; each bucket index is below its array's length (`bucket`).
     unsafe {
         (*a).size[bucket(bytes, SIZE_BUCKETS)] += 1;
         if issue_ns != 0 {
@@ -95,14 +95,15 @@ fn aggregate_io(a: *mut Aggregate, bytes: u64, enter_ns: u64, issue_ns: u64, com
 pub(crate) fn aggregate(key: &AggKey) -> Option<*mut Aggregate> {
     let tag = key.tag();
     if let Some(slot) = AGGREGATE_SLOTS.get_ptr_mut(tracer_common::aggregate_slot_index(key)) {
-        // SAFETY: per-CPU array value pointer.
+        // SAFETY: `slot` is this CPU's value of AGGREGATE_SLOTS (see `maps`), which no other CPU
+        // writes.
         let t = unsafe { core::ptr::read_volatile(&raw const (*slot).tag) };
         if t == 0 {
-            // SAFETY: as above; the value starts zeroed.
+            // SAFETY: as above; a zero tag is a free slot, whose aggregate is still zeroed.
             unsafe { core::ptr::write_volatile(&raw mut (*slot).tag, tag) };
         }
         if t == 0 || t == tag {
-            // SAFETY: as above.
+            // SAFETY: as above; only the field's address is taken.
             return Some(unsafe { &raw mut (*slot).agg });
         }
     }
@@ -165,21 +166,22 @@ fn try_complete_agg(ctx: &BtfTracePointContext) -> Option<()> {
                     p
                 }
             };
-            // SAFETY: map value pointer.
+            // SAFETY: `p` is the request's state (see `maps`); its parts complete one after the
+            // other, and the completion program does not nest.
             unsafe { (*p).bytes_done = (*p).bytes_done.wrapping_add(nr_bytes) };
             return Some(());
         }
     }
     // Only while some request is between its parts does a slot hold anything: reading the
     // slot of every request would cost a cache miss per IO.
-    // SAFETY: array value pointer.
+    // SAFETY: `n` is PARTS's one value (see `maps`), a word other CPUs change atomically.
     let parts = PARTS
         .get_ptr_mut(0)
         .map_or(0, |n| unsafe { core::ptr::read_volatile(n) });
     if parts != 0
         && let Some(p) = lookup(key)
     {
-        // SAFETY: map value pointer.
+        // SAFETY: `p` is the request's state (see `maps`), read before `untrack` gives it up.
         bytes = bytes.wrapping_add(unsafe { (*p).bytes_done });
         untrack(key);
         if let Some(n) = PARTS.get_ptr_mut(0) {

@@ -17,9 +17,10 @@ fn device_slot(dev: u32) -> Option<*mut DeviceSlot> {
 pub(crate) fn device_state(dev: u32) -> Option<*mut DeviceState> {
     let tag = u64::from(dev) + 1;
     if let Some(slot) = device_slot(dev) {
-        // SAFETY: array value pointer.
+        // SAFETY: `slot` is a value of DEVICE_SLOTS (see `maps`); its tag is read volatile, as
+        // other CPUs claim free slots with a CAS.
         match unsafe { core::ptr::read_volatile(&raw const (*slot).tag) } {
-            // SAFETY: array value pointer.
+            // SAFETY: as above; only the field's address is taken.
             t if t == tag => return Some(unsafe { &raw mut (*slot).st }),
             0 => return None,
             _ => {}
@@ -37,7 +38,8 @@ pub(crate) fn device(dev: u32) -> Option<*mut DeviceState> {
     }
     let tag = u64::from(dev) + 1;
     if let Some(slot) = device_slot(dev) {
-        // SAFETY: array value pointer; the CAS makes one device the owner of a free slot.
+        // SAFETY: `slot` is a value of DEVICE_SLOTS (see `maps`); the CAS makes one device the
+        // owner of a free slot.
         let (old, won) = unsafe {
             atomic_cxchg::<u64, { AtomicOrdering::AcqRel }, { AtomicOrdering::Relaxed }>(
                 &raw mut (*slot).tag,
@@ -46,7 +48,7 @@ pub(crate) fn device(dev: u32) -> Option<*mut DeviceState> {
             )
         };
         if won || old == tag {
-            // SAFETY: array value pointer of the device's slot.
+            // SAFETY: as above; only the field's address is taken.
             return Some(unsafe { &raw mut (*slot).st });
         }
     }

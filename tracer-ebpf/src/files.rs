@@ -44,7 +44,8 @@ pub(crate) fn file_of(cfg: &ProbeConfig, rq: *const u8) -> (u32, u64) {
         dev: load(sb, cfg_u32(&cfg.sb_dev)),
         generation: load(inode, cfg_u32(&cfg.inode_generation)),
     };
-    // SAFETY: map lookup of a plain key.
+    // SAFETY: FILES_SEEN's value is not read, only whether the key is there, so a concurrent update
+    // or eviction cannot be observed half done.
     if unsafe { FILES_SEEN.get(&key) }.is_none() {
         #[expect(
             clippy::let_underscore_must_use,
@@ -59,7 +60,8 @@ pub(crate) fn file_of(cfg: &ProbeConfig, rq: *const u8) -> (u32, u64) {
 /// Read a kernel word at a plain address (0 if it faults).
 #[inline(always)]
 fn read_word(addr: u64) -> u64 {
-    // SAFETY: `bpf_probe_read_kernel` checks the address and fails (0 here) on a fault.
+    // SAFETY: `bpf_probe_read_kernel` checks the source address and fails (0 here) on a fault; the
+    // destination is its own local.
     unsafe { aya_ebpf::helpers::bpf_probe_read_kernel(addr as *const u64) }.unwrap_or(0)
 }
 
@@ -76,7 +78,8 @@ fn name_file(cfg: &ProbeConfig, key: FileKey, inode: u64) {
         return;
     };
     let ev = entry.as_mut_ptr();
-    // SAFETY: ev points to the reserved FileName; every field is written before submit.
+    // SAFETY: `ev` points to the FileName reserved on the ring, this program's alone until it is
+    // submitted; every field is written before the submit.
     unsafe {
         core::ptr::write_volatile(&raw mut (*ev).key, key);
         core::ptr::write_volatile(&raw mut (*ev).depth, 0);
@@ -111,7 +114,7 @@ fn name_file(cfg: &ProbeConfig, key: FileKey, inode: u64) {
             d = parent;
         }
     }
-    // SAFETY: as above.
+    // SAFETY: `ev` as above, not submitted yet.
     unsafe {
         core::ptr::write_volatile(&raw mut (*ev).depth, depth);
         core::ptr::write_volatile(&raw mut (*ev).complete, complete);

@@ -39,7 +39,7 @@ fn bio_slot(bio: u64) -> Option<*mut BioSlot> {
 #[inline(always)]
 pub(crate) fn leave_os(dev: u32) {
     if let Some(ds) = device_state(dev) {
-        // SAFETY: map value pointer.
+        // SAFETY: `ds` is the device's counts (see `maps`); the add is atomic.
         atomic_add(unsafe { &raw mut (*ds).os_inflight }, u64::MAX);
     }
 }
@@ -49,14 +49,15 @@ pub(crate) fn leave_os(dev: u32) {
 #[inline(always)]
 pub(crate) fn take_submitter(bio: u64) -> Option<(*mut BioSlot, u32)> {
     let slot = bio_slot(bio)?;
-    // SAFETY: array value pointer.
+    // SAFETY: `slot` is a value of BIOS (see `maps`); its key is read volatile, as other CPUs
+    // change it with a CAS.
     if unsafe { core::ptr::read_volatile(&raw const (*slot).key) } != bio {
         return None;
     }
-    // SAFETY: as above; read before the slot is given up (a writer claims it with a CAS first,
-    // which would make ours fail).
+    // SAFETY: as above. Read before the slot is given up: a writer claims it with a CAS first,
+    // which would make ours fail.
     let dev = unsafe { core::ptr::read_volatile(&raw const (*slot).dev) };
-    // SAFETY: as above.
+    // SAFETY: as above; the CAS makes one taker the owner of the entry.
     let (_, won) = unsafe {
         atomic_cxchg::<u64, { AtomicOrdering::AcqRel }, { AtomicOrdering::Relaxed }>(
             &raw mut (*slot).key,
@@ -88,7 +89,8 @@ fn try_getrq(ctx: &BtfTracePointContext) -> Option<()> {
     let ds = device(dev)?;
     let key = key_of(ctx, SCRATCH_GETRQ);
     let slot = bio_slot(key)?;
-    // SAFETY: array value pointer.
+    // SAFETY: `slot` is a value of BIOS (see `maps`); its key is read volatile, as other CPUs
+    // change it with a CAS.
     let old = unsafe { core::ptr::read_volatile(&raw const (*slot).key) };
     // SAFETY: as above. Claim the slot (BUSY) so that no taker reads a half-written entry.
     let won = old != BIO_SLOT_BUSY
@@ -108,10 +110,10 @@ fn try_getrq(ctx: &BtfTracePointContext) -> Option<()> {
     if old != 0 {
         // An entry no request took up: its count in the OS goes with it.
         bump(Counter::SubmitterLost);
-        // SAFETY: array value pointer of a slot this program owns.
+        // SAFETY: as above; the slot is this program's (BUSY), and this is the entry it replaces.
         leave_os(unsafe { core::ptr::read_volatile(&raw const (*slot).dev) });
     }
-    // SAFETY: as above.
+    // SAFETY: as above; while the slot is BUSY no taker reads these fields.
     unsafe {
         core::ptr::write_volatile(&raw mut (*slot).ts, now_ns());
         core::ptr::write_volatile(&raw mut (*slot).dev, dev);
@@ -124,9 +126,9 @@ fn try_getrq(ctx: &BtfTracePointContext) -> Option<()> {
         core::ptr::write_volatile((&raw mut (*slot).comm).cast::<u64>(), c0);
         core::ptr::write_volatile((&raw mut (*slot).comm).cast::<u64>().add(1), c1);
     }
-    // SAFETY: map value pointer.
+    // SAFETY: `ds` is the device's counts (see `maps`); the add is atomic.
     atomic_add(unsafe { &raw mut (*ds).os_inflight }, 1);
-    // SAFETY: array value pointer; the CAS publishes the entry after its fields.
+    // SAFETY: as above; the CAS publishes the entry after its fields.
     unsafe {
         atomic_cxchg::<u64, { AtomicOrdering::AcqRel }, { AtomicOrdering::Relaxed }>(
             &raw mut (*slot).key,
@@ -159,7 +161,8 @@ pub(crate) fn state_adopted(
         bits_of(head, scratch)
     };
     let fresh = |b: u64| {
-        // SAFETY: array value pointer.
+        // SAFETY: `s` is a value of BIOS (see `maps`); its key is read volatile, as other CPUs
+        // change it with a CAS.
         b != 0
             && bio_slot(b)
                 .is_some_and(|s| unsafe { core::ptr::read_volatile(&raw const (*s).key) } == b)
@@ -185,8 +188,9 @@ pub(crate) fn state_adopted(
             if sdev != dev {
                 leave_os(sdev);
             } else if let Some(p) = track(key, 0, dev, 1, 0) {
-                // SAFETY: slot and state are map value pointers; the slot is ours until
-                // published again, and a getrq for another bio would have to claim it first.
+                // SAFETY: `slot` and `p` are map values (see `maps`); the slot is ours until
+                // published again (a getrq for another bio would have to claim it first), and the
+                // state is the new request's.
                 unsafe {
                     core::ptr::write_volatile(
                         &raw mut (*p).enter_ns,

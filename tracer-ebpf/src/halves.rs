@@ -41,7 +41,7 @@ use crate::maps::{
 /// This CPU's small ring and its large one.
 #[inline(always)]
 fn cpu_rings() -> (&'static RingBuf, &'static RingBuf) {
-    // SAFETY: helper without preconditions.
+    // SAFETY: a helper without preconditions.
     match unsafe { bpf_get_smp_processor_id() } as usize % HALF_RINGS {
         0 => (&HOT0, &HALVES0),
         1 => (&HOT1, &HALVES1),
@@ -90,9 +90,9 @@ fn write_half<T: 'static>(half: T, head: HalfHead, at_ns: u64, lost: Counter, na
         return;
     };
     let class = loss_class(lost, name);
-    // SAFETY: b points to this CPU's batch. Programs of this CPU nest (an interrupt's
-    // completion inside a submission) but do not interleave otherwise: one that sees `busy`
-    // clear runs to its end before the one it interrupted goes on.
+    // SAFETY: `b` is this CPU's batch (see `maps`). Programs of this CPU nest (an interrupt's
+    // completion inside a submission) but do not interleave otherwise: one that sees `busy` clear
+    // runs to its end before the one it interrupted goes on.
     unsafe {
         if core::ptr::read_volatile(&raw const (*b).busy) != 0 {
             write_half_direct(half, head, at_ns, lost, name);
@@ -129,7 +129,8 @@ fn write_half<T: 'static>(half: T, head: HalfHead, at_ns: u64, lost: Counter, na
 /// `b` is this CPU's batch, held busy.
 #[inline(always)]
 unsafe fn flush_batch(b: *mut HalfBatch, len: usize) {
-    // SAFETY: the caller's.
+    // SAFETY: `b` is this CPU's batch and the caller holds it busy (this function's contract);
+    // `len` is checked against the buffer's size before the slice is made.
     unsafe {
         let lost = core::ptr::read_volatile(&raw const (*b).lost);
         core::ptr::write_volatile(&raw mut (*b).lost, [0; 6]);
@@ -162,7 +163,7 @@ fn blkprof_flush_halves(_ctx: RawTracePointContext) -> i32 {
     let Some(b) = HALFBATCH.get_ptr_mut(0) else {
         return 0;
     };
-    // SAFETY: as in write_half.
+    // SAFETY: as in `write_half`.
     unsafe {
         if core::ptr::read_volatile(&raw const (*b).busy) != 0 {
             return 1;
@@ -261,7 +262,7 @@ fn try_start_half(ctx: &BtfTracePointContext) -> Option<()> {
 fn write_start_half(dev: u32, key: u64, start_ns: u64, at_ns: u64, flags: u32) {
     let [c0, c1] = current_comm();
     let mut comm = [0u8; 16];
-    // SAFETY: two u64 stores into a 16-byte local.
+    // SAFETY: two unaligned u64 stores inside a 16-byte local.
     unsafe {
         core::ptr::write_unaligned(comm.as_mut_ptr().cast::<u64>(), c0);
         core::ptr::write_unaligned(comm.as_mut_ptr().cast::<u64>().add(1), c1);
@@ -270,7 +271,7 @@ fn write_start_half(dev: u32, key: u64, start_ns: u64, at_ns: u64, flags: u32) {
     write_half(
         StartHalf {
             head,
-            // SAFETY: helper without preconditions.
+            // SAFETY: a helper without preconditions.
             cgroup: unsafe { bpf_get_current_cgroup_id() },
             comm,
             pid: (bpf_get_current_pid_tgid() >> 32) as u32,
@@ -435,7 +436,8 @@ fn try_complete_half(ctx: &BtfTracePointContext) -> Option<()> {
             Some(a) if end == END_LAST => {
                 count_io(a, u64::from(nr_bytes), enter_ns, complete_ns);
             }
-            // SAFETY: map value pointer; this CPU's.
+            // SAFETY: `a` is an aggregate of this CPU (see `maps`), and the completion program, its
+            // only writer, does not nest.
             Some(a) => unsafe { (*a).bytes += u64::from(nr_bytes) },
             None => bump(Counter::AggregateMapFull),
         }

@@ -71,8 +71,8 @@ pub(crate) fn key_of(ctx: &BtfTracePointContext, scratch: u32) -> u64 {
     let Some(w) = SCRATCH.get_ptr_mut(scratch) else {
         return 0;
     };
-    // SAFETY: w points to this CPU's u64 scratch word; no other run of this program can
-    // interleave on this CPU.
+    // SAFETY: `w` is this program's scratch word on this CPU (see `maps`), a u64 that a pointer
+    // fits; no other run of this program can interleave on this CPU.
     unsafe {
         core::ptr::write_volatile(w.cast::<*const u8>(), rq);
         core::ptr::read_volatile(w)
@@ -85,7 +85,7 @@ pub(crate) fn bits_of(p: *const u8, scratch: u32) -> u64 {
     let Some(w) = SCRATCH.get_ptr_mut(scratch) else {
         return 0;
     };
-    // SAFETY: as in key_of.
+    // SAFETY: as in `key_of`.
     unsafe {
         core::ptr::write_volatile(w.cast::<*const u8>(), p);
         core::ptr::read_volatile(w)
@@ -96,7 +96,7 @@ pub(crate) fn bits_of(p: *const u8, scratch: u32) -> u64 {
 /// the BTF-typed task, where `bpf_get_current_comm` copies it as a string.
 #[inline(always)]
 pub(crate) fn current_comm() -> [u64; 2] {
-    // SAFETY: helper without preconditions; it returns the BTF-typed current task.
+    // SAFETY: a helper without preconditions; it returns the BTF-typed current task.
     let task = unsafe { bpf_get_current_task_btf() } as *const u8;
     let off = cfg_u32(&config().task_comm);
     [load(task, off), load(task, off + 8)]
@@ -126,7 +126,7 @@ pub(crate) fn cfg_u32(field: &u32) -> u32 {
 /// completion program returns at once, every Nth run on a CPU for a traced device's request,
 /// as a kernel that skips a program's runs (platform notes) would have it. Other devices'
 /// completions do not count: in a VM whose loop images sit on a disk that is not traced,
-/// they took most skips (CI, session 28: none landed on the traced device).
+/// they would take most skips, and none might land on the traced device.
 #[inline(always)]
 pub(crate) fn skipped_for_test(ctx: &BtfTracePointContext) -> bool {
     let cfg = config();
@@ -141,7 +141,8 @@ pub(crate) fn skipped_for_test(ctx: &BtfTracePointContext) -> bool {
     let Some(n) = SCRATCH.get_ptr_mut(SCRATCH_SKIP) else {
         return false;
     };
-    // SAFETY: this CPU's scratch word; a completion program does not nest in itself.
+    // SAFETY: `n` is this CPU's scratch word for it (see `maps`); a completion program does not
+    // nest in itself.
     unsafe {
         *n += 1;
         if *n < u64::from(every) {
@@ -154,7 +155,7 @@ pub(crate) fn skipped_for_test(ctx: &BtfTracePointContext) -> bool {
 
 #[inline(always)]
 pub(crate) fn now_ns() -> u64 {
-    // SAFETY: helper without preconditions.
+    // SAFETY: a helper without preconditions.
     unsafe { bpf_ktime_get_ns() }
 }
 
@@ -209,7 +210,7 @@ pub(crate) fn disk_dev(cfg: &ProbeConfig, disk: *const u8) -> Option<u32> {
                 return None;
             }
         }
-        // SAFETY: read-only lookup.
+        // SAFETY: the value is not read, only whether the device is there.
         _ => unsafe { DEVICE_FILTER.get(&dev) }.map(|_| ())?,
     }
     Some(dev)

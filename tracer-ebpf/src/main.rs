@@ -14,6 +14,12 @@
 //! Kernel struct fields are loaded directly through the BTF-typed `struct request *` at
 //! offsets that user space reads from the running kernel's BTF and stores in the read-only
 //! CONFIG global, which the verifier treats as constants.
+//!
+//! The programs, by family: `records` (whole records, the default), `halves` (half records,
+//! joined in user space), `aggregates` (`--no-records`), `getrq` (kernels without
+//! `block_io_start`), `files` (file naming) and `bench` (for `cargo xtask bench`). What they
+//! share: `maps`, `kernel` (the reads of kernel objects), `requests` and `devices` (the state
+//! in flight).
 #![no_std]
 #![no_main]
 // Atomic adds on map values: core's atomics are not available for the BPF target.

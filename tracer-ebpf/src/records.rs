@@ -58,7 +58,7 @@ fn try_io_start(ctx: &BtfTracePointContext) -> Option<()> {
     };
     track(key, enter_ns, dev, 1, 0)?;
     let ds = device(dev)?;
-    // SAFETY: map value pointer.
+    // SAFETY: `ds` is the device's counts (see `maps`); the add is atomic.
     atomic_add(unsafe { &raw mut (*ds).os_inflight }, 1);
     Some(())
 }
@@ -89,24 +89,25 @@ fn try_rq_issue<const GETRQ: bool>(ctx: &BtfTracePointContext) -> Option<()> {
     } else {
         state_or_new(cfg, rq, key)?
     };
-    // SAFETY: map value pointer.
+    // SAFETY: `p` is the request's state (see `maps`); the events of one request do not overlap, so
+    // this program has it alone.
     let st = unsafe { &mut *p };
     let ds = device(st.dev)?;
     if st.in_os == 0 {
         st.in_os = 1;
-        // SAFETY: map value pointer.
+        // SAFETY: `ds` is the device's counts (see `maps`); the add is atomic.
         atomic_add(unsafe { &raw mut (*ds).os_inflight }, 1);
     }
     if st.issued == 0 {
         st.issued = 1;
-        // SAFETY: map value pointer.
+        // SAFETY: `ds` is the device's counts (see `maps`); the add is atomic.
         atomic_add(unsafe { &raw mut (*ds).dev_inflight }, 1);
     }
     st.issue_ns = now_ns();
     st.issued_stamp = load(rq, cfg_u32(&cfg.rq_start_time_ns));
     st.sector = load(rq, cfg_u32(&cfg.rq_sector));
-    // SAFETY: map value pointer. The two counters move concurrently on other CPUs: read each
-    // once and keep the invariant (issued requests are a subset of those in the OS).
+    // SAFETY: as above. The two counters move concurrently on other CPUs: read each once and keep
+    // the invariant (issued requests are a subset of those in the OS).
     let (dev_n, os_n) = unsafe {
         (
             core::ptr::read_volatile(&raw const (*ds).dev_inflight) as u32,
@@ -126,13 +127,14 @@ fn blkprof_rq_requeue(ctx: BtfTracePointContext) -> i32 {
 
 fn try_rq_requeue(ctx: &BtfTracePointContext) -> Option<()> {
     let p = lookup(key_of(ctx, SCRATCH_REQUEUE))?;
-    // SAFETY: map value pointer.
+    // SAFETY: `p` is the request's state (see `maps`); the events of one request do not overlap, so
+    // this program has it alone.
     let st = unsafe { &mut *p };
     st.requeues = st.requeues.wrapping_add(1);
     if st.issued != 0 {
         st.issued = 0;
         if let Some(ds) = device_state(st.dev) {
-            // SAFETY: map value pointer.
+            // SAFETY: `ds` is the device's counts (see `maps`); the add is atomic.
             atomic_add(unsafe { &raw mut (*ds).dev_inflight }, u64::MAX);
         }
     }
@@ -156,7 +158,8 @@ fn blkprof_merge_fb(ctx: BtfTracePointContext) -> i32 {
 fn try_rq_merge<const GETRQ: bool>(ctx: &BtfTracePointContext) {
     let key = key_of(ctx, SCRATCH_MERGE);
     if let Some(p) = lookup(key) {
-        // SAFETY: map value pointer.
+        // SAFETY: `p` is the request's state (see `maps`); the events of one request do not
+        // overlap, so this program has it alone.
         release(unsafe { &mut *p });
         untrack(key);
     } else if GETRQ {
@@ -209,7 +212,8 @@ fn try_rq_complete<const GETRQ: bool>(ctx: &BtfTracePointContext) -> Option<()> 
     } else {
         state_or_new(cfg, rq, key)?
     };
-    // SAFETY: map value pointer.
+    // SAFETY: `p` is the request's state (see `maps`); the events of one request do not overlap, so
+    // this program has it alone.
     let st = unsafe { &mut *p };
     if st.complete_ns == 0 {
         st.complete_ns = now_ns();
@@ -239,7 +243,7 @@ fn try_rq_complete<const GETRQ: bool>(ctx: &BtfTracePointContext) -> Option<()> 
         if st.issued != 0 {
             st.issued = 0;
             if let Some(ds) = device_state(st.dev) {
-                // SAFETY: map value pointer.
+                // SAFETY: `ds` is the device's counts (see `maps`); the add is atomic.
                 atomic_add(unsafe { &raw mut (*ds).dev_inflight }, u64::MAX);
             }
         }

@@ -21,7 +21,8 @@ use crate::maps::{CUTS, OVERFLOW, REQUESTS, SLOTS, atomic_add, bump};
     reason = "`comm` is at an 8-byte aligned offset of the map value"
 )]
 fn init_state(p: *mut RequestState, enter_ns: u64, dev: u32, in_os: u8, flags: u16) {
-    // SAFETY: p points to a map value of type RequestState.
+    // SAFETY: `p` is a RequestState in SLOTS or REQUESTS (see `maps`) that the caller has just
+    // claimed for this request.
     unsafe {
         core::ptr::write_volatile(&raw mut (*p).enter_ns, enter_ns);
         core::ptr::write_volatile(&raw mut (*p).sector, 0);
@@ -63,14 +64,15 @@ fn slot_of(key: u64) -> Option<*mut RequestSlot> {
 #[inline(always)]
 pub(crate) fn lookup(key: u64) -> Option<*mut RequestState> {
     if let Some(slot) = slot_of(key) {
-        // SAFETY: array value pointer.
+        // SAFETY: `slot` is a value of SLOTS (see `maps`); its key is read volatile, as other CPUs
+        // claim and free slots.
         if unsafe { core::ptr::read_volatile(&raw const (*slot).key) } == key {
-            // SAFETY: array value pointer.
+            // SAFETY: as above; only the field's address is taken.
             return Some(unsafe { &raw mut (*slot).st });
         }
     }
     let n = OVERFLOW.get_ptr_mut(0)?;
-    // SAFETY: array value pointer.
+    // SAFETY: `n` is OVERFLOW's one value (see `maps`), a word other CPUs change atomically.
     if unsafe { core::ptr::read_volatile(n) } == 0 {
         return None;
     }
@@ -88,7 +90,8 @@ pub(crate) fn track(
     flags: u16,
 ) -> Option<*mut RequestState> {
     if let Some(slot) = slot_of(key) {
-        // SAFETY: array value pointer; the CAS makes one CPU the owner of a free slot.
+        // SAFETY: `slot` is a value of SLOTS (see `maps`); the CAS makes one CPU the owner of a
+        // free slot.
         let (old, won) = unsafe {
             atomic_cxchg::<u64, { AtomicOrdering::AcqRel }, { AtomicOrdering::Relaxed }>(
                 &raw mut (*slot).key,
@@ -97,7 +100,7 @@ pub(crate) fn track(
             )
         };
         if won || old == key {
-            // SAFETY: array value pointer of a slot this request owns.
+            // SAFETY: as above; only the field's address is taken.
             let p = unsafe { &raw mut (*slot).st };
             init_state(p, enter_ns, dev, in_os, flags);
             return Some(p);
@@ -120,9 +123,10 @@ pub(crate) fn track(
 #[inline(always)]
 pub(crate) fn untrack(key: u64) {
     if let Some(slot) = slot_of(key) {
-        // SAFETY: array value pointer.
+        // SAFETY: `slot` is a value of SLOTS (see `maps`); its key is read volatile, as other CPUs
+        // claim and free slots.
         if unsafe { core::ptr::read_volatile(&raw const (*slot).key) } == key {
-            // SAFETY: array value pointer. An aligned 64-bit store is atomic, and the state was
+            // SAFETY: as above. An aligned 64-bit store is atomic, and the state was
             // last read before this point in program order (stores are not reordered with
             // earlier loads on the JITs' targets).
             unsafe { core::ptr::write_volatile(&raw mut (*slot).key, 0) };
@@ -144,11 +148,11 @@ pub(crate) fn release(st: &mut RequestState) {
     }
     if let Some(ds) = device_state(st.dev) {
         if st.in_os != 0 {
-            // SAFETY: map value pointer.
+            // SAFETY: `ds` is the device's counts (see `maps`); the add is atomic.
             atomic_add(unsafe { &raw mut (*ds).os_inflight }, u64::MAX);
         }
         if st.issued != 0 {
-            // SAFETY: map value pointer.
+            // SAFETY: as above.
             atomic_add(unsafe { &raw mut (*ds).dev_inflight }, u64::MAX);
         }
     }
@@ -168,7 +172,7 @@ pub(crate) fn release(st: &mut RequestState) {
 /// last value after: two such requests at one address are not told apart.
 #[inline(always)]
 pub(crate) fn earlier_request(cfg: &ProbeConfig, rq: *const u8, p: *const RequestState) -> bool {
-    // SAFETY: map value pointer.
+    // SAFETY: `p` is a request's state (see `maps`).
     let issued_stamp = unsafe { (*p).issued_stamp };
     issued_stamp != 0 && load::<u64>(rq, cfg_u32(&cfg.rq_start_time_ns)) != issued_stamp
 }
@@ -227,7 +231,8 @@ pub(crate) fn track_unseen(
 /// them for half records ([`Counter::MissedOutsideRun`]).
 #[inline(always)]
 pub(crate) fn missed(key: u64, old: *mut RequestState) {
-    // SAFETY: map value pointer.
+    // SAFETY: `old` is the earlier request's state (see `maps`); no program of that request runs
+    // any more.
     let st = unsafe { &mut *old };
     let last_seen = st.enter_ns.max(st.issue_ns).max(st.complete_ns);
     // A rare path: its own clock read. The cuts are all zero before the run's start (nothing
