@@ -31,8 +31,8 @@ use parquet::file::statistics::{Statistics, ValueStatistics};
 use parquet::file::writer::{SerializedPageWriter, TrackedWrite};
 use parquet::schema::types::ColumnDescPtr;
 
-use super::parquet_dict::{PAGE_ROWS, bits_for, fit, rle_hybrid};
-use super::varint;
+use super::dict::{PAGE_ROWS, bits_for, fit, rle_hybrid};
+use crate::export::varint;
 
 /// Miniblocks per block (the spec's example, and every writer's).
 const MINIBLOCKS: usize = 4;

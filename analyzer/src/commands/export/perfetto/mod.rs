@@ -8,13 +8,13 @@
 //! (`blkprof report --json`, computed by the report's own code) and the highest device
 //! in-flight count per interval.
 //!
-//! The encoder is hand-written: the few messages and field numbers below are those of
+//! The encoder is hand-written (`proto.rs`): the few messages and field numbers are those of
 //! Perfetto's protos (protos/perfetto/trace/, Apache License 2.0, Copyright The Android Open
 //! Source Project), checked against the compiled protos of the `perfetto` Python package
 //! 0.59.1 that tests/tests/perfetto.rs parses the output with.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap, HashMap};
+use std::collections::{BTreeSet, BinaryHeap};
 use std::io::Write;
 use std::path::Path;
 
@@ -22,8 +22,15 @@ use tracer_common::format::{IoRecord, TraceReader};
 use tracer_common::op::{Op, StatGroup};
 
 use super::{ExportError, flag_names, varint};
+
+mod proto;
 use crate::analysis::series::Options;
 use crate::analysis::summary::{Window, summarize};
+#[expect(
+    clippy::wildcard_imports,
+    reason = "the protos' field numbers and the wire format's writers, used throughout"
+)]
+use proto::*;
 
 /// Which IOs to write; the counters always cover the whole trace (clipped to the time range).
 #[derive(Clone, Debug, Default)]
@@ -109,45 +116,6 @@ pub struct PerfettoStats {
 /// overlap anything, though maybe not the lowest free one.
 const REORDER_NS: u64 = 2_000_000_000;
 
-// Field numbers (perfetto.protos.*).
-const TRACE_PACKET: u32 = 1; // Trace.packet
-const P_TIMESTAMP: u32 = 8;
-const P_SEQ_ID: u32 = 10;
-const P_TRACK_EVENT: u32 = 11;
-const P_INTERNED: u32 = 12;
-const P_SEQ_FLAGS: u32 = 13;
-const P_TRACK_DESCRIPTOR: u32 = 60;
-const TE_DEBUG: u32 = 4;
-const TE_TYPE: u32 = 9;
-const TE_NAME_IID: u32 = 10;
-const TE_TRACK_UUID: u32 = 11;
-const TE_DOUBLE_COUNTER: u32 = 44;
-const DA_NAME_IID: u32 = 1;
-const DA_UINT: u32 = 3;
-const DA_STRING_IID: u32 = 17;
-const ID_EVENT_NAMES: u32 = 2;
-const ID_ANNOTATION_NAMES: u32 = 3;
-const ID_STRING_VALUES: u32 = 29;
-const TD_UUID: u32 = 1;
-const TD_NAME: u32 = 2;
-const TD_PARENT: u32 = 5;
-const TD_COUNTER: u32 = 8;
-const TD_ORDER_RANK: u32 = 12;
-const TD_MERGE_BEHAVIOR: u32 = 15;
-const TD_MERGE_KEY: u32 = 16;
-const CD_UNIT: u32 = 3;
-const CD_UNIT_NAME: u32 = 6;
-const SLICE_BEGIN: u64 = 1;
-const SLICE_END: u64 = 2;
-const INSTANT: u64 = 3;
-const COUNTER: u64 = 4;
-const SEQ_CLEARED: u64 = 1;
-const SEQ_NEEDS: u64 = 2;
-const MERGE_BY_KEY: u64 = 3;
-const UNIT_COUNT: u64 = 2;
-/// The one packet sequence this writer uses.
-const SEQ_ID: u64 = 1;
-
 /// Debug annotation names, interned once (iid = position + 1).
 const ANNOTATIONS: [&str; 9] = [
     "sector",
@@ -169,47 +137,6 @@ const INNER_NAME: &str = "on device";
 const TRACK_UUID_BASE: u64 = 1 << 40;
 /// The application's and the stress tool's tracks, from here.
 const APP_UUID_BASE: u64 = 1 << 41;
-
-fn field_varint(b: &mut Vec<u8>, field: u32, v: u64) {
-    varint(u64::from(field) << 3, b);
-    varint(v, b);
-}
-
-fn field_bytes(b: &mut Vec<u8>, field: u32, v: &[u8]) {
-    varint(u64::from(field) << 3 | 2, b);
-    varint(v.len() as u64, b);
-    b.extend_from_slice(v);
-}
-
-fn field_double(b: &mut Vec<u8>, field: u32, v: f64) {
-    varint(u64::from(field) << 3 | 1, b);
-    b.extend_from_slice(&v.to_le_bytes());
-}
-
-/// A message built in `scratch`, then written as a field of `b`.
-fn field_msg(b: &mut Vec<u8>, field: u32, scratch: &mut Vec<u8>, f: impl FnOnce(&mut Vec<u8>)) {
-    scratch.clear();
-    f(scratch);
-    field_bytes(b, field, scratch);
-}
-
-/// Strings given ids as they are first met (iid 1, 2, ...).
-#[derive(Default)]
-struct Interner {
-    ids: HashMap<String, u64>,
-}
-
-impl Interner {
-    /// The iid, and whether the string is new (to be emitted in this packet's interned data).
-    fn get(&mut self, s: &str) -> (u64, bool) {
-        if let Some(&id) = self.ids.get(s) {
-            return (id, false);
-        }
-        let id = self.ids.len() as u64 + 1;
-        self.ids.insert(s.to_string(), id);
-        (id, true)
-    }
-}
 
 /// `R 4K`, `W 512K`, `F` (a flush of no data), `F absorbed` (an empty flush the flush
 /// machinery absorbed: never reached the device; the report counts it apart).
@@ -693,7 +620,7 @@ pub fn export_perfetto(
             let di = if let Some(i) = devs.iter().position(|d| d.dev == rec.dev) {
                 i
             } else {
-                let name = super::dev_name(&r, rec);
+                let name = super::dev_name(&r, rec.dev);
                 let uuid = TRACK_UUID_BASE + 100 * devs.len() as u64;
                 w.track(uuid, None, &name, None, None, None)?;
                 devs.push(Device {
