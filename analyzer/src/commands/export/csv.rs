@@ -38,12 +38,19 @@ impl<'a> Csv<'a> {
             // A String takes any write; only a Display impl could fail it (an integer's cannot).
             match col.field(r, rec) {
                 Field::Null => self.w.write_field("")?,
+                // In the narrowest type that holds it: i128's formatting is the slower.
                 Field::Int(v) => {
-                    write!(self.num, "{v}").map_err(std::io::Error::other)?;
+                    let written = match (u64::try_from(v), i64::try_from(v)) {
+                        (Ok(u), _) => write!(self.num, "{u}"),
+                        (_, Ok(i)) => write!(self.num, "{i}"),
+                        _ => write!(self.num, "{v}"),
+                    };
+                    written.map_err(std::io::Error::other)?;
                     self.w.write_field(&self.num)?;
                 }
                 Field::Micros(ns) => {
-                    write!(self.num, "{:.3}", ns as f64 / 1e3).map_err(std::io::Error::other)?;
+                    let ns = u64::try_from(ns).map_or(ns as f64, |u| u as f64);
+                    write!(self.num, "{:.3}", ns / 1e3).map_err(std::io::Error::other)?;
                     self.w.write_field(&self.num)?;
                 }
                 Field::Str(s) => self.w.write_field(&*s)?,

@@ -1,7 +1,8 @@
-//! `blkprof export`: a trace as a fio iolog (version 3, timed, so `fio --read_iolog` replays
-//! the pattern with its timing), CSV, JSON lines (here), or Parquet ([`parquet`]: one row per
-//! IO, for SQL engines; docs/fleet.md), or a Perfetto trace ([`perfetto`]: a timeline of every
-//! IO for ui.perfetto.dev; docs/perfetto.md).
+//! `blkprof export`: a trace as a fio iolog (`iolog.rs`: version 3, timed, so `fio
+//! --read_iolog` replays the pattern with its timing), CSV (`csv.rs`), JSON lines
+//! (`jsonl.rs`), Parquet ([`parquet`]: one row per IO, for SQL engines; docs/fleet.md), or a
+//! Perfetto trace ([`perfetto`]: a timeline of every IO for ui.perfetto.dev; docs/perfetto.md).
+//! CSV, JSON lines and Parquet write the columns of one table, `columns.rs`.
 
 mod columns;
 mod csv;
@@ -14,7 +15,7 @@ pub mod perfetto;
 use std::io::Write;
 use std::path::Path;
 
-use tracer_common::format::{FormatError, IoRecord, TraceReader};
+use tracer_common::format::{DeviceInfo, FormatError, IoRecord, TraceReader};
 
 pub(crate) use columns::{dev_name, flag_names};
 
@@ -81,6 +82,17 @@ pub(crate) fn varint(mut v: u64, out: &mut Vec<u8>) {
     }
 }
 
+/// The device `--device` names (by name or MAJ:MIN).
+pub(crate) fn find_device<'a>(
+    devices: &'a [DeviceInfo],
+    name: &str,
+) -> Result<&'a DeviceInfo, ExportError> {
+    devices
+        .iter()
+        .find(|d| d.name == name || format!("{}:{}", d.major, d.minor) == name)
+        .ok_or_else(|| ExportError::NoDevice(name.into()))
+}
+
 /// An export written to a stream a record at a time, in the trace's order: fio iologs
 /// (`iolog.rs`), CSV (`csv.rs`), JSON lines (`jsonl.rs`). Parquet and Perfetto write files
 /// of their own shape ([`parquet::export_parquet`], [`perfetto::export_perfetto`]).
@@ -108,12 +120,7 @@ pub fn export(
     let mut r = TraceReader::open(path)?;
     let devs = r.header().devices.clone();
     let dev = match device {
-        Some(name) => Some(
-            devs.iter()
-                .find(|d| d.name == name || format!("{}:{}", d.major, d.minor) == name)
-                .ok_or_else(|| ExportError::NoDevice(name.into()))?
-                .clone(),
-        ),
+        Some(name) => Some(find_device(&devs, name)?.clone()),
         None if devs.len() > 1 && matches!(format, Format::Iolog | Format::Iolog2) => {
             return Err(ExportError::SeveralDevices(
                 devs.iter()

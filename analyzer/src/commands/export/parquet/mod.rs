@@ -169,8 +169,7 @@ pub fn schema() -> SchemaRef {
                 Value::Num(_, Store::Int64 | Store::Duration) => DataType::Int64,
                 Value::Num(_, Store::Int32 | Store::Int32Bits) => DataType::Int32,
             };
-            let name = c.names.parquet.expect("every column is a Parquet column");
-            Field::new(name, ty, c.nullable())
+            Field::new(c.names.parquet, ty, c.nullable())
         })
         .collect();
     Arc::new(Schema::new(fields))
@@ -321,14 +320,7 @@ fn export_one(
         file_bytes,
     );
     let only = match &opts.device {
-        Some(name) => Some(
-            header
-                .devices
-                .iter()
-                .find(|d| d.name == *name || format!("{}:{}", d.major, d.minor) == *name)
-                .ok_or_else(|| ExportError::NoDevice(name.clone()))?
-                .dev(),
-        ),
+        Some(name) => Some(super::find_device(&header.devices, name)?.dev()),
         None => None,
     };
     let host = opts
