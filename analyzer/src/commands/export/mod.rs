@@ -1,28 +1,23 @@
-//! `blkprof export`: a trace as a fio iolog (version 3, timed, so `fio --read_iolog` replays
-//! the pattern with its timing), CSV, JSON lines (here), or Parquet ([`parquet`]: one row per
-//! IO, for SQL engines; docs/fleet.md), or a Perfetto trace ([`perfetto`]: a timeline of every
-//! IO for ui.perfetto.dev; docs/perfetto.md).
+//! `blkprof export`: a trace as a fio iolog (`iolog.rs`: version 3, timed, so `fio
+//! --read_iolog` replays the pattern with its timing), CSV (`csv.rs`), JSON lines
+//! (`jsonl.rs`), Parquet ([`parquet`]: one row per IO, for SQL engines; docs/fleet.md), or a
+//! Perfetto trace ([`perfetto`]: a timeline of every IO for ui.perfetto.dev; docs/perfetto.md).
+//! CSV, JSON lines and Parquet write the columns of one table, `columns.rs`.
 
+mod columns;
 mod csv;
+mod iolog;
+mod jsonl;
 #[cfg(feature = "parquet")]
 pub mod parquet;
-#[cfg(feature = "parquet")]
-mod parquet_delta;
-#[cfg(feature = "parquet")]
-mod parquet_dict;
 pub mod perfetto;
 
-use std::borrow::Cow;
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::io::Write;
 use std::path::Path;
 
-use tracer_common::format::{FormatError, IoRecord, TraceReader};
-use tracer_common::op::{Op, StatGroup, flags};
-use tracer_common::{FILE_DEV_ANON, FILE_DEV_DEVICE};
+use tracer_common::format::{DeviceInfo, FormatError, IoRecord, TraceReader};
 
-use crate::analysis::labels::{DEVICE_FILE, DIRECT_FILE, UnnamedCgroup, UnnamedFile};
+pub(crate) use columns::{dev_name, flag_names};
 
 /// Also `blkprof export --format`: the variant names are the values, their docs the help.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -87,10 +82,34 @@ pub(crate) fn varint(mut v: u64, out: &mut Vec<u8>) {
     }
 }
 
-/// Records are in completion order; an iolog wants submission order. Hold them in a heap for
-/// this long (IOs slower than this are emitted late, in completion order).
-const REORDER_NS: u64 = 30_000_000_000;
+/// The device `--device` names (by name or MAJ:MIN).
+pub(crate) fn find_device<'a>(
+    devices: &'a [DeviceInfo],
+    name: &str,
+) -> Result<&'a DeviceInfo, ExportError> {
+    devices
+        .iter()
+        .find(|d| d.name == name || format!("{}:{}", d.major, d.minor) == name)
+        .ok_or_else(|| ExportError::NoDevice(name.into()))
+}
 
+/// An export written to a stream a record at a time, in the trace's order: fio iologs
+/// (`iolog.rs`), CSV (`csv.rs`), JSON lines (`jsonl.rs`). Parquet and Perfetto write files
+/// of their own shape ([`parquet::export_parquet`], [`perfetto::export_perfetto`]).
+trait RowExport {
+    /// Write `rec` (or count it as skipped).
+    fn record(
+        &mut self,
+        r: &TraceReader,
+        rec: &IoRecord,
+        stats: &mut ExportStats,
+    ) -> std::io::Result<()>;
+    /// After the last record: write what is held, the end, and flush.
+    fn finish(&mut self, stats: &mut ExportStats) -> std::io::Result<()>;
+}
+
+/// Export the trace at `path` to `out` as `format`: an iolog, CSV or JSON lines (Parquet and
+/// Perfetto have their own entry points).
 pub fn export(
     path: &Path,
     format: Format,
@@ -98,17 +117,10 @@ pub fn export(
     target: Option<&str>,
     out: &mut dyn Write,
 ) -> Result<ExportStats, ExportError> {
-    // (enter_ns, arrival sequence, op code, offset, length), earliest submission first.
-    type Pending = Reverse<(u64, u64, u8, u64, u32)>;
     let mut r = TraceReader::open(path)?;
     let devs = r.header().devices.clone();
     let dev = match device {
-        Some(name) => Some(
-            devs.iter()
-                .find(|d| d.name == name || format!("{}:{}", d.major, d.minor) == name)
-                .ok_or_else(|| ExportError::NoDevice(name.into()))?
-                .clone(),
-        ),
+        Some(name) => Some(find_device(&devs, name)?.clone()),
         None if devs.len() > 1 && matches!(format, Format::Iolog | Format::Iolog2) => {
             return Err(ExportError::SeveralDevices(
                 devs.iter()
@@ -123,201 +135,31 @@ pub fn export(
         .map(str::to_string)
         .or_else(|| dev.as_ref().map(|d| format!("/dev/{}", d.name)))
         .unwrap_or_else(|| "/dev/unknown".into());
-    let mut stats = ExportStats::default();
-    if format == Format::Csv {
-        csv::write(&mut r, dev.as_ref(), out, &mut stats)?;
-        return Ok(stats);
-    }
-    let mut buf = Vec::new();
-    match format {
-        Format::Iolog => {
-            writeln!(out, "fio version 3 iolog")?;
-            writeln!(out, "0 {target} add")?;
-            writeln!(out, "0 {target} open")?;
-        }
-        Format::Iolog2 => {
-            writeln!(out, "fio version 2 iolog")?;
-            writeln!(out, "{target} add")?;
-            writeln!(out, "{target} open")?;
-        }
-        Format::Csv | Format::Jsonl => {}
+    let mut exporter: Box<dyn RowExport + '_> = match format {
+        Format::Iolog => Box::new(iolog::Iolog::start(out, target, true)?),
+        Format::Iolog2 => Box::new(iolog::Iolog::start(out, target, false)?),
+        Format::Csv => Box::new(csv::Csv::start(out)?),
+        Format::Jsonl => Box::new(jsonl::Jsonl::new(out)),
         Format::Parquet => return Err(ExportError::ParquetNeedsFile),
         Format::Perfetto => {
             return Err(ExportError::Output(
                 "a Perfetto trace is written by export::perfetto::export_perfetto".into(),
             ));
         }
-    }
-    let mut heap: BinaryHeap<Pending> = BinaryHeap::new();
-    let mut t0: Option<u64> = None;
-    // fio's version 3 iologs stamp each line in microseconds since the start.
-    let mut last_us = 0u64;
-    let mut seq = 0u64;
-    let timed = format == Format::Iolog;
-    let emit = |out: &mut dyn Write,
-                (enter, _, op, off, len): (u64, u64, u8, u64, u32),
-                t0: u64,
-                last_us: &mut u64|
-     -> std::io::Result<()> {
-        let us = (enter.saturating_sub(t0) / 1_000).max(*last_us);
-        *last_us = us;
-        let stamp = if timed {
-            format!("{us} ")
-        } else {
-            String::new()
-        };
-        let act = match op {
-            0 => "read",
-            1 => "write",
-            2 => "trim",
-            _ => "sync",
-        };
-        if op == 3 {
-            // fio parses a line of three fields as a file action (add, open, close) and
-            // refuses "sync" there: an IO action has an offset and a length, 0 and 0 for a
-            // sync, as fio's own iologs write it.
-            writeln!(out, "{stamp}{target} {act} 0 0")
-        } else {
-            writeln!(out, "{stamp}{target} {act} {off} {len}")
-        }
     };
+    let mut stats = ExportStats::default();
+    let mut buf = Vec::new();
     while r.next_chunk(&mut buf)? {
         for rec in &buf {
             if dev.as_ref().is_some_and(|d| d.dev() != rec.dev) {
                 stats.other_devices += 1;
                 continue;
             }
-            match format {
-                Format::Iolog | Format::Iolog2 => {
-                    let op = match (rec.stat_group(), rec.op) {
-                        (StatGroup::Flush, _) => 3u8,
-                        (_, Op::Read) => 0,
-                        (_, Op::Write) => 1,
-                        (_, Op::Discard) => 2,
-                        _ => {
-                            stats.skipped += 1;
-                            continue;
-                        }
-                    };
-                    if rec.op == Op::Flush && rec.flags & flags::FLUSH_RQ == 0 {
-                        stats.skipped += 1; // absorbed empty flush: the device flush is replayed
-                        continue;
-                    }
-                    if op < 3 && rec.bytes == 0 {
-                        // The empty write an fsync sends with its preflush: the device flush
-                        // is replayed as the sync, and fio 3.33 aborts on a zero-length IO.
-                        stats.skipped += 1;
-                        continue;
-                    }
-                    let t = *t0.get_or_insert(rec.enter_ns);
-                    heap.push(Reverse((
-                        rec.enter_ns.max(t),
-                        seq,
-                        op,
-                        rec.sector * 512,
-                        rec.bytes,
-                    )));
-                    seq += 1;
-                    while let Some(Reverse(top)) = heap.peek() {
-                        if top.0 + REORDER_NS > rec.complete_ns {
-                            break;
-                        }
-                        let Some(Reverse(e)) = heap.pop() else { break };
-                        emit(out, e, t, &mut last_us)?;
-                        stats.written += 1;
-                    }
-                }
-                Format::Csv | Format::Parquet | Format::Perfetto => {
-                    unreachable!("written before the loop")
-                }
-                Format::Jsonl => {
-                    let v = serde_json::json!({
-                        "complete_ns": rec.complete_ns, "enter_ns": rec.enter_ns, "issue_ns": rec.issue_ns,
-                        "device": dev_name(&r, rec), "op": rec.op.name(), "flags": flag_names(rec.flags),
-                        "sector": rec.sector, "bytes": rec.bytes, "pid": rec.pid, "comm": r.tasks()[rec.task as usize].comm,
-                        "dev_inflight": rec.dev_inflight, "os_inflight": rec.os_inflight, "error": rec.error,
-                        "hw_queue": rec.hw_queue, "cgroup": cgroup_label(&r, rec.cgroup),
-                        "owner_cgroup": cgroup_label(&r, rec.owner_cgroup), "file": file_label(&r, rec),
-                    });
-                    serde_json::to_writer(&mut *out, &v).map_err(|e| match e.io_error_kind() {
-                        // Keep the kind (a closed pipe is a normal end for `| head`).
-                        Some(k) => std::io::Error::new(k, e),
-                        None => std::io::Error::other(e),
-                    })?;
-                    writeln!(out)?;
-                    stats.written += 1;
-                }
-            }
+            exporter.record(&r, rec, &mut stats)?;
         }
     }
-    if let Some(t) = t0 {
-        while let Some(Reverse(e)) = heap.pop() {
-            emit(out, e, t, &mut last_us)?;
-            stats.written += 1;
-        }
-    }
-    match format {
-        Format::Iolog => writeln!(out, "{last_us} {target} close")?,
-        Format::Iolog2 => writeln!(out, "{target} close")?,
-        _ => {}
-    }
-    out.flush()?;
+    exporter.finish(&mut stats)?;
     Ok(stats)
-}
-
-pub(crate) fn dev_name(r: &TraceReader, rec: &IoRecord) -> String {
-    r.devices().iter().find(|d| d.dev() == rec.dev).map_or_else(
-        || {
-            let (a, b) = tracer_common::dev_split(rec.dev);
-            format!("{a}:{b}")
-        },
-        |d| d.name.clone(),
-    )
-}
-
-/// A cgroup column's value (`cgroup`, `owner_cgroup`): the path the trace gave cgroup `id`, or
-/// `(id N)` where it gave none; `None` (null) for id 0: unknown (a submitter from before the
-/// run or format 3, an owner the trace does not track or from before format 5).
-pub(crate) fn cgroup_label(r: &TraceReader, id: u64) -> Option<Cow<'_, str>> {
-    if id == 0 {
-        return None;
-    }
-    Some(
-        r.cgroup_path(id)
-            .map_or_else(|| Cow::Owned(UnnamedCgroup(id).to_string()), Cow::Borrowed),
-    )
-}
-
-/// The `file` column's value: the path of the file of the IO's first data page, as the report's
-/// files section names it (direct IO and the device's own page cache by their kind in
-/// parentheses, a file the trace did not name as `(inode N on MAJ:MIN)`); `None` (null) for an
-/// IO without data pages, or from a trace that does not name files (before format 5, or
-/// traced without `--files`).
-pub(crate) fn file_label<'a>(r: &'a TraceReader, rec: &IoRecord) -> Option<Cow<'a, str>> {
-    let ino = rec.file_ino;
-    Some(match rec.file_dev {
-        0 => return None,
-        FILE_DEV_ANON => Cow::Borrowed(DIRECT_FILE),
-        FILE_DEV_DEVICE => Cow::Borrowed(DEVICE_FILE),
-        // By the file's id: an inode number named anew is another file.
-        dev => match rec.file_id {
-            0 => r.file_path(dev, ino),
-            id => r.file(id).and_then(|f| f.2),
-        }
-        .map_or_else(
-            || Cow::Owned(UnnamedFile { dev, ino }.to_string()),
-            Cow::Borrowed,
-        ),
-    })
-}
-
-pub(crate) fn flag_names(f: u16) -> String {
-    flags::NAMES
-        .iter()
-        .filter(|(b, _)| f & b != 0)
-        .map(|(_, n)| *n)
-        .collect::<Vec<_>>()
-        .join("|")
 }
 
 /// A version 5 trace of `n` IOs (for the tests of every row format) cycling through what the
@@ -334,6 +176,8 @@ pub(crate) fn owner_and_file_trace(
         CgroupInfo, DeviceInfo, FileInfo, OwnerCgroups, TraceHeader, TraceTrailer, TraceWriter,
         comm_bytes,
     };
+    use tracer_common::op::{Op, flags};
+    use tracer_common::{FILE_DEV_ANON, FILE_DEV_DEVICE};
     let fs = tracer_common::dev_join(259, 1);
     let header = TraceHeader {
         devices: vec![DeviceInfo {
@@ -448,6 +292,7 @@ pub(crate) fn owner_and_file_trace(
 mod tests {
     use super::*;
     use crate::inputs::synth::{cassandra_like, write_trace};
+    use tracer_common::op::Op;
 
     #[test]
     fn iolog_is_in_submission_order_with_every_read_and_write() {

@@ -2,44 +2,41 @@
 //! fleet already runs (DuckDB, Spark, Trino, ...; recipes in docs/fleet.md).
 //!
 //! Streaming: records go from each decoded chunk into column buffers of [`BATCH_ROWS`] rows
-//! (reused from batch to batch), which [`DeltaColumn`]s write as `DELTA_BINARY_PACKED` pages
-//! (the numeric columns) and [`DictColumn`]s as dictionary keys (the string columns); a file
-//! holds at most one row group in memory, so memory does not grow with the trace. The file is
-//! what the crate's Arrow writer writes for [`schema`] (the Arrow schema is in its metadata),
-//! at a fifth of its cost: that writer re-interned every row's strings, copied every value
-//! through a gather, and its column writers took three passes over every number (statistics,
-//! deltas, bit packing). The columns mean what `blkprof report`
-//! means: `op` is the report's op (absorbed empty flushes are `flush-absorbed`, as the report
-//! counts them apart), `device_latency_ns` is null for IOs never issued to the device (the
-//! report's device latency leaves them out), `total_latency_ns` is completion minus entry, and
-//! records the report leaves out as damaged (completed outside the run's window) are left out
-//! and counted here too.
+//! (`batch.rs`, reused from batch to batch; a column per row of the export's column table),
+//! which `delta.rs` writes as `DELTA_BINARY_PACKED` pages (the numeric columns) and `dict.rs`
+//! as dictionary keys (the string columns), into the file `part.rs` writes; a file holds at
+//! most one row group in memory, so memory does not grow with the trace. The file is what the
+//! crate's Arrow writer writes for [`schema`] (the Arrow schema is in its metadata), at a fifth
+//! of its cost: that writer re-interned every row's strings, copied every value through a
+//! gather, and its column writers took three passes over every number (statistics, deltas, bit
+//! packing). The columns mean what `blkprof report` means: `op` is the report's op (absorbed
+//! empty flushes are `flush-absorbed`, as the report counts them apart), `device_latency_ns` is
+//! null for IOs never issued to the device (the report's device latency leaves them out),
+//! `total_latency_ns` is completion minus entry, and records the report leaves out as damaged
+//! (completed outside the run's window) are left out and counted here too.
 
-use std::borrow::Cow;
-use std::collections::HashMap;
-use std::fs::File;
-use std::io::BufWriter;
+mod batch;
+mod delta;
+mod dict;
+mod part;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
-use parquet::arrow::{ArrowSchemaConverter, add_encoded_arrow_schema_to_metadata};
 use parquet::basic::{Compression, ZstdLevel};
-use parquet::file::metadata::KeyValue;
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
-use parquet::file::writer::SerializedFileWriter;
 use serde::Serialize;
-use tracer_common::format::{Ending, IoRecord, TraceHeader, TraceReader};
-use tracer_common::op::{Op, flags};
+use tracer_common::format::{Ending, TraceReader};
 
-use super::parquet_delta::DeltaColumn;
-use super::parquet_dict::DictColumn;
-use super::{ExportError, flag_names};
-use crate::analysis::summary::{Window, op_key};
+pub(crate) use batch::Fill;
+use batch::{Clock, Keys};
+use part::{Part, part_name};
+
+use super::ExportError;
+use super::columns::{COLUMNS, Store, Value};
+use crate::analysis::summary::Window;
 use crate::report::model::Lost;
-
-/// Records converted to columns at a time: 20 KB of records, read once per column.
-const L1_ROWS: usize = 256;
 
 /// Rows buffered per column before they go to the column writers (the buffers are reused).
 const BATCH_ROWS: usize = 65_536;
@@ -55,7 +52,7 @@ pub const RUN_META_KEY: &str = "blkprof.run";
 const NS_PER_DAY: i64 = 86_400_000_000_000;
 
 /// `blkprof export --compression`: the Parquet codec of the numeric columns (the dictionary
-/// string columns' bit-packed keys are stored as they are: `parquet_dict.rs`).
+/// string columns' bit-packed keys are stored as they are: `dict.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Codec {
     /// Zstandard: the smallest file (1% smaller than snappy on the bench trace, whose columns
@@ -157,50 +154,34 @@ pub struct RunMeta {
     pub utc_offset_s: i32,
 }
 
-/// The Arrow schema of the export: one row per IO.
+/// The Arrow schema of the export: one row per IO, a column per row of the column table.
 pub fn schema() -> SchemaRef {
-    let dict = || DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8));
-    let ts = || DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into()));
-    Arc::new(Schema::new(vec![
-        Field::new("host", dict(), false),
-        Field::new("device", dict(), false),
-        Field::new("op", dict(), false),
-        Field::new("flags", dict(), false),
-        Field::new("complete_time", ts(), false),
-        Field::new("issue_time", ts(), true),
-        Field::new("enter_time", ts(), true),
-        Field::new("device_latency_ns", DataType::Int64, true),
-        Field::new("total_latency_ns", DataType::Int64, false),
-        Field::new("queue_ns", DataType::Int64, true),
-        Field::new("bytes", DataType::Int64, false),
-        Field::new("sector", DataType::Int64, false),
-        Field::new("pid", DataType::Int32, false),
-        Field::new("comm", dict(), false),
-        Field::new("dev_inflight", DataType::Int32, false),
-        Field::new("os_inflight", DataType::Int32, false),
-        Field::new("error", DataType::Int32, false),
-        Field::new("requeues", DataType::Int32, false),
-        // The submitter's cgroup (v2) path; null when the trace has none (before format 3).
-        Field::new("cgroup", dict(), true),
-        // The blk-mq hardware queue (NVMe: submission queue); null when the trace has none
-        // (before format 4, imported traces).
-        Field::new("hw_queue", DataType::Int32, true),
-        // The cgroup the IO was charged to (its pages' owner for writeback) as the tracer
-        // named it; null when unknown (not tracked, before format 5).
-        Field::new("owner_cgroup", dict(), true),
-        // The file of the IO's first data page (the report's files section's names); null
-        // without data pages or when the trace names no files (before format 5, no --files).
-        Field::new("file", dict(), true),
-    ]))
+    let fields: Vec<Field> = COLUMNS
+        .iter()
+        .map(|c| {
+            let ty = match c.value {
+                Value::Text(_) => {
+                    DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8))
+                }
+                Value::Num(_, Store::Timestamp) => {
+                    DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into()))
+                }
+                Value::Num(_, Store::Int64 | Store::Duration) => DataType::Int64,
+                Value::Num(_, Store::Int32 | Store::Int32Bits) => DataType::Int32,
+            };
+            Field::new(c.names.parquet, ty, c.nullable())
+        })
+        .collect();
+    Arc::new(Schema::new(fields))
 }
 
 fn properties(opts: &ParquetOptions) -> WriterProperties {
-    // The numeric columns are DELTA_BINARY_PACKED (parquet_delta.rs writes their pages, these
+    // The numeric columns are DELTA_BINARY_PACKED (delta.rs writes their pages, these
     // properties give them only the codec): times grow (nearly) monotonically and latencies
     // vary little from one IO to the next, so their deltas pack in a few bits each, where
     // dictionaries would not help. The small integers (sizes, pids, queue depths, errors) too:
     // a dictionary of them hashes every value (10% of the export's time) to save 0.3 bytes per
-    // IO on the bench trace. The string columns' chunks are parquet_dict.rs's.
+    // IO on the bench trace. The string columns' chunks are dict.rs's.
     WriterProperties::builder()
         .set_compression(opts.codec.parquet())
         .set_max_row_group_row_count(Some(opts.row_group_rows.max(1)))
@@ -209,712 +190,6 @@ fn properties(opts: &ParquetOptions) -> WriterProperties {
         .set_statistics_enabled(EnabledStatistics::Page)
         .set_created_by(format!("blkprof {}", env!("CARGO_PKG_VERSION")))
         .build()
-}
-
-/// The dictionary key (Parquet's are i32) of the value at index `i` of its table. The tables
-/// stay far below `i32::MAX` values: flags have at most one per u16, comms, cgroups and files at
-/// most one per row of a batch ([`BATCH_ROWS`]), devices one per distinct device number met, each
-/// new one found after a linear scan of the others (two billion would never finish).
-#[expect(
-    clippy::cast_possible_truncation,
-    clippy::cast_possible_wrap,
-    reason = "the tables' bounds above: every index is below i32::MAX"
-)]
-fn dict_key(i: usize) -> i32 {
-    i as i32
-}
-
-/// A trace's strings as dictionary keys: per-trace tables, built as records come.
-struct Keys {
-    host: String,
-    devices: Vec<(u32, String)>,
-    last_dev: usize,
-    /// flags bits -> index into `flag_values`, or -1.
-    flag_index: Vec<i32>,
-    flag_values: Vec<String>,
-    op_values: Vec<String>,
-}
-
-/// Dictionary index of the report's op of a record: op codes 0..16, 16 for an absorbed empty
-/// flush (names from [`op_key`], one place).
-#[inline]
-fn op_index(rec: &IoRecord) -> i32 {
-    if rec.flags & flags::FLUSH_RQ != 0 {
-        Op::Flush as i32
-    } else if rec.op == Op::Flush {
-        16
-    } else {
-        rec.op as i32
-    }
-}
-
-impl Keys {
-    fn new(host: String, r: &TraceReader) -> Keys {
-        let mut op_values: Vec<String> = (0..16u8).map(|c| op_key(Op::from_code(c), 0)).collect();
-        op_values[Op::Flush as usize] = op_key(Op::Flush, flags::FLUSH_RQ);
-        op_values.push(op_key(Op::Flush, 0));
-        Keys {
-            host,
-            devices: r
-                .devices()
-                .iter()
-                .map(|d| (d.dev(), d.name.clone()))
-                .collect(),
-            last_dev: 0,
-            flag_index: vec![-1; 1 << 16],
-            flag_values: Vec::new(),
-            op_values,
-        }
-    }
-
-    #[inline]
-    fn device(&mut self, dev: u32, r: &TraceReader) -> i32 {
-        if self.devices.get(self.last_dev).is_some_and(|d| d.0 == dev) {
-            return dict_key(self.last_dev);
-        }
-        let i = if let Some(i) = self.devices.iter().position(|d| d.0 == dev) {
-            i
-        } else {
-            // A device frame read since, or a device the file never named.
-            self.devices.push((
-                dev,
-                super::dev_name(
-                    r,
-                    &IoRecord {
-                        dev,
-                        ..IoRecord::default()
-                    },
-                ),
-            ));
-            self.devices.len() - 1
-        };
-        self.last_dev = i;
-        dict_key(i)
-    }
-
-    #[inline]
-    fn flags(&mut self, f: u16) -> i32 {
-        let k = self.flag_index[usize::from(f)];
-        if k >= 0 {
-            return k;
-        }
-        self.flag_values.push(flag_names(f));
-        let k = dict_key(self.flag_values.len() - 1);
-        self.flag_index[usize::from(f)] = k;
-        k
-    }
-}
-
-/// One batch's columns, reused from batch to batch.
-#[derive(Default)]
-struct Columns {
-    device: Vec<i32>,
-    op: Vec<i32>,
-    flags: Vec<i32>,
-    complete: Vec<i64>,
-    issue: Vec<i64>,
-    issue_valid: Vec<bool>,
-    enter: Vec<i64>,
-    enter_valid: Vec<bool>,
-    /// Rows of the batch without an issue (an entry) time.
-    issue_nulls: usize,
-    enter_nulls: usize,
-    queue_valid: Vec<bool>,
-    device_latency: Vec<i64>,
-    total_latency: Vec<i64>,
-    queue: Vec<i64>,
-    bytes: Vec<i64>,
-    sector: Vec<i64>,
-    pid: Vec<i32>,
-    /// Index into `comm_values` (per batch: a long trace may have many tasks).
-    comm: Vec<i32>,
-    comm_values: Vec<String>,
-    /// Task table index -> this batch's comm key, or -1; `comm_tasks` lists the ones set.
-    comm_of_task: Vec<i32>,
-    comm_tasks: Vec<usize>,
-    /// The same for the task's cgroup path (-1 in `cgroup` for null, when the task's cgroup
-    /// is unknown); `cgroup_of_task` is set with `comm_of_task`.
-    cgroup: Vec<i32>,
-    cgroup_values: Vec<String>,
-    cgroup_of_task: Vec<i32>,
-    /// The same for the task's owner cgroup.
-    owner_cgroup: Vec<i32>,
-    owner_cgroup_values: Vec<String>,
-    owner_cgroup_of_task: Vec<i32>,
-    /// Index into `file_values` (-1: null), per batch as the comm: a long trace may name many
-    /// files; `file_of` holds the batch's key of each (file system, inode, file id) met, and
-    /// `last_file` the last one looked up (consecutive IOs mostly share a file: no hashing for
-    /// those).
-    file: Vec<i32>,
-    file_values: Vec<String>,
-    file_of: HashMap<(u32, u64, u32), i32>,
-    last_file: Option<((u32, u64, u32), i32)>,
-    dev_inflight: Vec<i32>,
-    os_inflight: Vec<i32>,
-    error: Vec<i32>,
-    requeues: Vec<i32>,
-    hw_queue: Vec<i32>,
-    hw_queue_valid: Vec<bool>,
-    hw_queue_nulls: usize,
-}
-
-impl Columns {
-    fn len(&self) -> usize {
-        self.complete.len()
-    }
-
-    /// Append rows, a column at a time (a whole decoded chunk at once when its records all go
-    /// to this file: a column's loop is a tight one, where a push per column per row was not),
-    /// in runs of [`L1_ROWS`] records, so that the passes over them (about one per column)
-    /// read the first-level cache (the 650 KB of a decoded chunk did not stay in it: 20% of
-    /// the export's time).
-    fn extend(
-        &mut self,
-        recs: &[IoRecord],
-        header: &TraceHeader,
-        keys: &mut Keys,
-        r: &TraceReader,
-    ) {
-        for run in recs.chunks(L1_ROWS) {
-            self.extend_run(run, header, keys, r);
-        }
-    }
-
-    fn extend_run(
-        &mut self,
-        recs: &[IoRecord],
-        header: &TraceHeader,
-        keys: &mut Keys,
-        r: &TraceReader,
-    ) {
-        // header.wall_ns without its 128-bit arithmetic where 64 bits do not overflow.
-        let offset = i64::try_from(
-            i128::from(header.wall_clock_start_ns) - i128::from(header.monotonic_base_ns),
-        )
-        .ok();
-        let wall = |ns: u64| match (offset, i64::try_from(ns)) {
-            (Some(o), Ok(n)) => n.checked_add(o).unwrap_or_else(|| header.wall_ns(ns)),
-            _ => header.wall_ns(ns),
-        };
-        let clamp = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-        let u32_col = |v: u32| i32::try_from(v).unwrap_or(i32::MAX);
-        let entered = |rec: &IoRecord| rec.enter_ns != 0 && rec.flags & flags::STARTED_BEFORE == 0;
-        let start = self.len();
-        for rec in recs {
-            self.device.push(keys.device(rec.dev, r));
-            self.flags.push(keys.flags(rec.flags));
-        }
-        self.op.extend(recs.iter().map(op_index));
-        self.complete
-            .extend(recs.iter().map(|rec| wall(rec.complete_ns)));
-        self.issue.extend(recs.iter().map(|rec| {
-            if rec.issue_ns != 0 {
-                wall(rec.issue_ns)
-            } else {
-                0
-            }
-        }));
-        // A validity per row only once the batch has a null (rows before it: all valid).
-        self.issue_nulls += recs.iter().filter(|rec| rec.issue_ns == 0).count();
-        if self.issue_nulls > 0 {
-            self.issue_valid.resize(start, true);
-            self.issue_valid
-                .extend(recs.iter().map(|rec| rec.issue_ns != 0));
-        }
-        self.enter.extend(
-            recs.iter()
-                .map(|rec| if entered(rec) { wall(rec.enter_ns) } else { 0 }),
-        );
-        self.enter_nulls += recs.iter().filter(|rec| !entered(rec)).count();
-        if self.enter_nulls > 0 {
-            self.enter_valid.resize(start, true);
-            self.enter_valid.extend(recs.iter().map(entered));
-        }
-        self.device_latency
-            .extend(recs.iter().map(|rec| clamp(rec.device_ns())));
-        self.total_latency
-            .extend(recs.iter().map(|rec| clamp(rec.total_ns())));
-        self.queue.extend(
-            recs.iter()
-                .map(|rec| clamp(rec.issue_ns.saturating_sub(rec.enter_ns))),
-        );
-        self.bytes
-            .extend(recs.iter().map(|rec| i64::from(rec.bytes)));
-        self.sector.extend(recs.iter().map(|rec| clamp(rec.sector)));
-        // The kernel's pid_t is an i32: the trace keeps its bits as a u32.
-        self.pid
-            .extend(recs.iter().map(|rec| rec.pid.cast_signed()));
-        for rec in recs {
-            let (comm, cgroup, owner) = self.task_keys(rec.task as usize, r);
-            self.comm.push(comm);
-            self.cgroup.push(cgroup);
-            self.owner_cgroup.push(owner);
-        }
-        self.dev_inflight
-            .extend(recs.iter().map(|rec| u32_col(rec.dev_inflight)));
-        self.os_inflight
-            .extend(recs.iter().map(|rec| u32_col(rec.os_inflight)));
-        self.error.extend(recs.iter().map(|rec| rec.error));
-        self.requeues
-            .extend(recs.iter().map(|rec| i32::from(rec.requeues)));
-        self.hw_queue
-            .extend(recs.iter().map(|rec| rec.hw_queue.map_or(0, i32::from)));
-        self.hw_queue_nulls += recs.iter().filter(|rec| rec.hw_queue.is_none()).count();
-        if self.hw_queue_nulls > 0 {
-            self.hw_queue_valid.resize(start, true);
-            self.hw_queue_valid
-                .extend(recs.iter().map(|rec| rec.hw_queue.is_some()));
-        }
-        for rec in recs {
-            let k = self.file_key(rec, r);
-            self.file.push(k);
-        }
-    }
-
-    /// The batch's `file` key of a record (-1: null, no data pages or no files traced).
-    #[inline]
-    fn file_key(&mut self, rec: &IoRecord, r: &TraceReader) -> i32 {
-        if rec.file_dev == 0 {
-            return -1;
-        }
-        let f = (rec.file_dev, rec.file_ino, rec.file_id);
-        if let Some((last, k)) = self.last_file
-            && last == f
-        {
-            return k;
-        }
-        let values = &mut self.file_values;
-        let k = *self.file_of.entry(f).or_insert_with(|| {
-            values.push(super::file_label(r, rec).map_or_else(String::new, Cow::into_owned));
-            dict_key(values.len() - 1)
-        });
-        self.last_file = Some((f, k));
-        k
-    }
-
-    /// The batch's comm, cgroup and owner cgroup keys of task table index `t` (cgroups -1:
-    /// null).
-    #[inline]
-    fn task_keys(&mut self, t: usize, r: &TraceReader) -> (i32, i32, i32) {
-        if t >= self.comm_of_task.len() {
-            self.comm_of_task.resize(t + 1, -1);
-            self.cgroup_of_task.resize(t + 1, -1);
-            self.owner_cgroup_of_task.resize(t + 1, -1);
-        }
-        let mut k = self.comm_of_task[t];
-        if k < 0 {
-            let task = r.tasks().get(t);
-            self.comm_values
-                .push(task.map_or_else(String::new, |x| x.comm.clone()));
-            k = dict_key(self.comm_values.len() - 1);
-            self.comm_of_task[t] = k;
-            self.comm_tasks.push(t);
-            // The cgroups' paths, as the trace named them (one value per task, as the comm).
-            let key = |id: u64, values: &mut Vec<String>| match super::cgroup_label(r, id) {
-                Some(path) => {
-                    values.push(path.into_owned());
-                    dict_key(values.len() - 1)
-                }
-                None => -1,
-            };
-            self.cgroup_of_task[t] = key(task.map_or(0, |x| x.cgroup), &mut self.cgroup_values);
-            self.owner_cgroup_of_task[t] = key(
-                task.map_or(0, |x| x.owner_cgroup),
-                &mut self.owner_cgroup_values,
-            );
-        }
-        (k, self.cgroup_of_task[t], self.owner_cgroup_of_task[t])
-    }
-
-    /// The numeric columns' buffered rows by schema position, with their validity when the
-    /// batch has nulls (null rows hold 0, to be left out).
-    fn numeric(&mut self) -> [(usize, Num<'_>, Option<&[bool]>); 14] {
-        let issue = (self.issue_nulls > 0).then_some(self.issue_valid.as_slice());
-        let enter = (self.enter_nulls > 0).then_some(self.enter_valid.as_slice());
-        // Queue time needs both ends.
-        self.queue_valid.clear();
-        match (issue, enter) {
-            (Some(i), Some(e)) => self
-                .queue_valid
-                .extend(i.iter().zip(e).map(|(a, b)| *a && *b)),
-            (Some(v), None) | (None, Some(v)) => self.queue_valid.extend_from_slice(v),
-            (None, None) => {}
-        }
-        let queue = (!self.queue_valid.is_empty()).then_some(self.queue_valid.as_slice());
-        let hw_queue = (self.hw_queue_nulls > 0).then_some(self.hw_queue_valid.as_slice());
-        [
-            (4, Num::I64(&self.complete), None),
-            (5, Num::I64(&self.issue), issue),
-            (6, Num::I64(&self.enter), enter),
-            (7, Num::I64(&self.device_latency), issue),
-            (8, Num::I64(&self.total_latency), None),
-            (9, Num::I64(&self.queue), queue),
-            (10, Num::I64(&self.bytes), None),
-            (11, Num::I64(&self.sector), None),
-            (12, Num::I32(&self.pid), None),
-            (14, Num::I32(&self.dev_inflight), None),
-            (15, Num::I32(&self.os_inflight), None),
-            (16, Num::I32(&self.error), None),
-            (17, Num::I32(&self.requeues), None),
-            (19, Num::I32(&self.hw_queue), hw_queue),
-        ]
-    }
-
-    /// Empty the buffers (keeping their memory) and forget the batch's tasks.
-    fn clear(&mut self) {
-        for v in [
-            &mut self.complete,
-            &mut self.issue,
-            &mut self.enter,
-            &mut self.device_latency,
-            &mut self.total_latency,
-            &mut self.queue,
-            &mut self.bytes,
-            &mut self.sector,
-        ] {
-            v.clear();
-        }
-        for v in [
-            &mut self.device,
-            &mut self.op,
-            &mut self.flags,
-            &mut self.pid,
-            &mut self.comm,
-            &mut self.cgroup,
-            &mut self.owner_cgroup,
-            &mut self.file,
-            &mut self.dev_inflight,
-            &mut self.os_inflight,
-            &mut self.error,
-            &mut self.requeues,
-            &mut self.hw_queue,
-        ] {
-            v.clear();
-        }
-        self.hw_queue_valid.clear();
-        self.hw_queue_nulls = 0;
-        self.issue_valid.clear();
-        self.enter_valid.clear();
-        self.issue_nulls = 0;
-        self.enter_nulls = 0;
-        for &t in &self.comm_tasks {
-            self.comm_of_task[t] = -1;
-            self.cgroup_of_task[t] = -1;
-            self.owner_cgroup_of_task[t] = -1;
-        }
-        self.comm_tasks.clear();
-        self.comm_values.clear();
-        self.cgroup_values.clear();
-        self.owner_cgroup_values.clear();
-        self.file_values.clear();
-        self.file_of.clear();
-        self.last_file = None;
-    }
-}
-
-/// A numeric column's values.
-#[derive(Clone, Copy)]
-enum Num<'a> {
-    I64(&'a [i64]),
-    I32(&'a [i32]),
-}
-
-/// A numeric column's chunk being written (`parquet_delta.rs`: `DELTA_BINARY_PACKED` pages of our
-/// own, their statistics found in the same pass).
-enum NumColumn {
-    I64(DeltaColumn<i64>),
-    I32(DeltaColumn<i32>),
-}
-
-/// Schema positions of the dictionary string columns, written by [`DictColumn`]s.
-const DICT_COLUMNS: [usize; 8] = [0, 1, 2, 3, 13, 18, 20, 21];
-
-/// The row group being written: a column writer per numeric column, ours per dictionary one.
-struct Group {
-    numeric: Vec<NumColumn>,
-    dict: Vec<DictColumn>,
-    rows: usize,
-}
-
-/// One Parquet file being written: under a `.part` name until complete.
-struct Part {
-    #[expect(
-        clippy::struct_field_names,
-        reason = "the `.part` file's path, beside `path`, the finished file's"
-    )]
-    part_path: PathBuf,
-    path: PathBuf,
-    file: SerializedFileWriter<BufWriter<File>>,
-    group: Option<Group>,
-    row_group_rows: usize,
-    cols: Columns,
-    /// The numeric columns' chunk buffers (in their order), kept from row group to row group.
-    chunk_bufs: Vec<Vec<u8>>,
-    /// Zero keys for the host column (one value per file).
-    host_keys: Vec<i32>,
-    rows: u64,
-    /// The UTC day (days since the epoch) of a partitioned file; for flushing days gone by.
-    day: i64,
-    flushed: bool,
-}
-
-impl Part {
-    fn create(
-        path: PathBuf,
-        schema: &SchemaRef,
-        props: WriterProperties,
-    ) -> Result<Part, ExportError> {
-        let part_path = part_name(&path);
-        if let Some(dir) = part_path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| {
-                ExportError::Output(format!("cannot create {}: {e}", dir.display()))
-            })?;
-        }
-        let file = File::create(&part_path).map_err(|e| {
-            ExportError::Output(format!("cannot write {}: {e}", part_path.display()))
-        })?;
-        let perr = |e| ExportError::Parquet {
-            path: part_path.clone(),
-            source: e,
-        };
-        // As the Arrow writer sets a file up: the Parquet schema of the Arrow one, and the
-        // Arrow schema in the metadata (readers get the dictionary and time zone types back).
-        let mut props = props;
-        let parquet_schema = ArrowSchemaConverter::new()
-            .with_coerce_types(props.coerce_types())
-            .convert(schema)
-            .map_err(perr)?;
-        add_encoded_arrow_schema_to_metadata(schema, &mut props);
-        let row_group_rows = props
-            .max_row_group_row_count()
-            .unwrap_or(DEFAULT_ROW_GROUP_ROWS);
-        let file = SerializedFileWriter::new(
-            BufWriter::with_capacity(1 << 20, file),
-            parquet_schema.root_schema_ptr(),
-            Arc::new(props),
-        )
-        .map_err(perr)?;
-        Ok(Part {
-            part_path,
-            path,
-            file,
-            group: None,
-            row_group_rows: row_group_rows.max(1),
-            cols: Columns::default(),
-            chunk_bufs: Vec::new(),
-            host_keys: Vec::new(),
-            rows: 0,
-            day: 0,
-            flushed: false,
-        })
-    }
-
-    fn perr(&self) -> impl Fn(parquet::errors::ParquetError) -> ExportError + use<> {
-        let path = self.part_path.clone();
-        move |e| ExportError::Parquet {
-            path: path.clone(),
-            source: e,
-        }
-    }
-
-    fn write_batch(&mut self, keys: &Keys) -> Result<(), ExportError> {
-        let n = self.cols.len();
-        if n == 0 {
-            return Ok(());
-        }
-        // Out of `self` while their keys are written (a row group may end mid-batch).
-        let mut cols = std::mem::take(&mut self.cols);
-        let mut host_keys = std::mem::take(&mut self.host_keys);
-        let result = self.write_columns(keys, &mut cols, &mut host_keys);
-        self.cols = cols;
-        self.host_keys = host_keys;
-        result
-    }
-
-    fn write_columns(
-        &mut self,
-        keys: &Keys,
-        cols: &mut Columns,
-        host_keys: &mut Vec<i32>,
-    ) -> Result<(), ExportError> {
-        let n = cols.len();
-        let perr = self.perr();
-        host_keys.resize(n, 0);
-        let host = [keys.host.as_str()];
-        let devices: Vec<&str> = keys.devices.iter().map(|d| d.1.as_str()).collect();
-        let ops: Vec<&str> = keys.op_values.iter().map(String::as_str).collect();
-        let flag_values: Vec<&str> = keys.flag_values.iter().map(String::as_str).collect();
-        let comms: Vec<String> = std::mem::take(&mut cols.comm_values);
-        let cgroups: Vec<String> = std::mem::take(&mut cols.cgroup_values);
-        let owners: Vec<String> = std::mem::take(&mut cols.owner_cgroup_values);
-        let files: Vec<String> = std::mem::take(&mut cols.file_values);
-        let comm_refs: Vec<&str> = comms.iter().map(String::as_str).collect();
-        let cgroup_refs: Vec<&str> = cgroups.iter().map(String::as_str).collect();
-        let owner_refs: Vec<&str> = owners.iter().map(String::as_str).collect();
-        let file_refs: Vec<&str> = files.iter().map(String::as_str).collect();
-        let device = std::mem::take(&mut cols.device);
-        let op = std::mem::take(&mut cols.op);
-        let flags = std::mem::take(&mut cols.flags);
-        let comm = std::mem::take(&mut cols.comm);
-        let cgroup = std::mem::take(&mut cols.cgroup);
-        let owner_cgroup = std::mem::take(&mut cols.owner_cgroup);
-        let file = std::mem::take(&mut cols.file);
-        let dict_keys: [(&[i32], &[&str]); DICT_COLUMNS.len()] = [
-            (&host_keys[..n], &host),
-            (&device, &devices),
-            (&op, &ops),
-            (&flags, &flag_values),
-            (&comm, &comm_refs),
-            (&cgroup, &cgroup_refs),
-            (&owner_cgroup, &owner_refs),
-            (&file, &file_refs),
-        ];
-        let numeric = cols.numeric();
-        let mut done = 0;
-        while done < n {
-            if self.group.is_none() {
-                let descr = self.file.schema_descr();
-                let props = self.file.properties().clone();
-                let numeric = numeric
-                    .iter()
-                    .enumerate()
-                    .map(|(j, &(i, values, _))| {
-                        let d = descr.column(i);
-                        let codec = props.compression(d.path());
-                        // Each column its own (sized for it).
-                        let buf = self.chunk_bufs.get_mut(j).map(std::mem::take);
-                        Ok(match values {
-                            Num::I64(_) => {
-                                NumColumn::I64(DeltaColumn::new(d, codec, buf.unwrap_or_default())?)
-                            }
-                            Num::I32(_) => {
-                                NumColumn::I32(DeltaColumn::new(d, codec, buf.unwrap_or_default())?)
-                            }
-                        })
-                    })
-                    .collect::<parquet::errors::Result<_>>()
-                    .map_err(&perr)?;
-                let dict = DICT_COLUMNS
-                    .iter()
-                    .map(|&i| DictColumn::new(descr.column(i)))
-                    .collect();
-                self.group = Some(Group {
-                    numeric,
-                    dict,
-                    rows: 0,
-                });
-            }
-            let g = self.group.as_mut().expect("a group");
-            let take = (n - done).min(self.row_group_rows - g.rows);
-            let range = done..done + take;
-            for ((_, values, valid), w) in numeric.iter().zip(&mut g.numeric) {
-                let valid = valid.map(|v| &v[range.clone()]);
-                match (w, values) {
-                    (NumColumn::I64(w), Num::I64(v)) => w.write(&v[range.clone()], valid),
-                    (NumColumn::I32(w), Num::I32(v)) => w.write(&v[range.clone()], valid),
-                    _ => Err(parquet::errors::ParquetError::General(
-                        "a numeric column of another type".into(),
-                    )),
-                }
-                .map_err(&perr)?;
-            }
-            for (d, (k, source)) in g.dict.iter_mut().zip(&dict_keys) {
-                d.write(&k[range.clone()], source).map_err(&perr)?;
-            }
-            g.rows += take;
-            done += take;
-            if g.rows == self.row_group_rows {
-                self.finish_group()?;
-            }
-        }
-        // Give the buffers back (with their memory) and forget the batch.
-        cols.device = device;
-        cols.op = op;
-        cols.flags = flags;
-        cols.comm = comm;
-        cols.cgroup = cgroup;
-        cols.owner_cgroup = owner_cgroup;
-        cols.file = file;
-        cols.comm_values = comms;
-        cols.cgroup_values = cgroups;
-        cols.owner_cgroup_values = owners;
-        cols.file_values = files;
-        cols.clear();
-        Ok(())
-    }
-
-    /// Write the row group being built, if any, into the file.
-    fn finish_group(&mut self) -> Result<(), ExportError> {
-        let Some(g) = self.group.take() else {
-            return Ok(());
-        };
-        let perr = self.perr();
-        let columns = self.file.schema_descr().num_columns();
-        let mut rg = self.file.next_row_group().map_err(&perr)?;
-        let mut dict = g.dict.into_iter();
-        let mut numeric = g.numeric.into_iter();
-        let mut j = 0;
-        for i in 0..columns {
-            if DICT_COLUMNS.contains(&i) {
-                let (bytes, close) = dict
-                    .next()
-                    .expect("a DictColumn per dictionary column")
-                    .finish()
-                    .map_err(&perr)?;
-                rg.append_column(&bytes, close).map_err(&perr)?;
-            } else {
-                let (bytes, close) = match numeric.next().expect("a writer per numeric column") {
-                    NumColumn::I64(w) => w.finish(),
-                    NumColumn::I32(w) => w.finish(),
-                }
-                .map_err(&perr)?;
-                rg.append_column(&bytes, close).map_err(&perr)?;
-                // The chunk's memory for the next row group's (page faults and regrowth
-                // copies were 5% of the time).
-                if let Ok(b) = bytes.try_into_mut() {
-                    if self.chunk_bufs.len() <= j {
-                        self.chunk_bufs.resize_with(j + 1, Vec::new);
-                    }
-                    self.chunk_bufs[j] = b.into();
-                }
-                j += 1;
-            }
-        }
-        rg.close().map_err(&perr)?;
-        Ok(())
-    }
-
-    /// Write what is buffered, the metadata, the footer; rename into place.
-    fn finish(mut self, keys: &Keys, meta: &RunMeta) -> Result<PathBuf, ExportError> {
-        self.write_batch(keys)?;
-        self.finish_group()?;
-        let meta = RunMeta {
-            rows: self.rows,
-            ..meta.clone()
-        };
-        self.file.append_key_value_metadata(KeyValue::new(
-            RUN_META_KEY.to_string(),
-            serde_json::to_string(&meta).map_err(|e| ExportError::Output(e.to_string()))?,
-        ));
-        let perr = self.perr();
-        let mut out = self.file.into_inner().map_err(perr)?;
-        std::io::Write::flush(&mut out)?;
-        drop(out);
-        std::fs::rename(&self.part_path, &self.path).map_err(|e| {
-            ExportError::Output(format!(
-                "cannot rename {} to {}: {e}",
-                self.part_path.display(),
-                self.path.display()
-            ))
-        })?;
-        Ok(self.path)
-    }
-}
-
-fn part_name(p: &Path) -> PathBuf {
-    let mut s = p.as_os_str().to_owned();
-    s.push(".part");
-    PathBuf::from(s)
 }
 
 /// A partition value as a path segment: Hive escaping (%XX) of what a path cannot hold.
@@ -1045,14 +320,7 @@ fn export_one(
         file_bytes,
     );
     let only = match &opts.device {
-        Some(name) => Some(
-            header
-                .devices
-                .iter()
-                .find(|d| d.name == *name || format!("{}:{}", d.major, d.minor) == *name)
-                .ok_or_else(|| ExportError::NoDevice(name.clone()))?
-                .dev(),
-        ),
+        Some(name) => Some(super::find_device(&header.devices, name)?.dev()),
         None => None,
     };
     let host = opts
@@ -1073,6 +341,7 @@ fn export_one(
     let schema = schema();
     let props = properties(opts);
     let mut keys = Keys::new(host.clone(), &r);
+    let clock = Clock::new(&header);
     let mut parts: Vec<Part> = Vec::new();
     let mut cur = usize::MAX;
     let mut outside = 0u64;
@@ -1089,9 +358,9 @@ fn export_one(
                             || header.wall_ns(rec.complete_ns).div_euclid(NS_PER_DAY) == p.day)
                 })
             {
-                p.cols.extend(&buf, &header, &mut keys, &r);
+                p.batch.extend(&buf, &clock, &mut keys, &r);
                 p.rows += buf.len() as u64;
-                if p.cols.len() >= BATCH_ROWS {
+                if p.batch.len() >= BATCH_ROWS {
                     p.write_batch(&keys)?;
                 }
                 continue;
@@ -1132,10 +401,10 @@ fn export_one(
                     }
                 }
                 let p = &mut parts[cur];
-                p.cols
-                    .extend(std::slice::from_ref(rec), &header, &mut keys, &r);
+                p.batch
+                    .extend(std::slice::from_ref(rec), &clock, &mut keys, &r);
                 p.rows += 1;
-                if p.cols.len() >= BATCH_ROWS {
+                if p.batch.len() >= BATCH_ROWS {
                     p.write_batch(&keys)?;
                 }
             }
@@ -1148,38 +417,7 @@ fn export_one(
         }
         return Err(e);
     }
-    let trailer = r.trailer().cloned();
-    let coverage = trailer
-        .as_ref()
-        .map(|t| tracer_common::coverage::coverage(&header, t))
-        .unwrap_or_default();
-    let meta = RunMeta {
-        schema_version: 1,
-        trace: trace.display().to_string(),
-        host: host.clone(),
-        traced_host: header.host.clone(),
-        kernel: header.kernel.clone(),
-        tracer_version: header.tracer_version.clone(),
-        start: tracer_common::time::rfc3339(header.wall_clock_start_ns),
-        end: trailer
-            .as_ref()
-            .filter(|t| t.wall_clock_end_ns != 0)
-            .map(|t| tracer_common::time::rfc3339(t.wall_clock_end_ns)),
-        sequence: header.sequence,
-        ending: match r.ending() {
-            Ending::Complete => "complete",
-            Ending::Corrupt { .. } => "corrupt",
-            _ => "truncated",
-        }
-        .into(),
-        rows: 0,
-        records_outside_window: outside,
-        lost: crate::analysis::summary::lost(&header, trailer.as_ref(), r.last_stats(), &coverage),
-        coverage,
-        devices: r.devices().to_vec(),
-        time_zone: header.time_zone.clone(),
-        utc_offset_s: header.utc_offset_s,
-    };
+    let meta = run_meta(trace, &r, &host, outside);
     if parts.is_empty() {
         // No rows (an empty trace, or none of --device): still a file with the schema and the
         // run's metadata, so that "no IO" is an answer and not a missing file.
@@ -1208,6 +446,43 @@ fn export_one(
     Ok(())
 }
 
+/// The run a trace's rows come from ([`RunMeta`]), once its records are read.
+fn run_meta(trace: &Path, r: &TraceReader, host: &str, outside: u64) -> RunMeta {
+    let header = r.header();
+    let trailer = r.trailer().cloned();
+    let coverage = trailer
+        .as_ref()
+        .map(|t| tracer_common::coverage::coverage(header, t))
+        .unwrap_or_default();
+    RunMeta {
+        schema_version: 1,
+        trace: trace.display().to_string(),
+        host: host.to_string(),
+        traced_host: header.host.clone(),
+        kernel: header.kernel.clone(),
+        tracer_version: header.tracer_version.clone(),
+        start: tracer_common::time::rfc3339(header.wall_clock_start_ns),
+        end: trailer
+            .as_ref()
+            .filter(|t| t.wall_clock_end_ns != 0)
+            .map(|t| tracer_common::time::rfc3339(t.wall_clock_end_ns)),
+        sequence: header.sequence,
+        ending: match r.ending() {
+            Ending::Complete => "complete",
+            Ending::Corrupt { .. } => "corrupt",
+            _ => "truncated",
+        }
+        .into(),
+        rows: 0,
+        records_outside_window: outside,
+        lost: crate::analysis::summary::lost(header, trailer.as_ref(), r.last_stats(), &coverage),
+        coverage,
+        devices: r.devices().to_vec(),
+        time_zone: header.time_zone.clone(),
+        utc_offset_s: header.utc_offset_s,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1215,6 +490,8 @@ mod tests {
     use arrow_array::types::Int32Type;
     use arrow_array::{Array, Int64Array, RecordBatch, StringArray, TimestampNanosecondArray};
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    use std::fs::File;
+    use tracer_common::op::{Op, flags};
 
     /// Every row of every file, as (rows, run metadata of the first file).
     fn read_back(files: &[PathBuf]) -> (Vec<RecordBatch>, RunMeta) {
@@ -1528,7 +805,7 @@ mod tests {
         let p = dir.path().join("t.blkp");
         // Past one batch: the second's dictionaries start anew.
         let n = BATCH_ROWS as u64 + 1000;
-        let want = super::super::owner_and_file_trace(&p, n);
+        let want = crate::export::owner_and_file_trace(&p, n);
         let out = dir.path().join("t.parquet");
         let opts = ParquetOptions {
             row_group_rows: 50_000,

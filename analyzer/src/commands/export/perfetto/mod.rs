@@ -8,22 +8,34 @@
 //! (`blkprof report --json`, computed by the report's own code) and the highest device
 //! in-flight count per interval.
 //!
-//! The encoder is hand-written: the few messages and field numbers below are those of
+//! The encoder is hand-written (`proto.rs`): the few messages and field numbers are those of
 //! Perfetto's protos (protos/perfetto/trace/, Apache License 2.0, Copyright The Android Open
 //! Source Project), checked against the compiled protos of the `perfetto` Python package
 //! 0.59.1 that tests/tests/perfetto.rs parses the output with.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 use std::io::Write;
 use std::path::Path;
 
 use tracer_common::format::{IoRecord, TraceReader};
 use tracer_common::op::{Op, StatGroup};
 
+mod lanes;
+mod proto;
+
 use super::{ExportError, flag_names, varint};
 use crate::analysis::series::Options;
 use crate::analysis::summary::{Window, summarize};
+use lanes::Lanes;
+use proto::{
+    CD_UNIT, CD_UNIT_NAME, COUNTER, DA_NAME_IID, DA_STRING_IID, DA_UINT, ID_ANNOTATION_NAMES,
+    ID_EVENT_NAMES, ID_STRING_VALUES, INSTANT, Interner, MERGE_BY_KEY, P_INTERNED, P_SEQ_FLAGS,
+    P_SEQ_ID, P_TIMESTAMP, P_TRACK_DESCRIPTOR, P_TRACK_EVENT, SEQ_CLEARED, SEQ_ID, SEQ_NEEDS,
+    SLICE_BEGIN, SLICE_END, TD_COUNTER, TD_MERGE_BEHAVIOR, TD_MERGE_KEY, TD_NAME, TD_ORDER_RANK,
+    TD_PARENT, TD_UUID, TE_DEBUG, TE_DOUBLE_COUNTER, TE_NAME_IID, TE_TRACK_UUID, TE_TYPE,
+    TRACE_PACKET, UNIT_COUNT, field_bytes, field_double, field_msg, field_varint,
+};
 
 /// Which IOs to write; the counters always cover the whole trace (clipped to the time range).
 #[derive(Clone, Debug, Default)]
@@ -109,45 +121,6 @@ pub struct PerfettoStats {
 /// overlap anything, though maybe not the lowest free one.
 const REORDER_NS: u64 = 2_000_000_000;
 
-// Field numbers (perfetto.protos.*).
-const TRACE_PACKET: u32 = 1; // Trace.packet
-const P_TIMESTAMP: u32 = 8;
-const P_SEQ_ID: u32 = 10;
-const P_TRACK_EVENT: u32 = 11;
-const P_INTERNED: u32 = 12;
-const P_SEQ_FLAGS: u32 = 13;
-const P_TRACK_DESCRIPTOR: u32 = 60;
-const TE_DEBUG: u32 = 4;
-const TE_TYPE: u32 = 9;
-const TE_NAME_IID: u32 = 10;
-const TE_TRACK_UUID: u32 = 11;
-const TE_DOUBLE_COUNTER: u32 = 44;
-const DA_NAME_IID: u32 = 1;
-const DA_UINT: u32 = 3;
-const DA_STRING_IID: u32 = 17;
-const ID_EVENT_NAMES: u32 = 2;
-const ID_ANNOTATION_NAMES: u32 = 3;
-const ID_STRING_VALUES: u32 = 29;
-const TD_UUID: u32 = 1;
-const TD_NAME: u32 = 2;
-const TD_PARENT: u32 = 5;
-const TD_COUNTER: u32 = 8;
-const TD_ORDER_RANK: u32 = 12;
-const TD_MERGE_BEHAVIOR: u32 = 15;
-const TD_MERGE_KEY: u32 = 16;
-const CD_UNIT: u32 = 3;
-const CD_UNIT_NAME: u32 = 6;
-const SLICE_BEGIN: u64 = 1;
-const SLICE_END: u64 = 2;
-const INSTANT: u64 = 3;
-const COUNTER: u64 = 4;
-const SEQ_CLEARED: u64 = 1;
-const SEQ_NEEDS: u64 = 2;
-const MERGE_BY_KEY: u64 = 3;
-const UNIT_COUNT: u64 = 2;
-/// The one packet sequence this writer uses.
-const SEQ_ID: u64 = 1;
-
 /// Debug annotation names, interned once (iid = position + 1).
 const ANNOTATIONS: [&str; 9] = [
     "sector",
@@ -169,47 +142,6 @@ const INNER_NAME: &str = "on device";
 const TRACK_UUID_BASE: u64 = 1 << 40;
 /// The application's and the stress tool's tracks, from here.
 const APP_UUID_BASE: u64 = 1 << 41;
-
-fn field_varint(b: &mut Vec<u8>, field: u32, v: u64) {
-    varint(u64::from(field) << 3, b);
-    varint(v, b);
-}
-
-fn field_bytes(b: &mut Vec<u8>, field: u32, v: &[u8]) {
-    varint(u64::from(field) << 3 | 2, b);
-    varint(v.len() as u64, b);
-    b.extend_from_slice(v);
-}
-
-fn field_double(b: &mut Vec<u8>, field: u32, v: f64) {
-    varint(u64::from(field) << 3 | 1, b);
-    b.extend_from_slice(&v.to_le_bytes());
-}
-
-/// A message built in `scratch`, then written as a field of `b`.
-fn field_msg(b: &mut Vec<u8>, field: u32, scratch: &mut Vec<u8>, f: impl FnOnce(&mut Vec<u8>)) {
-    scratch.clear();
-    f(scratch);
-    field_bytes(b, field, scratch);
-}
-
-/// Strings given ids as they are first met (iid 1, 2, ...).
-#[derive(Default)]
-struct Interner {
-    ids: HashMap<String, u64>,
-}
-
-impl Interner {
-    /// The iid, and whether the string is new (to be emitted in this packet's interned data).
-    fn get(&mut self, s: &str) -> (u64, bool) {
-        if let Some(&id) = self.ids.get(s) {
-            return (id, false);
-        }
-        let id = self.ids.len() as u64 + 1;
-        self.ids.insert(s.to_string(), id);
-        (id, true)
-    }
-}
 
 /// `R 4K`, `W 512K`, `F` (a flush of no data), `F absorbed` (an empty flush the flush
 /// machinery absorbed: never reached the device; the report counts it apart).
@@ -249,55 +181,6 @@ struct IoKey {
     flags: u16,
     op: u8,
     dev_index: usize,
-}
-
-/// One device's lanes: each lane's last completion, the free ones (lowest first), and the
-/// busy ones by completion.
-#[derive(Default)]
-struct Lanes {
-    uuid: Vec<u64>,
-    end_ns: Vec<u64>,
-    free: BTreeSet<u32>,
-    busy: BinaryHeap<Reverse<(u64, u32)>>,
-    last_enter_ns: u64,
-}
-
-impl Lanes {
-    /// The lane for an IO over [enter, complete]: a lane is free after its last IO completed
-    /// (strictly before: a slice that ends where the next begins would sort ambiguously).
-    /// Returns (lane, whether it is new).
-    fn take(&mut self, enter: u64, complete: u64) -> (u32, bool) {
-        if enter >= self.last_enter_ns {
-            self.last_enter_ns = enter;
-            while let Some(&Reverse((end, l))) = self.busy.peek() {
-                if end >= enter {
-                    break;
-                }
-                self.busy.pop();
-                self.free.insert(l);
-            }
-        }
-        // In submission order the lowest free lane qualifies; for an IO met late, the lowest
-        // whose last IO ended before it began.
-        let pick = self
-            .free
-            .iter()
-            .copied()
-            .find(|&l| self.end_ns[l as usize] < enter);
-        let (lane, new) = if let Some(l) = pick {
-            self.free.remove(&l);
-            (l, false)
-        } else {
-            self.end_ns.push(0);
-            // Past u32::MAX lanes (IOs in flight at once) the last is shared: slices there may
-            // overlap, a display matter, where the lanes' memory would have run out long before.
-            let lane = u32::try_from(self.end_ns.len() - 1).unwrap_or(u32::MAX);
-            (lane, true)
-        };
-        self.end_ns[lane as usize] = complete;
-        self.busy.push(Reverse((complete, lane)));
-        (lane, new)
-    }
 }
 
 struct Writer<'a> {
@@ -618,14 +501,7 @@ pub fn export_perfetto(
     let t0 = header.monotonic_base_ns;
     let interval_ns = window.opts.interval_ns;
     let only = match &opts.device {
-        Some(name) => Some(
-            header
-                .devices
-                .iter()
-                .find(|d| &d.name == name || format!("{}:{}", d.major, d.minor) == *name)
-                .ok_or_else(|| ExportError::NoDevice(name.clone()))?
-                .dev(),
-        ),
+        Some(name) => Some(super::find_device(&header.devices, name)?.dev()),
         None => None,
     };
     let from = opts
@@ -690,21 +566,7 @@ pub fn export_perfetto(
                 st.cut += 1;
                 continue;
             }
-            let di = if let Some(i) = devs.iter().position(|d| d.dev == rec.dev) {
-                i
-            } else {
-                let name = super::dev_name(&r, rec);
-                let uuid = TRACK_UUID_BASE + 100 * devs.len() as u64;
-                w.track(uuid, None, &name, None, None, None)?;
-                devs.push(Device {
-                    name,
-                    dev: rec.dev,
-                    uuid,
-                    lanes: Lanes::default(),
-                    dev_inflight_max: Vec::new(),
-                });
-                devs.len() - 1
-            };
+            let di = device_index(&mut w, &mut devs, &r, rec.dev)?;
             if rec.issue_ns != 0 && rec.issue_ns >= t0 {
                 let i = crate::numeric::u64_to_usize_saturating((rec.issue_ns - t0) / interval_ns);
                 let v = &mut devs[di].dev_inflight_max;
@@ -752,8 +614,57 @@ pub fn export_perfetto(
         place(&mut w, &mut devs, &comms, enter, k)?;
         st.ios += 1;
     }
-    // Counters: the report's series, per device, each sample at its interval's start.
-    for d in &devs {
+    counter_tracks(&mut w, &devs, &report, (t0, from, to), &mut st)?;
+    let last_completion = devs
+        .iter()
+        .flat_map(|d| d.lanes.end_ns.iter().copied())
+        .max()
+        .unwrap_or(t0);
+    let clock = Clock {
+        t0,
+        wall0: header.wall_clock_start_ns,
+        from: from.max(t0),
+        to: to.min(run_end.unwrap_or(last_completion)),
+    };
+    app_tracks(&mut w, &opts.context, &clock, &mut st)?;
+    w.out.flush()?;
+    st.bytes = w.bytes;
+    Ok(st)
+}
+
+/// The index in `devs` of device `dev`, its track written when first met.
+fn device_index(
+    w: &mut Writer,
+    devs: &mut Vec<Device>,
+    r: &TraceReader,
+    dev: u32,
+) -> std::io::Result<usize> {
+    if let Some(i) = devs.iter().position(|d| d.dev == dev) {
+        return Ok(i);
+    }
+    let name = super::dev_name(r, dev);
+    let uuid = TRACK_UUID_BASE + 100 * devs.len() as u64;
+    w.track(uuid, None, &name, None, None, None)?;
+    devs.push(Device {
+        name,
+        dev,
+        uuid,
+        lanes: Lanes::default(),
+        dev_inflight_max: Vec::new(),
+    });
+    Ok(devs.len() - 1)
+}
+
+/// Counter tracks of the report's series, per device, each sample at its interval's start;
+/// those of the intervals that reach into `from..to` (the trace's start `t0`).
+fn counter_tracks(
+    w: &mut Writer,
+    devs: &[Device],
+    report: &crate::report::model::JsonReport,
+    (t0, from, to): (u64, u64, u64),
+    st: &mut PerfettoStats,
+) -> std::io::Result<()> {
+    for d in devs {
         st.lanes += d.lanes.end_ns.len() as u64;
         let (major, minor) = tracer_common::dev_split(d.dev);
         let Some(j) = report
@@ -805,21 +716,7 @@ pub fn export_perfetto(
             }
         }
     }
-    let last_completion = devs
-        .iter()
-        .flat_map(|d| d.lanes.end_ns.iter().copied())
-        .max()
-        .unwrap_or(t0);
-    let clock = Clock {
-        t0,
-        wall0: header.wall_clock_start_ns,
-        from: from.max(t0),
-        to: to.min(run_end.unwrap_or(last_completion)),
-    };
-    app_tracks(&mut w, &opts.context, &clock, &mut st)?;
-    w.out.flush()?;
-    st.bytes = w.bytes;
-    Ok(st)
+    Ok(())
 }
 
 /// From the logs' wall clock to the trace's (`CLOCK_MONOTONIC`), and the span events are kept
@@ -860,172 +757,201 @@ fn app_tracks(
     clock: &Clock,
     st: &mut PerfettoStats,
 ) -> std::io::Result<()> {
+    let mut next_uuid = APP_UUID_BASE;
+    for log in &ctx.logs {
+        log_tracks(w, log, clock, &mut next_uuid, st)?;
+    }
+    for run in &ctx.stress {
+        stress_tracks(w, run, clock, &mut next_uuid, st)?;
+    }
+    Ok(())
+}
+
+/// One application log's tracks (`app_tracks`), their uuids counted on from `next_uuid`.
+fn log_tracks(
+    w: &mut Writer,
+    log: &crate::inputs::stress::AppLog,
+    clock: &Clock,
+    next_uuid: &mut u64,
+    st: &mut PerfettoStats,
+) -> std::io::Result<()> {
     // A log's spans: (start, end, name, uint args, string args).
     type Span<'a> = (u64, u64, String, Vec<(u64, u64)>, Vec<(u64, &'a str)>);
+    let mut uuid = || {
+        *next_uuid += 1;
+        *next_uuid
+    };
+    let file = Path::new(&log.path)
+        .file_name()
+        .map_or(log.path.clone(), |f| f.to_string_lossy().into_owned());
+    let root = uuid();
+    w.track(
+        root,
+        None,
+        &format!("Cassandra ({file})"),
+        Some(-100),
+        None,
+        None,
+    )?;
+    let flushes: Vec<Span> = log
+        .flushes
+        .iter()
+        .filter_map(|f| {
+            let t = clock.at(f.start_ns)?;
+            let args = f.bytes.map(|b| (ARG_BYTES, b)).into_iter().collect();
+            Some((
+                t,
+                clock.end(t, f.end_ns),
+                format!("flush {}", f.table),
+                args,
+                vec![(ARG_TABLE, f.table.as_str())],
+            ))
+        })
+        .collect();
+    let compactions: Vec<Span> = log
+        .compactions
+        .iter()
+        .filter_map(|c| {
+            let t = clock.at(c.start_ns)?;
+            Some((
+                t,
+                clock.end(t, c.end_ns),
+                format!("compaction {}", c.id),
+                Vec::new(),
+                Vec::new(),
+            ))
+        })
+        .collect();
+    for (name, mut spans) in [("memtable flushes", flushes), ("compactions", compactions)] {
+        if spans.is_empty() {
+            continue;
+        }
+        spans.sort_by_key(|s| (s.0, s.1));
+        let parent = uuid();
+        w.track(parent, Some(root), name, None, None, None)?;
+        let mut lanes = Lanes::default();
+        let key = format!("{file} {name}");
+        for (start, end, n, uints, strs) in &spans {
+            let (lane, new) = lanes.take(*start, *end);
+            if new {
+                let u = uuid();
+                lanes.uuid.push(u);
+                w.track(
+                    u,
+                    Some(parent),
+                    name,
+                    Some(i64::from(lane)),
+                    Some(&key),
+                    None,
+                )?;
+            }
+            w.app_event(
+                lanes.uuid[lane as usize],
+                *start,
+                Some(*end),
+                n,
+                uints,
+                strs,
+            )?;
+            st.app_slices += 1;
+        }
+    }
+    let deleted: Vec<(u64, &crate::inputs::stress::Marker)> = log
+        .markers
+        .iter()
+        .filter(|m| m.kind == "sstable-deleted")
+        .filter_map(|m| Some((clock.at(m.time_ns)?, m)))
+        .collect();
+    if !deleted.is_empty() {
+        let t = uuid();
+        w.track(t, Some(root), "SSTables deleted", None, None, None)?;
+        for (ts, m) in deleted {
+            let table = m.table.as_deref().unwrap_or("");
+            w.app_event(
+                t,
+                ts,
+                None,
+                "SSTable deleted",
+                &[],
+                &[(ARG_TABLE, table), (ARG_DETAIL, m.detail.as_str())],
+            )?;
+            st.app_instants += 1;
+        }
+    }
+    Ok(())
+}
+
+/// One stress tool output's counter tracks (`app_tracks`), their uuids counted on from
+/// `next_uuid`.
+fn stress_tracks(
+    w: &mut Writer,
+    run: &crate::inputs::stress::StressRun,
+    clock: &Clock,
+    next_uuid: &mut u64,
+    st: &mut PerfettoStats,
+) -> std::io::Result<()> {
     // A run's throughput, then each op's latencies in the order first met: (name, unit, samples).
     type Counter<'a> = (String, &'a str, Vec<(u64, f64)>);
-    let mut next_uuid = APP_UUID_BASE;
     let mut uuid = || {
-        next_uuid += 1;
-        next_uuid
+        *next_uuid += 1;
+        *next_uuid
     };
-    for log in &ctx.logs {
-        let file = Path::new(&log.path)
-            .file_name()
-            .map_or(log.path.clone(), |f| f.to_string_lossy().into_owned());
-        let root = uuid();
-        w.track(
-            root,
-            None,
-            &format!("Cassandra ({file})"),
-            Some(-100),
-            None,
-            None,
-        )?;
-        let flushes: Vec<Span> = log
-            .flushes
+    let points: Vec<(u64, &crate::inputs::stress::StatusPoint)> = run
+        .status
+        .iter()
+        .filter_map(|p| Some((clock.at(p.time_ns?)?, p)))
+        .collect();
+    if points.is_empty() {
+        return Ok(());
+    }
+    let file = Path::new(&run.path)
+        .file_name()
+        .map_or(run.path.clone(), |f| f.to_string_lossy().into_owned());
+    let root = uuid();
+    w.track(
+        root,
+        None,
+        &format!("{} ({file})", run.tool),
+        Some(-99),
+        None,
+        None,
+    )?;
+    let mut series: Vec<Counter> = vec![(
+        "ops/s".into(),
+        "ops/s",
+        points
             .iter()
-            .filter_map(|f| {
-                let t = clock.at(f.start_ns)?;
-                let args = f.bytes.map(|b| (ARG_BYTES, b)).into_iter().collect();
-                Some((
-                    t,
-                    clock.end(t, f.end_ns),
-                    format!("flush {}", f.table),
-                    args,
-                    vec![(ARG_TABLE, f.table.as_str())],
-                ))
-            })
-            .collect();
-        let compactions: Vec<Span> = log
-            .compactions
-            .iter()
-            .filter_map(|c| {
-                let t = clock.at(c.start_ns)?;
-                Some((
-                    t,
-                    clock.end(t, c.end_ns),
-                    format!("compaction {}", c.id),
-                    Vec::new(),
-                    Vec::new(),
-                ))
-            })
-            .collect();
-        for (name, mut spans) in [("memtable flushes", flushes), ("compactions", compactions)] {
-            if spans.is_empty() {
-                continue;
-            }
-            spans.sort_by_key(|s| (s.0, s.1));
-            let parent = uuid();
-            w.track(parent, Some(root), name, None, None, None)?;
-            let mut lanes = Lanes::default();
-            let key = format!("{file} {name}");
-            for (start, end, n, uints, strs) in &spans {
-                let (lane, new) = lanes.take(*start, *end);
-                if new {
-                    let u = uuid();
-                    lanes.uuid.push(u);
-                    w.track(
-                        u,
-                        Some(parent),
-                        name,
-                        Some(i64::from(lane)),
-                        Some(&key),
-                        None,
-                    )?;
+            .filter_map(|(t, p)| Some((*t, p.ops_per_s?)))
+            .collect(),
+    )];
+    for (t, p) in &points {
+        for l in &p.latencies {
+            for (what, v) in [("avg", l.avg_us), ("p99", l.p99_us)] {
+                let Some(v) = v else { continue };
+                let name = format!("{} {what} us", l.op);
+                match series.iter_mut().find(|s| s.0 == name) {
+                    Some(s) => s.2.push((*t, v)),
+                    None => series.push((name, "us", vec![(*t, v)])),
                 }
-                w.app_event(
-                    lanes.uuid[lane as usize],
-                    *start,
-                    Some(*end),
-                    n,
-                    uints,
-                    strs,
-                )?;
-                st.app_slices += 1;
-            }
-        }
-        let deleted: Vec<(u64, &crate::inputs::stress::Marker)> = log
-            .markers
-            .iter()
-            .filter(|m| m.kind == "sstable-deleted")
-            .filter_map(|m| Some((clock.at(m.time_ns)?, m)))
-            .collect();
-        if !deleted.is_empty() {
-            let t = uuid();
-            w.track(t, Some(root), "SSTables deleted", None, None, None)?;
-            for (ts, m) in deleted {
-                let table = m.table.as_deref().unwrap_or("");
-                w.app_event(
-                    t,
-                    ts,
-                    None,
-                    "SSTable deleted",
-                    &[],
-                    &[(ARG_TABLE, table), (ARG_DETAIL, m.detail.as_str())],
-                )?;
-                st.app_instants += 1;
             }
         }
     }
-    for run in &ctx.stress {
-        let points: Vec<(u64, &crate::inputs::stress::StatusPoint)> = run
-            .status
-            .iter()
-            .filter_map(|p| Some((clock.at(p.time_ns?)?, p)))
-            .collect();
-        if points.is_empty() {
+    for (name, unit, samples) in series {
+        if samples.is_empty() {
             continue;
         }
-        let file = Path::new(&run.path)
-            .file_name()
-            .map_or(run.path.clone(), |f| f.to_string_lossy().into_owned());
-        let root = uuid();
+        let u = uuid();
         w.track(
-            root,
+            u,
+            Some(root),
+            &format!("{} {name}", run.tool),
             None,
-            &format!("{} ({file})", run.tool),
-            Some(-99),
             None,
-            None,
+            Some(unit),
         )?;
-        let mut series: Vec<Counter> = vec![(
-            "ops/s".into(),
-            "ops/s",
-            points
-                .iter()
-                .filter_map(|(t, p)| Some((*t, p.ops_per_s?)))
-                .collect(),
-        )];
-        for (t, p) in &points {
-            for l in &p.latencies {
-                for (what, v) in [("avg", l.avg_us), ("p99", l.p99_us)] {
-                    let Some(v) = v else { continue };
-                    let name = format!("{} {what} us", l.op);
-                    match series.iter_mut().find(|s| s.0 == name) {
-                        Some(s) => s.2.push((*t, v)),
-                        None => series.push((name, "us", vec![(*t, v)])),
-                    }
-                }
-            }
-        }
-        for (name, unit, samples) in series {
-            if samples.is_empty() {
-                continue;
-            }
-            let u = uuid();
-            w.track(
-                u,
-                Some(root),
-                &format!("{} {name}", run.tool),
-                None,
-                None,
-                Some(unit),
-            )?;
-            for (t, v) in samples {
-                w.counter(u, t, v)?;
-                st.stress_samples += 1;
-            }
+        for (t, v) in samples {
+            w.counter(u, t, v)?;
+            st.stress_samples += 1;
         }
     }
     Ok(())

@@ -17,7 +17,7 @@
 //! A chunk is what the crate's column writer writes for these columns (version-1 data pages
 //! of [`PAGE_ROWS`] rows with RLE definition levels when the column is nullable, compressed
 //! with the file's codec, min/max and null count per page (column index) and per chunk, and
-//! an offset index), spliced in as `parquet_dict.rs` splices the string columns.
+//! an offset index), spliced in as `dict.rs` splices the string columns.
 
 use bytes::Bytes;
 use parquet::basic::{BoundaryOrder, Compression, Encoding, PageType, Type as PhysicalType};
@@ -31,8 +31,8 @@ use parquet::file::statistics::{Statistics, ValueStatistics};
 use parquet::file::writer::{SerializedPageWriter, TrackedWrite};
 use parquet::schema::types::ColumnDescPtr;
 
-use super::parquet_dict::{PAGE_ROWS, bits_for, fit, rle_hybrid};
-use super::varint;
+use super::dict::{PAGE_ROWS, bits_for, fit, rle_hybrid};
+use crate::export::varint;
 
 /// Miniblocks per block (the spec's example, and every writer's).
 const MINIBLOCKS: usize = 4;

@@ -24,7 +24,7 @@ use parquet::file::statistics::Statistics;
 use parquet::file::writer::{SerializedPageWriter, TrackedWrite};
 use parquet::schema::types::ColumnDescPtr;
 
-use super::varint;
+use crate::export::varint;
 
 /// Rows per data page: the parquet crate's default page row limit, so that engines skip pages
 /// of these columns as finely as the others'.
