@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use analyzer::numeric::f64_to_usize_saturating;
 use tracer_common::format::{
-    DiskStats, Ending, IoRecord, Task, TraceHeader, TraceReader, TraceTrailer, parse_diskstats,
+    DiskStats, Ending, IoRecord, ProbeCounters, Task, TraceHeader, TraceReader, TraceTrailer,
+    parse_diskstats,
 };
 use tracer_common::op::StatGroup;
 
@@ -315,9 +316,68 @@ impl Drop for Scratch {
     }
 }
 
+/// The kernel's BPF run counters (`kernel.bpf_stats_enabled`) on while held: each program's
+/// `run_cnt` counts, and the tracer stores its programs' counts in the trace, from which
+/// [`assert_misses_are_skipped_runs`] bounds the misses. Held through a `BPF_ENABLE_STATS`
+/// file descriptor: the kernel counts the holders and turns the counters off after the last,
+/// so a test leaves the machine as it found it (the counters cost every BPF program a little).
+pub struct BpfStats {
+    _fd: std::os::fd::OwnedFd,
+}
+
+impl BpfStats {
+    /// Needs root (CAP_SYS_ADMIN) and Linux 5.8+.
+    pub fn enable() -> BpfStats {
+        use std::os::fd::FromRawFd as _;
+        const BPF_ENABLE_STATS: libc::c_long = 32;
+        // `union bpf_attr`'s `enable_stats`: `{ __u32 type; }`, BPF_STATS_RUN_TIME being 0.
+        let attr: u32 = 0;
+        // SAFETY: bpf(2) reads `size_of_val(&attr)` bytes from a live u32 and writes nothing.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_ENABLE_STATS,
+                std::ptr::from_ref(&attr),
+                std::mem::size_of_val(&attr),
+            )
+        };
+        let fd = i32::try_from(fd).unwrap_or(-1);
+        assert!(
+            fd >= 0,
+            "cannot turn the kernel's BPF run counters on (BPF_ENABLE_STATS needs root and \
+             Linux 5.8+): {}",
+            std::io::Error::last_os_error()
+        );
+        // SAFETY: a new file descriptor bpf(2) returned, owned by nothing else.
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+        BpfStats { _fd: fd }
+    }
+}
+
+/// Empty flushes the kernel completed on every whole disk so far (/proc/diskstats). Each
+/// completes without ever being issued, so it is a completion run with no issue run.
+fn flushes_completed() -> u64 {
+    let text = std::fs::read_to_string("/proc/diskstats").expect("diskstats");
+    parse_diskstats(&text, 0)
+        .into_values()
+        .filter(|d| Path::new("/sys/block").join(&d.name).exists())
+        .map(|d| d.group(StatGroup::Flush).0)
+        .sum()
+}
+
+std::thread_local! {
+    /// [`flushes_completed`] when the first tracer not yet followed by a [`Trace::read`]
+    /// started on this thread (a test's), and the same for the last read: where the flushes
+    /// of the window a trace read now may cover begin.
+    static FLUSHES_FROM: std::cell::Cell<(Option<u64>, Option<u64>)> =
+        const { std::cell::Cell::new((None, None)) };
+}
+
 /// A running blkprof-trace.
 pub struct Tracer {
     child: Child,
+    /// On from before the probe attaches until after the tracer has written its trailer.
+    _bpf_stats: BpfStats,
     stdout: mpsc::Receiver<String>,
     stderr_lines: mpsc::Receiver<String>,
     pub stderr: String,
@@ -337,6 +397,11 @@ impl Tracer {
 
     /// [`Tracer::start`] with environment variables set for the tracer.
     pub fn start_env(args: &[&str], env: &[(&str, &str)]) -> Tracer {
+        let bpf_stats = BpfStats::enable();
+        FLUSHES_FROM.with(|f| {
+            let (pending, last) = f.get();
+            f.set((pending.or_else(|| Some(flushes_completed())), last));
+        });
         let mut child = Command::new(bin("blkprof-trace"))
             .args(args)
             .envs(env.iter().copied())
@@ -370,6 +435,7 @@ impl Tracer {
         });
         let mut t = Tracer {
             child,
+            _bpf_stats: bpf_stats,
             stdout,
             stderr_lines,
             stderr: String::new(),
@@ -477,6 +543,47 @@ impl Drop for Tracer {
     }
 }
 
+/// What [`traced`] saw.
+pub struct Traced {
+    pub trace: Trace,
+    /// The device's diskstats delta around the work (the test's own snapshots).
+    pub own: BTreeMap<StatGroup, (u64, u64)>,
+    /// The tracer's end summary.
+    pub stdout: String,
+}
+
+/// blkprof-trace on `dev` writing `out`, with `extra` options and environment `env`, started
+/// before `work` and stopped after it. The tracer must succeed and end its file complete.
+pub fn traced(
+    dev: &Scratch,
+    out: &Path,
+    extra: &[&str],
+    env: &[(&str, &str)],
+    work: impl FnOnce(),
+) -> Traced {
+    let out_s = out.to_str().expect("a UTF-8 path");
+    let mut args = vec!["--device", dev.name.as_str(), "--output", out_s, "--quiet"];
+    args.extend_from_slice(extra);
+    let t = Tracer::start_env(&args, env);
+    let before = dev.diskstats();
+    work();
+    let after = dev.diskstats();
+    let f = t.stop();
+    assert!(
+        f.status.success(),
+        "tracer failed: {}\n{}",
+        f.stderr,
+        f.stdout
+    );
+    let trace = Trace::read(out);
+    assert_eq!(trace.ending, Ending::Complete, "{}", out.display());
+    Traced {
+        trace,
+        own: delta(&before, &after),
+        stdout: f.stdout,
+    }
+}
+
 /// Run a fio job with JSON output; panics if fio fails.
 pub fn fio(args: &[&str]) -> serde_json::Value {
     let out = Command::new("fio")
@@ -507,6 +614,9 @@ pub struct Trace {
     pub cgroups: BTreeMap<u64, String>,
     /// The paths of the files the records name, by (file system, inode).
     pub files: std::collections::HashMap<(u32, u64), String>,
+    /// Empty flushes completed on every disk from the start of the tracer that wrote this
+    /// trace (this thread's) to its reading: at least those of the trace's span.
+    pub flushes_meanwhile: Option<u64>,
 }
 
 /// What [`Trace::submissions`] counts.
@@ -525,7 +635,14 @@ impl Trace {
         while r.next_chunk(&mut buf).expect("trace reads") {
             records.extend_from_slice(&buf);
         }
+        let flushes_meanwhile = FLUSHES_FROM.with(|f| {
+            let (pending, last) = f.get();
+            let from = pending.or(last);
+            f.set((None, from));
+            from.map(|from| flushes_completed().saturating_sub(from))
+        });
         Trace {
+            flushes_meanwhile,
             header: r.header().clone(),
             trailer: r.trailer().cloned(),
             ending: r.ending().clone(),
@@ -580,6 +697,27 @@ impl Trace {
         m
     }
 
+    /// The misses the trace reports over its span: program runs the kernel skipped,
+    /// completions never seen, requests the probe could not track.
+    pub fn misses(&self) -> u64 {
+        let end = &self.trailer.as_ref().expect("trailer").counters_end;
+        end.reported_misses()
+            .saturating_sub(self.header.counters_start.reported_misses())
+    }
+
+    /// Runs of the probe's program on `tracepoint` over the trace, as the kernel counted them
+    /// (while [`BpfStats`] is held); `None` if the probe had no program there.
+    pub fn runs(&self, tracepoint: &str) -> Option<u64> {
+        let of = |c: &ProbeCounters| {
+            c.programs
+                .iter()
+                .find(|p| p.name == tracepoint)
+                .map(|p| p.run_cnt)
+        };
+        let end = of(&self.trailer.as_ref().expect("trailer").counters_end)?;
+        Some(end.saturating_sub(of(&self.header.counters_start).unwrap_or(0)))
+    }
+
     /// Diskstats delta of one device over the trace (the tracer's own snapshots).
     pub fn kernel_delta(&self, name: &str) -> BTreeMap<StatGroup, (u64, u64)> {
         let t = self.trailer.as_ref().expect("trailer");
@@ -598,15 +736,73 @@ impl Trace {
     }
 }
 
+/// Requests in flight on any device when a trace's counts begin, whose completion runs have
+/// no issue run in the trace: what the skipped runs below may be short by.
+const RUNS_SLACK: u64 = 64;
+
+/// Bounds the misses a trace reports by what the tracer does not control, and returns them
+/// (for a test's own counts: "traced + misses >= what fio issued").
+///
+/// That every IO missing against /proc/diskstats is a reported miss is the exactness check
+/// (`unaccounted(misses) == 0`). This is the other side: every reported miss is a program run
+/// the kernel skipped. This host's vendor kernel skips completion runs now and then, in bursts
+/// (../shared/notes/platform.md); stock kernels skip none, and the VM stage checks them with
+/// this same bound. A bound on a rate of such misses fails with the kernel's bursts; this one
+/// does not depend on how many there are.
+///
+/// The kernel's run counters ([`BpfStats`], on while a [`Tracer`] runs) count the runs on every
+/// device (the device filter is inside the programs). A request is issued once (again after a
+/// requeue) and completes once, but for an empty flush, which completes without being issued:
+/// the completion runs skipped are (issue runs - requeue runs - completion runs + empty
+/// flushes). Exact on this host with no misses (0 of 0, 1,022 flushes); with misses, at least
+/// them (skips on other devices are not the trace's misses). Flushes are counted over a wider
+/// window than the trace's, which can only widen the bound; so do requests in flight at the
+/// end (issued, not completed).
+pub fn assert_misses_are_skipped_runs(trace: &Trace, what: &str) -> u64 {
+    let misses = trace.misses();
+    let runs = |tp: &str| {
+        trace.runs(tp).unwrap_or_else(|| {
+            panic!("{what}: no runs of a program on {tp} in the trace (a run with records has one)")
+        })
+    };
+    let (issued, requeued, completed) = (
+        runs("block_rq_issue"),
+        runs("block_rq_requeue"),
+        runs("block_rq_complete"),
+    );
+    assert!(
+        completed > 0,
+        "{what}: the kernel counted no completion runs: are its BPF run counters on (BpfStats)?"
+    );
+    let flushes = trace
+        .flushes_meanwhile
+        .unwrap_or_else(|| panic!("{what}: the trace was not written by a Tracer of this test"));
+    let skipped = (issued + flushes).saturating_sub(requeued + completed);
+    let end = &trace.trailer.as_ref().expect("trailer").counters_end;
+    let recursion = end
+        .recursion_misses()
+        .saturating_sub(trace.header.counters_start.recursion_misses());
+    eprintln!(
+        "{what}: {misses} misses reported ({recursion} for recursion); runs skipped {skipped}: \
+         issue {issued} - requeue {requeued} - complete {completed} + empty flushes {flushes}"
+    );
+    assert!(
+        misses <= skipped + recursion + RUNS_SLACK,
+        "{what}: {misses} misses reported, but the kernel skipped only {skipped} completion runs \
+         (issue runs {issued} - requeue runs {requeued} - completion runs {completed} + empty \
+         flushes {flushes}) and {recursion} for recursion, give or take {RUNS_SLACK}: the probe \
+         reports IOs as missed that it saw"
+    );
+    misses
+}
+
 /// A trace cut at one instant at each end (a rotated file, a flight-recorder dump): per
 /// diskstats group its records equal its exact aggregates, and those equal the kernel's
-/// counters between the cuts, less the misses the trace reports. Returns the records per group.
+/// counters between the cuts, less the misses the trace reports, each a run the kernel skipped
+/// ([`assert_misses_are_skipped_runs`]). Returns the records per group.
 pub fn assert_cut_exact(trace: &Trace, dev: &str, what: &str) -> BTreeMap<StatGroup, u64> {
     let tr = trace.trailer.as_ref().expect("trailer");
-    let misses = tr
-        .counters_end
-        .reported_misses()
-        .saturating_sub(trace.header.counters_start.reported_misses());
+    let misses = assert_misses_are_skipped_runs(trace, what);
     let cov = tracer_common::coverage::coverage(&trace.header, tr);
     let d = cov
         .iter()

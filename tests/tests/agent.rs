@@ -15,7 +15,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use analyzer::numeric::f64_to_u64_saturating;
-use blkprof_e2e::{Scratch, TestDir, Trace, Tracer, bin, delta, fio, report_json};
+use blkprof_e2e::{
+    Scratch, TestDir, Trace, Tracer, assert_misses_are_skipped_runs, bin, delta, fio, report_json,
+};
 use tracer_common::format::IoRecord;
 use tracer_common::op::StatGroup;
 
@@ -301,6 +303,7 @@ fn prometheus_sees_exact_counters_and_the_reports_p99() {
     let f = t.stop();
     assert!(f.status.success(), "{}\n{}", f.stderr, f.stdout);
     let tr = Trace::read(&trace);
+    assert_misses_are_skipped_runs(&tr, "metrics");
     let c = &tr.trailer.as_ref().unwrap().counters_end;
     assert_eq!(c.ring_drops, 0);
     assert!(
@@ -611,6 +614,7 @@ fn no_records_mode_counts_exactly_and_its_histograms_agree_with_the_records() {
         a.stdout
     );
     let tr = Trace::read(&trace);
+    assert_misses_are_skipped_runs(&tr, "records");
     let missed = tr.trailer.as_ref().unwrap().counters_end.missed_completions;
 
     let kernel = delta(&before, &after);
