@@ -24,10 +24,14 @@ use blkprof_e2e::{Tracer, fio, md_raid0, md_stop};
 fn out_dir() -> PathBuf {
     std::env::var_os("BLKPROF_VM_WHATIF")
         .filter(|d| !d.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            panic!("BLKPROF_VM_WHATIF is not set: run in `cargo xtask vm --disks 5`, see the file")
-        })
+        .map_or_else(
+            || {
+                panic!(
+                    "BLKPROF_VM_WHATIF is not set: run in `cargo xtask vm --disks 5`, see the file"
+                )
+            },
+            PathBuf::from,
+        )
 }
 
 /// The job, the same on both targets: random 4 KB and 16 KB reads and 1 MB writes, each a
