@@ -775,18 +775,25 @@ pub fn assert_misses_are_skipped_runs(trace: &Trace, what: &str) -> u64 {
         .unwrap_or_else(|| panic!("{what}: the trace was not written by a Tracer of this test"));
     let skipped = (issued + flushes).saturating_sub(completed);
     let end = &trace.trailer.as_ref().expect("trailer").counters_end;
+    let start = &trace.header.counters_start;
     let recursion = end
         .recursion_misses()
-        .saturating_sub(trace.header.counters_start.recursion_misses());
+        .saturating_sub(start.recursion_misses());
+    // Half records lost to a full ring that the join could not name: a request whose last
+    // half is among them is found missed too (a loss the tracer reports, not the kernel's).
+    let unnamed = end.lost_unnamed.saturating_sub(start.lost_unnamed);
     eprintln!(
         "{what}: {misses} misses reported ({recursion} for recursion); runs skipped {skipped}: \
-         issue {issued} + empty flushes {flushes} - complete {completed}"
+         issue {issued} + empty flushes {flushes} - complete {completed}; lost unnamed \
+         {unnamed}, ring drops {}, half drops {}",
+        end.ring_drops, end.half_drops
     );
     assert!(
-        misses <= skipped + recursion + RUNS_SLACK,
+        misses <= skipped + recursion + unnamed + RUNS_SLACK,
         "{what}: {misses} misses reported, but the kernel skipped only {skipped} completion runs \
-         (issue runs {issued} + empty flushes {flushes} - completion runs {completed}) and {recursion} for recursion, give or take {RUNS_SLACK}: the probe \
-         reports IOs as missed that it saw"
+         (issue runs {issued} + empty flushes {flushes} - completion runs {completed}) and \
+         {recursion} for recursion, and {unnamed} lost halves were not named, give or take \
+         {RUNS_SLACK}: the probe reports IOs as missed that it saw"
     );
     misses
 }
