@@ -441,10 +441,8 @@ impl Tracer {
             stderr: String::new(),
         };
         // A deadline so that a tracer that never attaches fails the test instead of hanging
-        // it, not a measure of anything. The attach takes 3.7-7.0 s in the 6.1 guest (TCG,
-        // 4 runs by hand), but one CI run (71e7194) saw no attach there within 30 s, with
-        // nothing in the tracer's stderr or the guest's dmesg; every later test in that guest
-        // attached. Cause not found.
+        // it, not a measure of anything: generous, since the attach takes 3.7-7.0 s in the
+        // 6.1 guest (TCG) and has taken over 30 s there, for no cause found.
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
             match t.stderr_lines.recv_timeout(Duration::from_millis(100)) {

@@ -568,7 +568,7 @@ fn fsync_driven_flushes_are_counted_like_the_kernel() {
         .iter()
         .filter(|r| r.flags & flags::FLUSH_RQ != 0)
         .collect();
-    // 511 of the 512 fsyncs here (this host, session 30).
+    // 511 of the 512 fsyncs on this host.
     assert!(
         flushes.len() >= 500,
         "one device flush per fsync (512): {}",
@@ -695,7 +695,7 @@ fn overload_drops_are_counted_and_aggregates_stay_exact() {
     // The daemon stopped while the kernel counts 20,000 reads (as on a host whose CPUs the
     // database takes): the rings fill whatever the machine's speed (a few hundred IOs fill
     // 4 KB rings). Stopped for a fixed time instead, the stall could pass before fio's first
-    // IO in an emulated VM (CI on 5bb5637: no drops); left to run, the daemon may keep up
+    // IO in an emulated VM (no drops there); left to run, the daemon may keep up
     // even with 4 KB rings, since halves go in batches.
     dev.wait_for_reads(1_000);
     t.signal(libc::SIGSTOP);
@@ -887,8 +887,8 @@ impl Drop for FreeZram {
 }
 
 /// A bio-based device has no request events: blkprof refuses it by name or MAJ:MIN, before
-/// loading the probe, saying why and what to do (it used to trace it and report every one of
-/// its IOs as unaccounted).
+/// loading the probe, saying why and what to do (traced, every one of its IOs would show as
+/// unaccounted).
 #[test]
 fn a_bio_based_device_with_no_disk_under_it_is_refused() {
     let zram = zram0();
@@ -1378,8 +1378,8 @@ fn fio_replays_an_exported_trace_with_the_same_io_and_timing() {
         "round trip: {} IOs, original {da:.3} s, replay {db:.3} s, {misses} reported misses",
         orig.records.len()
     );
-    // fio's replay runs late by 1.7-5.6% here (12 runs, session 29; always late, never early):
-    // within 5% it failed 1 run in 3 on a slow day. A replay without the stamps' timing takes a
+    // fio's replay runs late by 1.7-5.6% here (12 runs; always late, never early): within 5%
+    // it failed 1 run in 3 on a loaded host. A replay without the stamps' timing takes a
     // fraction of the original's time.
     assert!(
         (db - da).abs() / da < 0.10,

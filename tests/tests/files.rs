@@ -48,7 +48,7 @@ impl Drop for Fs {
 
 /// Drop these (written back) files from the page cache, and check that none of their pages is
 /// left. `drop_caches` alone is not enough: it skips a page it cannot evict at that moment, and
-/// one CI run read back only 512 KiB of a 4 MiB file after it. `dd iflag=nocache count=0` is
+/// a read after it then reads only part of the file from the device. `dd iflag=nocache count=0` is
 /// `posix_fadvise(POSIX_FADV_DONTNEED)` over the whole file, which retries after draining every
 /// CPU's page batches (pages held there cannot be evicted); `fincore` says what is left.
 fn evict(paths: &[&str]) {

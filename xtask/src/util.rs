@@ -113,7 +113,7 @@ pub(crate) fn test(filter: Option<&str>, steps: &mut Steps) -> Result<()> {
         run(cargo().args(FORMAT_TESTS))
     })?;
     // A smoke pass of the fuzz targets (fuzz/; nightly), built without ASan (219 s cold against
-    // 365 s with it, session 25) and at opt-level 1 (`Optimize::Quick`). In CI: 4 minutes with
+    // 365 s with it) and at opt-level 1 (`Optimize::Quick`). In CI: 4 minutes with
     // the build, 10 to 25 s per target.
     let budget = if std::env::var("CI").is_ok_and(|v| v == "true") {
         crate::fuzz::Budget::Within {
