@@ -16,6 +16,12 @@ use tracer_common::format::{
 };
 use tracer_common::op::StatGroup;
 
+mod exact;
+mod ftrace;
+
+pub use exact::{Around, BpfStats, assert_cut_exact, assert_misses_are_skipped_runs};
+pub use ftrace::{FtraceBlk, blk_action};
+
 /// The repository's root (the workspace holding this crate).
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -316,63 +322,6 @@ impl Drop for Scratch {
     }
 }
 
-/// The kernel's BPF run counters (`kernel.bpf_stats_enabled`) on while held: each program's
-/// `run_cnt` counts, and the tracer stores its programs' counts in the trace, from which
-/// [`assert_misses_are_skipped_runs`] bounds the misses. Held through a `BPF_ENABLE_STATS`
-/// file descriptor: the kernel counts the holders and turns the counters off after the last,
-/// so a test leaves the machine as it found it (the counters cost every BPF program a little).
-pub struct BpfStats {
-    _fd: std::os::fd::OwnedFd,
-}
-
-impl BpfStats {
-    /// Needs root (`CAP_SYS_ADMIN`) and Linux 5.8+.
-    pub fn enable() -> BpfStats {
-        use std::os::fd::FromRawFd as _;
-        const BPF_ENABLE_STATS: libc::c_long = 32;
-        // `union bpf_attr`'s `enable_stats`: `{ __u32 type; }`, BPF_STATS_RUN_TIME being 0.
-        let attr: u32 = 0;
-        // SAFETY: bpf(2) reads `size_of_val(&attr)` bytes from a live u32 and writes nothing.
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                BPF_ENABLE_STATS,
-                std::ptr::from_ref(&attr),
-                std::mem::size_of_val(&attr),
-            )
-        };
-        let fd = i32::try_from(fd).unwrap_or(-1);
-        assert!(
-            fd >= 0,
-            "cannot turn the kernel's BPF run counters on (BPF_ENABLE_STATS needs root and \
-             Linux 5.8+): {}",
-            std::io::Error::last_os_error()
-        );
-        // SAFETY: a new file descriptor bpf(2) returned, owned by nothing else.
-        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
-        BpfStats { _fd: fd }
-    }
-}
-
-/// Empty flushes the kernel completed on every whole disk so far (/proc/diskstats). Each
-/// completes without ever being issued, so it is a completion run with no issue run.
-fn flushes_completed() -> u64 {
-    let text = std::fs::read_to_string("/proc/diskstats").expect("diskstats");
-    parse_diskstats(&text, 0)
-        .into_values()
-        .filter(|d| Path::new("/sys/block").join(&d.name).exists())
-        .map(|d| d.group(StatGroup::Flush).0)
-        .sum()
-}
-
-std::thread_local! {
-    /// [`flushes_completed`] when the first tracer not yet followed by a [`Trace::read`]
-    /// started on this thread (a test's), and the same for the last read: where the flushes
-    /// of the window a trace read now may cover begin.
-    static FLUSHES_FROM: std::cell::Cell<(Option<u64>, Option<u64>)> =
-        const { std::cell::Cell::new((None, None)) };
-}
-
 /// A running blkprof-trace.
 pub struct Tracer {
     child: Child,
@@ -398,10 +347,7 @@ impl Tracer {
     /// [`Tracer::start`] with environment variables set for the tracer.
     pub fn start_env(args: &[&str], env: &[(&str, &str)]) -> Tracer {
         let bpf_stats = BpfStats::enable();
-        FLUSHES_FROM.with(|f| {
-            let (pending, last) = f.get();
-            f.set((pending.or_else(|| Some(flushes_completed())), last));
-        });
+        exact::tracer_starting();
         let mut child = Command::new(bin("blkprof-trace"))
             .args(args)
             .envs(env.iter().copied())
@@ -612,9 +558,9 @@ pub struct Trace {
     pub cgroups: BTreeMap<u64, String>,
     /// The paths of the files the records name, by (file system, inode).
     pub files: std::collections::HashMap<(u32, u64), String>,
-    /// Empty flushes completed on every disk from the start of the tracer that wrote this
-    /// trace (this thread's) to its reading: at least those of the trace's span.
-    pub flushes_meanwhile: Option<u64>,
+    /// What the kernel counted from the start of the tracer that wrote this trace (this
+    /// thread's) to its reading.
+    pub around: Option<exact::Around>,
 }
 
 /// What [`Trace::submissions`] counts.
@@ -633,14 +579,9 @@ impl Trace {
         while r.next_chunk(&mut buf).expect("trace reads") {
             records.extend_from_slice(&buf);
         }
-        let flushes_meanwhile = FLUSHES_FROM.with(|f| {
-            let (pending, last) = f.get();
-            let from = pending.or(last);
-            f.set((None, from));
-            from.map(|from| flushes_completed().saturating_sub(from))
-        });
+        let around = exact::trace_read();
         Trace {
-            flushes_meanwhile,
+            around,
             header: r.header().clone(),
             trailer: r.trailer().cloned(),
             ending: r.ending().clone(),
@@ -734,112 +675,6 @@ impl Trace {
     }
 }
 
-/// Requests in flight on any device when a trace's counts begin, whose completion runs have
-/// no issue run in the trace: what the skipped runs below may be short by.
-const RUNS_SLACK: u64 = 64;
-
-/// Bounds the misses a trace reports by what the tracer does not control, and returns them
-/// (for a test's own counts: "traced + misses >= what fio issued").
-///
-/// That every IO missing against /proc/diskstats is a reported miss is the exactness check
-/// (`unaccounted(misses) == 0`). This is the other side: every reported miss is a program run
-/// the kernel skipped. This host's vendor kernel skips completion runs now and then, in bursts
-/// (../shared/notes/platform.md); stock kernels skip none, and the VM stage checks them with
-/// this same bound. A bound on a rate of such misses fails with the kernel's bursts; this one
-/// does not depend on how many there are.
-///
-/// The kernel's run counters ([`BpfStats`], on while a [`Tracer`] runs) count the runs on every
-/// device (the device filter is inside the programs). A request is issued and completes once,
-/// but for an empty flush, which completes without being issued: the completion runs skipped
-/// are at most (issue runs + empty flushes - completion runs). A requeued request is issued
-/// again, which only widens the bound (requeues are not subtracted: here a run of 128 KB
-/// writes had 92 requeue runs but only 43 more issue runs than completion runs, and no miss).
-/// So do flushes counted over a wider window than the trace's, requests in flight at the end
-/// (issued, not completed), and skips on other devices (not the trace's misses).
-pub fn assert_misses_are_skipped_runs(trace: &Trace, what: &str) -> u64 {
-    let misses = trace.misses();
-    let runs = |tp: &str| {
-        trace.runs(tp).unwrap_or_else(|| {
-            panic!("{what}: no runs of a program on {tp} in the trace (a run with records has one)")
-        })
-    };
-    let (issued, completed) = (runs("block_rq_issue"), runs("block_rq_complete"));
-    assert!(
-        completed > 0,
-        "{what}: the kernel counted no completion runs: are its BPF run counters on (BpfStats)?"
-    );
-    let flushes = trace
-        .flushes_meanwhile
-        .unwrap_or_else(|| panic!("{what}: the trace was not written by a Tracer of this test"));
-    let skipped = (issued + flushes).saturating_sub(completed);
-    let end = &trace.trailer.as_ref().expect("trailer").counters_end;
-    let start = &trace.header.counters_start;
-    let recursion = end
-        .recursion_misses()
-        .saturating_sub(start.recursion_misses());
-    // Half records lost to a full ring that the join could not name: a request whose last
-    // half is among them is found missed too (a loss the tracer reports, not the kernel's).
-    let unnamed = end.lost_unnamed.saturating_sub(start.lost_unnamed);
-    eprintln!(
-        "{what}: {misses} misses reported ({recursion} for recursion); runs skipped {skipped}: \
-         issue {issued} + empty flushes {flushes} - complete {completed}; lost unnamed \
-         {unnamed}, ring drops {}, half drops {}",
-        end.ring_drops, end.half_drops
-    );
-    assert!(
-        misses <= skipped + recursion + unnamed + RUNS_SLACK,
-        "{what}: {misses} misses reported, but the kernel skipped only {skipped} completion runs \
-         (issue runs {issued} + empty flushes {flushes} - completion runs {completed}) and \
-         {recursion} for recursion, and {unnamed} lost halves were not named, give or take \
-         {RUNS_SLACK}: the probe reports IOs as missed that it saw"
-    );
-    misses
-}
-
-/// A trace cut at one instant at each end (a rotated file, a flight-recorder dump): per
-/// diskstats group its records equal its exact aggregates, and those equal the kernel's
-/// counters between the cuts, less the misses the trace reports, each a run the kernel skipped
-/// ([`assert_misses_are_skipped_runs`]). Returns the records per group.
-pub fn assert_cut_exact(trace: &Trace, dev: &str, what: &str) -> BTreeMap<StatGroup, u64> {
-    let tr = trace.trailer.as_ref().expect("trailer");
-    let misses = assert_misses_are_skipped_runs(trace, what);
-    let cov = tracer_common::coverage::coverage(&trace.header, tr);
-    let d = cov
-        .iter()
-        .find(|d| d.name == dev)
-        .unwrap_or_else(|| panic!("{what}: no coverage of {dev}"));
-    let groups = trace.groups();
-    let mut out = BTreeMap::new();
-    for g in &d.groups {
-        let grp = g.group.expect("a group");
-        let rec = groups.get(&grp).copied().unwrap_or((0, 0));
-        assert_eq!(
-            rec.0, g.aggregate_ios,
-            "{what} {grp:?}: records vs aggregates"
-        );
-        assert_eq!(
-            g.unaccounted(misses),
-            0,
-            "{what} {grp:?}: kernel {} at the cut (raw {}, +-{} during the reads), traced {}, misses {misses} (+{} across a rotation)",
-            g.kernel_at_cut_ios(),
-            g.kernel_ios,
-            g.cut_during_read_end_ios + g.cut_during_read_start_ios,
-            g.aggregate_ios,
-            g.cut_missed_across
-        );
-        assert_eq!(
-            g.excess(),
-            0,
-            "{what} {grp:?}: counted more than the kernel (kernel {} at the cut, raw {}, traced {})",
-            g.kernel_at_cut_ios(),
-            g.kernel_ios,
-            g.aggregate_ios
-        );
-        out.insert(grp, rec.0);
-    }
-    out
-}
-
 pub fn delta(a: &DiskStats, b: &DiskStats) -> BTreeMap<StatGroup, (u64, u64)> {
     StatGroup::ALL
         .iter()
@@ -868,85 +703,6 @@ pub fn fio_iolog(path: &Path) -> Vec<(String, u64, u64)> {
         }
     }
     out
-}
-
-/// The kernel's ftrace `blk` tracer recording one device: an independent witness of every
-/// request (blkparse-style lines). Restores the tracer, the device's trace switch and the
-/// buffer size when dropped, also when a test panics.
-pub struct FtraceBlk {
-    tracing: PathBuf,
-    _restore: WriteOnDrop,
-}
-
-impl FtraceBlk {
-    /// Start recording `dev` (a name such as `loop3`) into a 64 MiB buffer.
-    pub fn start(dev: &str) -> FtraceBlk {
-        let tracing = PathBuf::from("/sys/kernel/tracing");
-        if !tracing.join("current_tracer").exists() {
-            sh("mount -t tracefs tracefs /sys/kernel/tracing");
-        }
-        let current = std::fs::read_to_string(tracing.join("current_tracer")).expect("tracer");
-        assert_eq!(
-            current.trim(),
-            "nop",
-            "ftrace is in use (current_tracer is {current:?}): wait for it to finish"
-        );
-        // "7 (expanded: 1408)" until first used, then "1408".
-        let size = std::fs::read_to_string(tracing.join("buffer_size_kb")).expect("buffer size");
-        let buffer_size_kb = size
-            .split_once("expanded: ")
-            .map_or(size.trim(), |(_, e)| e.trim_end_matches([')', '\n']))
-            .to_string();
-        let device_switch = PathBuf::from(format!("/sys/block/{dev}/trace/enable"));
-        // Recording may have been left off (`tracing_on` 0) by someone else's session.
-        let tracing_on = std::fs::read_to_string(tracing.join("tracing_on")).expect("tracing_on");
-        let g = FtraceBlk {
-            _restore: WriteOnDrop(vec![
-                (tracing.join("tracing_on"), tracing_on.trim().to_string()),
-                (tracing.join("current_tracer"), "nop".into()),
-                (device_switch.clone(), "0".into()),
-                (tracing.join("trace"), String::new()),
-                (tracing.join("buffer_size_kb"), buffer_size_kb),
-            ]),
-            tracing,
-        };
-        g.write("trace", "");
-        g.write("buffer_size_kb", "65536");
-        std::fs::write(&device_switch, "1").expect("blk trace enable");
-        g.write("current_tracer", "blk");
-        g.write("tracing_on", "1");
-        g
-    }
-
-    fn write(&self, file: &str, value: &str) {
-        std::fs::write(self.tracing.join(file), value)
-            .unwrap_or_else(|e| panic!("{}: {e}", self.tracing.join(file).display()));
-    }
-
-    /// Everything recorded so far (the `trace` file: all CPUs, in time order).
-    pub fn text(&self) -> String {
-        std::fs::read_to_string(self.tracing.join("trace")).expect("trace")
-    }
-}
-
-/// The blk action letter of an ftrace or blkparse line (`Q`, `M`, `C`, ...), if it is one.
-pub fn blk_action(line: &str) -> Option<&str> {
-    let tok: Vec<&str> = line.split_whitespace().collect();
-    let di = tok.iter().position(|t| {
-        t.split_once(',').is_some_and(|(a, b)| {
-            !a.is_empty()
-                && !b.is_empty()
-                && a.bytes().all(|c| c.is_ascii_digit())
-                && b.bytes().all(|c| c.is_ascii_digit())
-        })
-    })?;
-    // ftrace: "task [cpu] flags time: dev ACTION"; blkparse: "dev cpu seq time pid ACTION".
-    let ai = if di > 0 && tok[di - 1].ends_with(':') {
-        di + 1
-    } else {
-        di + 5
-    };
-    tok.get(ai).copied()
 }
 
 /// The `q`-quantile (0..=1) of `v` by nearest rank; `v` need not be sorted.
