@@ -11,9 +11,16 @@ use std::time::{Duration, Instant};
 
 use analyzer::numeric::f64_to_usize_saturating;
 use tracer_common::format::{
-    DiskStats, Ending, IoRecord, Task, TraceHeader, TraceReader, TraceTrailer, parse_diskstats,
+    DiskStats, Ending, IoRecord, ProbeCounters, Task, TraceHeader, TraceReader, TraceTrailer,
+    parse_diskstats,
 };
 use tracer_common::op::StatGroup;
+
+mod exact;
+mod ftrace;
+
+pub use exact::{Around, BpfStats, assert_cut_exact, assert_misses_are_skipped_runs};
+pub use ftrace::{FtraceBlk, blk_action};
 
 /// The repository's root (the workspace holding this crate).
 pub fn repo_root() -> PathBuf {
@@ -318,6 +325,8 @@ impl Drop for Scratch {
 /// A running blkprof-trace.
 pub struct Tracer {
     child: Child,
+    /// On from before the probe attaches until after the tracer has written its trailer.
+    _bpf_stats: BpfStats,
     stdout: mpsc::Receiver<String>,
     stderr_lines: mpsc::Receiver<String>,
     pub stderr: String,
@@ -337,6 +346,8 @@ impl Tracer {
 
     /// [`Tracer::start`] with environment variables set for the tracer.
     pub fn start_env(args: &[&str], env: &[(&str, &str)]) -> Tracer {
+        let bpf_stats = BpfStats::enable();
+        exact::tracer_starting();
         let mut child = Command::new(bin("blkprof-trace"))
             .args(args)
             .envs(env.iter().copied())
@@ -370,15 +381,14 @@ impl Tracer {
         });
         let mut t = Tracer {
             child,
+            _bpf_stats: bpf_stats,
             stdout,
             stderr_lines,
             stderr: String::new(),
         };
         // A deadline so that a tracer that never attaches fails the test instead of hanging
-        // it, not a measure of anything. The attach takes 3.7-7.0 s in the 6.1 guest (TCG,
-        // 4 runs by hand), but one CI run (71e7194) saw no attach there within 30 s, with
-        // nothing in the tracer's stderr or the guest's dmesg; every later test in that guest
-        // attached. Cause not found.
+        // it, not a measure of anything: generous, since the attach takes 3.7-7.0 s in the
+        // 6.1 guest (TCG) and has taken over 30 s there, for no cause found.
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
             match t.stderr_lines.recv_timeout(Duration::from_millis(100)) {
@@ -477,6 +487,47 @@ impl Drop for Tracer {
     }
 }
 
+/// What [`traced`] saw.
+pub struct Traced {
+    pub trace: Trace,
+    /// The device's diskstats delta around the work (the test's own snapshots).
+    pub own: BTreeMap<StatGroup, (u64, u64)>,
+    /// The tracer's end summary.
+    pub stdout: String,
+}
+
+/// blkprof-trace on `dev` writing `out`, with `extra` options and environment `env`, started
+/// before `work` and stopped after it. The tracer must succeed and end its file complete.
+pub fn traced(
+    dev: &Scratch,
+    out: &Path,
+    extra: &[&str],
+    env: &[(&str, &str)],
+    work: impl FnOnce(),
+) -> Traced {
+    let out_s = out.to_str().expect("a UTF-8 path");
+    let mut args = vec!["--device", dev.name.as_str(), "--output", out_s, "--quiet"];
+    args.extend_from_slice(extra);
+    let t = Tracer::start_env(&args, env);
+    let before = dev.diskstats();
+    work();
+    let after = dev.diskstats();
+    let f = t.stop();
+    assert!(
+        f.status.success(),
+        "tracer failed: {}\n{}",
+        f.stderr,
+        f.stdout
+    );
+    let trace = Trace::read(out);
+    assert_eq!(trace.ending, Ending::Complete, "{}", out.display());
+    Traced {
+        trace,
+        own: delta(&before, &after),
+        stdout: f.stdout,
+    }
+}
+
 /// Run a fio job with JSON output; panics if fio fails.
 pub fn fio(args: &[&str]) -> serde_json::Value {
     let out = Command::new("fio")
@@ -507,6 +558,9 @@ pub struct Trace {
     pub cgroups: BTreeMap<u64, String>,
     /// The paths of the files the records name, by (file system, inode).
     pub files: std::collections::HashMap<(u32, u64), String>,
+    /// What the kernel counted from the start of the tracer that wrote this trace (this
+    /// thread's) to its reading.
+    pub around: Option<exact::Around>,
 }
 
 /// What [`Trace::submissions`] counts.
@@ -525,7 +579,9 @@ impl Trace {
         while r.next_chunk(&mut buf).expect("trace reads") {
             records.extend_from_slice(&buf);
         }
+        let around = exact::trace_read();
         Trace {
+            around,
             header: r.header().clone(),
             trailer: r.trailer().cloned(),
             ending: r.ending().clone(),
@@ -580,6 +636,27 @@ impl Trace {
         m
     }
 
+    /// The misses the trace reports over its span: program runs the kernel skipped,
+    /// completions never seen, requests the probe could not track.
+    pub fn misses(&self) -> u64 {
+        let end = &self.trailer.as_ref().expect("trailer").counters_end;
+        end.reported_misses()
+            .saturating_sub(self.header.counters_start.reported_misses())
+    }
+
+    /// Runs of the probe's program on `tracepoint` over the trace, as the kernel counted them
+    /// (while [`BpfStats`] is held); `None` if the probe had no program there.
+    pub fn runs(&self, tracepoint: &str) -> Option<u64> {
+        let of = |c: &ProbeCounters| {
+            c.programs
+                .iter()
+                .find(|p| p.name == tracepoint)
+                .map(|p| p.run_cnt)
+        };
+        let end = of(&self.trailer.as_ref().expect("trailer").counters_end)?;
+        Some(end.saturating_sub(of(&self.header.counters_start).unwrap_or(0)))
+    }
+
     /// Diskstats delta of one device over the trace (the tracer's own snapshots).
     pub fn kernel_delta(&self, name: &str) -> BTreeMap<StatGroup, (u64, u64)> {
         let t = self.trailer.as_ref().expect("trailer");
@@ -596,52 +673,6 @@ impl Trace {
             .expect("end diskstats");
         delta(a, b)
     }
-}
-
-/// A trace cut at one instant at each end (a rotated file, a flight-recorder dump): per
-/// diskstats group its records equal its exact aggregates, and those equal the kernel's
-/// counters between the cuts, less the misses the trace reports. Returns the records per group.
-pub fn assert_cut_exact(trace: &Trace, dev: &str, what: &str) -> BTreeMap<StatGroup, u64> {
-    let tr = trace.trailer.as_ref().expect("trailer");
-    let misses = tr
-        .counters_end
-        .reported_misses()
-        .saturating_sub(trace.header.counters_start.reported_misses());
-    let cov = tracer_common::coverage::coverage(&trace.header, tr);
-    let d = cov
-        .iter()
-        .find(|d| d.name == dev)
-        .unwrap_or_else(|| panic!("{what}: no coverage of {dev}"));
-    let groups = trace.groups();
-    let mut out = BTreeMap::new();
-    for g in &d.groups {
-        let grp = g.group.expect("a group");
-        let rec = groups.get(&grp).copied().unwrap_or((0, 0));
-        assert_eq!(
-            rec.0, g.aggregate_ios,
-            "{what} {grp:?}: records vs aggregates"
-        );
-        assert_eq!(
-            g.unaccounted(misses),
-            0,
-            "{what} {grp:?}: kernel {} at the cut (raw {}, +-{} during the reads), traced {}, misses {misses} (+{} across a rotation)",
-            g.kernel_at_cut_ios(),
-            g.kernel_ios,
-            g.cut_during_read_end_ios + g.cut_during_read_start_ios,
-            g.aggregate_ios,
-            g.cut_missed_across
-        );
-        assert_eq!(
-            g.excess(),
-            0,
-            "{what} {grp:?}: counted more than the kernel (kernel {} at the cut, raw {}, traced {})",
-            g.kernel_at_cut_ios(),
-            g.kernel_ios,
-            g.aggregate_ios
-        );
-        out.insert(grp, rec.0);
-    }
-    out
 }
 
 pub fn delta(a: &DiskStats, b: &DiskStats) -> BTreeMap<StatGroup, (u64, u64)> {
@@ -672,85 +703,6 @@ pub fn fio_iolog(path: &Path) -> Vec<(String, u64, u64)> {
         }
     }
     out
-}
-
-/// The kernel's ftrace `blk` tracer recording one device: an independent witness of every
-/// request (blkparse-style lines). Restores the tracer, the device's trace switch and the
-/// buffer size when dropped, also when a test panics.
-pub struct FtraceBlk {
-    tracing: PathBuf,
-    _restore: WriteOnDrop,
-}
-
-impl FtraceBlk {
-    /// Start recording `dev` (a name such as `loop3`) into a 64 MiB buffer.
-    pub fn start(dev: &str) -> FtraceBlk {
-        let tracing = PathBuf::from("/sys/kernel/tracing");
-        if !tracing.join("current_tracer").exists() {
-            sh("mount -t tracefs tracefs /sys/kernel/tracing");
-        }
-        let current = std::fs::read_to_string(tracing.join("current_tracer")).expect("tracer");
-        assert_eq!(
-            current.trim(),
-            "nop",
-            "ftrace is in use (current_tracer is {current:?}): wait for it to finish"
-        );
-        // "7 (expanded: 1408)" until first used, then "1408".
-        let size = std::fs::read_to_string(tracing.join("buffer_size_kb")).expect("buffer size");
-        let buffer_size_kb = size
-            .split_once("expanded: ")
-            .map_or(size.trim(), |(_, e)| e.trim_end_matches([')', '\n']))
-            .to_string();
-        let device_switch = PathBuf::from(format!("/sys/block/{dev}/trace/enable"));
-        // Recording may have been left off (`tracing_on` 0) by someone else's session.
-        let tracing_on = std::fs::read_to_string(tracing.join("tracing_on")).expect("tracing_on");
-        let g = FtraceBlk {
-            _restore: WriteOnDrop(vec![
-                (tracing.join("tracing_on"), tracing_on.trim().to_string()),
-                (tracing.join("current_tracer"), "nop".into()),
-                (device_switch.clone(), "0".into()),
-                (tracing.join("trace"), String::new()),
-                (tracing.join("buffer_size_kb"), buffer_size_kb),
-            ]),
-            tracing,
-        };
-        g.write("trace", "");
-        g.write("buffer_size_kb", "65536");
-        std::fs::write(&device_switch, "1").expect("blk trace enable");
-        g.write("current_tracer", "blk");
-        g.write("tracing_on", "1");
-        g
-    }
-
-    fn write(&self, file: &str, value: &str) {
-        std::fs::write(self.tracing.join(file), value)
-            .unwrap_or_else(|e| panic!("{}: {e}", self.tracing.join(file).display()));
-    }
-
-    /// Everything recorded so far (the `trace` file: all CPUs, in time order).
-    pub fn text(&self) -> String {
-        std::fs::read_to_string(self.tracing.join("trace")).expect("trace")
-    }
-}
-
-/// The blk action letter of an ftrace or blkparse line (`Q`, `M`, `C`, ...), if it is one.
-pub fn blk_action(line: &str) -> Option<&str> {
-    let tok: Vec<&str> = line.split_whitespace().collect();
-    let di = tok.iter().position(|t| {
-        t.split_once(',').is_some_and(|(a, b)| {
-            !a.is_empty()
-                && !b.is_empty()
-                && a.bytes().all(|c| c.is_ascii_digit())
-                && b.bytes().all(|c| c.is_ascii_digit())
-        })
-    })?;
-    // ftrace: "task [cpu] flags time: dev ACTION"; blkparse: "dev cpu seq time pid ACTION".
-    let ai = if di > 0 && tok[di - 1].ends_with(':') {
-        di + 1
-    } else {
-        di + 5
-    };
-    tok.get(ai).copied()
 }
 
 /// The `q`-quantile (0..=1) of `v` by nearest rank; `v` need not be sorted.

@@ -15,7 +15,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use analyzer::numeric::f64_to_u64_saturating;
-use blkprof_e2e::{Scratch, TestDir, Trace, Tracer, bin, delta, fio, report_json};
+use blkprof_e2e::{
+    Scratch, TestDir, Trace, Tracer, assert_misses_are_skipped_runs, bin, delta, fio, report_json,
+};
 use tracer_common::format::IoRecord;
 use tracer_common::op::StatGroup;
 
@@ -141,6 +143,63 @@ fn now_s() -> f64 {
         .as_secs_f64()
 }
 
+/// `promtool check metrics` passes `text` (a scrape of the endpoint) without a word.
+fn assert_promtool_passes(text: &str) {
+    let mut check = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool is installed (cargo xtask setup)");
+    check
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let o = check.wait_with_output().unwrap();
+    assert!(
+        o.status.success() && o.stdout.is_empty() && o.stderr.is_empty(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// Every expression of docs/agent/grafana-dashboard.json, for `device`, finds series on
+/// `prom` at `at` (Unix s), and names only metrics `text` (a scrape of the endpoint) serves.
+fn assert_dashboard_runs(prom: &Prometheus, text: &str, device: &str, at: f64) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/agent/grafana-dashboard.json");
+    let dash: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).expect("dashboard JSON");
+    let mut exprs = 0;
+    for p in dash["panels"].as_array().unwrap() {
+        for tg in p["targets"].as_array().unwrap() {
+            let e = tg["expr"].as_str().unwrap();
+            for name in e
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .filter(|w| w.starts_with("blkprof_"))
+            {
+                let base = name.strip_suffix("_bucket").unwrap_or(name);
+                assert!(
+                    text.contains(&format!("\n{name}{{"))
+                        || text.contains(&format!("# TYPE {base} ")),
+                    "{}: {name} is not served",
+                    p["title"]
+                );
+            }
+            let q = e
+                .replace("$__rate_interval", "4s")
+                .replace("$device", device);
+            let r = prom.query(&q, at);
+            assert!(!r.is_empty(), "{}: {q} found nothing", p["title"]);
+            exprs += 1;
+        }
+    }
+    assert!(exprs >= 10, "{exprs}");
+}
+
 #[test]
 fn prometheus_sees_exact_counters_and_the_reports_p99() {
     let dir = TestDir::new();
@@ -167,26 +226,7 @@ fn prometheus_sees_exact_counters_and_the_reports_p99() {
     // The exposition is valid as promtool reads it, in both formats.
     let (status, text) = http_get(port, "/metrics", None).expect("the endpoint answers");
     assert_eq!(status, 200);
-    let mut check = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool is installed (cargo xtask setup)");
-    check
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let o = check.wait_with_output().unwrap();
-    assert!(
-        o.status.success() && o.stdout.is_empty() && o.stderr.is_empty(),
-        "promtool check metrics: {}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert_promtool_passes(&text);
     let (_, om) = http_get(
         port,
         "/metrics",
@@ -268,39 +308,12 @@ fn prometheus_sees_exact_counters_and_the_reports_p99() {
 
     // Every expression of the Grafana dashboard runs on this Prometheus and finds series, and
     // names only metrics the endpoint serves.
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/agent/grafana-dashboard.json");
-    let dash: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).expect("dashboard JSON");
-    let mid = t1 + 4.0;
-    let mut exprs = 0;
-    for p in dash["panels"].as_array().unwrap() {
-        for tg in p["targets"].as_array().unwrap() {
-            let e = tg["expr"].as_str().unwrap();
-            for name in e
-                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                .filter(|w| w.starts_with("blkprof_"))
-            {
-                let base = name.strip_suffix("_bucket").unwrap_or(name);
-                assert!(
-                    text.contains(&format!("\n{name}{{"))
-                        || text.contains(&format!("# TYPE {base} ")),
-                    "{}: {name} is not served",
-                    p["title"]
-                );
-            }
-            let q = e
-                .replace("$__rate_interval", "4s")
-                .replace("$device", &dev.name);
-            let r = prom.query(&q, mid);
-            assert!(!r.is_empty(), "{}: {q} found nothing", p["title"]);
-            exprs += 1;
-        }
-    }
-    assert!(exprs >= 10, "{exprs}");
+    assert_dashboard_runs(&prom, &text, &dev.name, t1 + 4.0);
 
     let f = t.stop();
     assert!(f.status.success(), "{}\n{}", f.stderr, f.stdout);
     let tr = Trace::read(&trace);
+    assert_misses_are_skipped_runs(&tr, "metrics");
     let c = &tr.trailer.as_ref().unwrap().counters_end;
     assert_eq!(c.ring_drops, 0);
     assert!(
@@ -581,26 +594,7 @@ fn no_records_mode_counts_exactly_and_its_histograms_agree_with_the_records() {
     let (status, text) = http_get(port, "/metrics", None).expect("the endpoint answers");
     assert_eq!(status, 200);
     // Valid as promtool reads it.
-    let mut check = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool is installed (cargo xtask setup)");
-    check
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let o = check.wait_with_output().unwrap();
-    assert!(
-        o.status.success() && o.stdout.is_empty() && o.stderr.is_empty(),
-        "promtool check metrics: {}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert_promtool_passes(&text);
     let a = agg.stop();
     let r = rec.stop();
     assert!(a.status.success(), "{}\n{}", a.stderr, a.stdout);
@@ -611,6 +605,7 @@ fn no_records_mode_counts_exactly_and_its_histograms_agree_with_the_records() {
         a.stdout
     );
     let tr = Trace::read(&trace);
+    assert_misses_are_skipped_runs(&tr, "records");
     let missed = tr.trailer.as_ref().unwrap().counters_end.missed_completions;
 
     let kernel = delta(&before, &after);

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::process::Command;
 
-use blkprof_e2e::{Scratch, TestDir, Trace, Tracer, bin, json_row, report_json, sh};
+use blkprof_e2e::{Scratch, TestDir, bin, json_row, report_json, sh, traced};
 use tracer_common::op::StatGroup;
 use tracer_common::{FILE_DEV_ANON, FILE_DEV_DEVICE};
 
@@ -48,7 +48,7 @@ impl Drop for Fs {
 
 /// Drop these (written back) files from the page cache, and check that none of their pages is
 /// left. `drop_caches` alone is not enough: it skips a page it cannot evict at that moment, and
-/// one CI run read back only 512 KiB of a 4 MiB file after it. `dd iflag=nocache count=0` is
+/// a read after it then reads only part of the file from the device. `dd iflag=nocache count=0` is
 /// `posix_fadvise(POSIX_FADV_DONTNEED)` over the whole file, which retries after draining every
 /// CPU's page batches (pages held there cannot be evicted); `fincore` says what is left.
 fn evict(paths: &[&str]) {
@@ -80,40 +80,32 @@ fn buffered_io_is_attributed_to_its_files_even_when_deleted_right_after() {
     let fs = Fs::new(&dir);
     let m = fs.mnt.display().to_string();
     sh(&format!("mkdir -p {m}/ks/table-1"));
-    let out = dir.join("files.blkp");
-    let t = Tracer::start(&[
-        "--device",
-        &fs.dev.name,
-        "--files",
-        "--output",
-        out.to_str().unwrap(),
-        "--quiet",
-    ]);
     let mib = |n: u64| n << 20;
-    // Written buffered, then written back by sync.
-    sh(&format!(
-        "dd if=/dev/urandom of={m}/ks/table-1/nb-1-big-Data.db bs=1M count=4 status=none"
-    ));
-    sh(&format!(
-        "dd if=/dev/urandom of={m}/ks/gone.log bs=1M count=2 status=none"
-    ));
-    sh("sync");
-    // Dropped from the page cache, then read back buffered (with read-ahead); the second file
-    // is deleted right after its read.
-    evict(&[
-        &format!("{m}/ks/table-1/nb-1-big-Data.db"),
-        &format!("{m}/ks/gone.log"),
-    ]);
-    sh(&format!(
-        "cat {m}/ks/table-1/nb-1-big-Data.db > /dev/null && cat {m}/ks/gone.log > /dev/null && rm {m}/ks/gone.log"
-    ));
-    // Direct IO: pages of no file.
-    sh(&format!(
-        "dd if=/dev/zero of={m}/direct.bin bs=64k count=8 oflag=direct status=none && sync"
-    ));
-    let f = t.stop();
-    assert!(f.status.success(), "{}\n{}", f.stderr, f.stdout);
-    let trace = Trace::read(&out);
+    let out = dir.join("files.blkp");
+    let trace = traced(&fs.dev, &out, &["--files"], &[], || {
+        // Written buffered, then written back by sync.
+        sh(&format!(
+            "dd if=/dev/urandom of={m}/ks/table-1/nb-1-big-Data.db bs=1M count=4 status=none"
+        ));
+        sh(&format!(
+            "dd if=/dev/urandom of={m}/ks/gone.log bs=1M count=2 status=none"
+        ));
+        sh("sync");
+        // Dropped from the page cache, then read back buffered (with read-ahead); the second
+        // file is deleted right after its read.
+        evict(&[
+            &format!("{m}/ks/table-1/nb-1-big-Data.db"),
+            &format!("{m}/ks/gone.log"),
+        ]);
+        sh(&format!(
+            "cat {m}/ks/table-1/nb-1-big-Data.db > /dev/null && cat {m}/ks/gone.log > /dev/null && rm {m}/ks/gone.log"
+        ));
+        // Direct IO: pages of no file.
+        sh(&format!(
+            "dd if=/dev/zero of={m}/direct.bin bs=64k count=8 oflag=direct status=none && sync"
+        ));
+    })
+    .trace;
     assert!(trace.header.files, "the header says files are named");
     let mut by_file: BTreeMap<String, (u64, u64)> = BTreeMap::new();
     for r in &trace.records {
@@ -191,24 +183,15 @@ fn files_first_met_in_a_burst_are_each_named() {
         sh(&format!(
             "mkdir {m}/burst && for i in $(seq 1 {FILES}); do head -c 8192 /dev/urandom > {m}/burst/f$i; done && sync"
         ));
-        let out = dir.join("burst.blkp");
-        let mut args = vec![
-            "--device",
-            &fs.dev.name,
-            "--files",
-            "--output",
-            out.to_str().unwrap(),
-            "--quiet",
-        ];
+        let mut args = vec!["--files"];
         args.extend_from_slice(extra);
-        let t = Tracer::start(&args);
-        sh("echo 3 > /proc/sys/vm/drop_caches");
-        sh(&format!(
-            "for j in 1 2 3 4; do (for i in $(seq $j 4 {FILES}); do cat {m}/burst/f$i > /dev/null; done) & done; wait"
-        ));
-        let f = t.stop();
-        assert!(f.status.success(), "{extra:?}: {}\n{}", f.stderr, f.stdout);
-        let trace = Trace::read(&out);
+        let trace = traced(&fs.dev, &dir.join("burst.blkp"), &args, &[], || {
+            sh("echo 3 > /proc/sys/vm/drop_caches");
+            sh(&format!(
+                "for j in 1 2 3 4; do (for i in $(seq $j 4 {FILES}); do cat {m}/burst/f$i > /dev/null; done) & done; wait"
+            ));
+        })
+        .trace;
         let of_files: Vec<_> = trace
             .records
             .iter()

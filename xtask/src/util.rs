@@ -113,7 +113,7 @@ pub(crate) fn test(filter: Option<&str>, steps: &mut Steps) -> Result<()> {
         run(cargo().args(FORMAT_TESTS))
     })?;
     // A smoke pass of the fuzz targets (fuzz/; nightly), built without ASan (219 s cold against
-    // 365 s with it, session 25) and at opt-level 1 (`Optimize::Quick`). In CI: 4 minutes with
+    // 365 s with it) and at opt-level 1 (`Optimize::Quick`). In CI: 4 minutes with
     // the build, 10 to 25 s per target.
     let budget = if std::env::var("CI").is_ok_and(|v| v == "true") {
         crate::fuzz::Budget::Within {
@@ -264,7 +264,8 @@ fn e2e_test_executable<'a>(exes: &'a [(String, String)], name: &str) -> Result<&
 /// the first test of `tests/tests/files.rs` (the files of buffered IO, whose kernel structures
 /// differ between versions; the burst of names is the daemon's, tested on the host), then the
 /// host tests of [`VM_E2E_TESTS`] on loop devices whose images live on
-/// ext4 on nvme5n1 (tmpfs has no `O_DIRECT` on 6.1).
+/// ext4 on nvme5n1 (tmpfs has no `O_DIRECT` on 6.1). The tests that need the VM's disks are
+/// `#[ignore]`d elsewhere: here they run with `--include-ignored`.
 fn vm_tests() -> Result<()> {
     let exes = e2e_executables()?;
     let vm = e2e_test_executable(&exes, "vm")?;
@@ -275,8 +276,8 @@ fn vm_tests() -> Result<()> {
     let bin_dir = bin_dir.display();
     let script = format!(
         "set -e; modprobe loop max_loop=16; mkfs.ext4 -q /dev/nvme5n1; mount /dev/nvme5n1 /mnt; mkdir /mnt/whatif; \
-         env BLKPROF_VM_DISK=nvme0n1 BLKPROF_BIN_DIR={bin_dir} {vm} --test-threads=1; \
-         env BLKPROF_VM_WHATIF=/mnt/whatif BLKPROF_BIN_DIR={bin_dir} {whatif} --test-threads=1; \
+         env BLKPROF_VM_DISK=nvme0n1 BLKPROF_BIN_DIR={bin_dir} {vm} --include-ignored --test-threads=1; \
+         env BLKPROF_VM_WHATIF=/mnt/whatif BLKPROF_BIN_DIR={bin_dir} {whatif} --include-ignored --test-threads=1; \
          env TMPDIR=/mnt BLKPROF_BIN_DIR={bin_dir} {files} --exact --test-threads=1 buffered_io_is_attributed_to_its_files_even_when_deleted_right_after; \
          env TMPDIR=/mnt BLKPROF_BIN_DIR={bin_dir} {e2e} --exact --test-threads=1 {}",
         VM_E2E_TESTS.join(" ")
