@@ -38,7 +38,7 @@ impl Halves {
     /// The join copies what it still needs of the halves it read in place (those after its
     /// sweep, the open requests' submitters), then the rings get their space back. The
     /// halves' payloads are thus read once, from the ring, rather than copied out and read
-    /// again: at 40k IOPS those copies were a cold line or two per IO for the daemon.
+    /// again: such copies cost the daemon a cold line or two per IO at 40k IOPS.
     fn give_back(&mut self) {
         self.joiner.unborrow();
         for rb in &mut self.rings {
