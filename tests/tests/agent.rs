@@ -760,7 +760,18 @@ impl Drop for Freezable {
             .stderr(Stdio::null())
             .status();
         let _ = Command::new("losetup").args(["-d", &self.upper]).status();
-        let _ = Command::new("umount").arg(&self.mnt).status();
+        // The upper device lets go of its file once its last opener has: until then the file
+        // system is busy.
+        for _ in 0..50 {
+            let umounted = Command::new("umount")
+                .arg(&self.mnt)
+                .stderr(Stdio::null())
+                .status();
+            if umounted.is_ok_and(|s| s.success()) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 }
 
@@ -826,7 +837,9 @@ fn a_scrape_during_a_rotation_answers_at_once() {
         scrapes += 1;
         std::thread::sleep(Duration::from_millis(20));
     }
-    dev.freeze(false);
+    if frozen_until.is_some() {
+        dev.freeze(false);
+    }
     writer.end(libc::SIGINT);
     let f = t.stop();
     assert!(f.status.success(), "{}", f.stderr);
