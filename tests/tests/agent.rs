@@ -701,3 +701,166 @@ fn no_records_mode_counts_exactly_and_its_histograms_agree_with_the_records() {
         }
     }
 }
+
+/// ext4 on a loop device, and a loop device over a file on it: writes to the upper device
+/// stay in flight while the file system is frozen. Thawed, detached and unmounted on drop
+/// (also when the test fails).
+struct Freezable {
+    upper: String,
+    mnt: std::path::PathBuf,
+    _lower: Scratch,
+}
+
+impl Freezable {
+    fn new(dir: &TestDir) -> Freezable {
+        let lower = Scratch::new("freeze", 256, true, false);
+        let mnt = dir.join("mnt");
+        std::fs::create_dir_all(&mnt).unwrap();
+        blkprof_e2e::sh(&format!(
+            "mkfs.ext4 -q -F {0} && mount {0} {1}",
+            lower.path,
+            mnt.display()
+        ));
+        let img = mnt.join("upper.img");
+        let upper = blkprof_e2e::sh(&format!(
+            "truncate -s 128M {0} && losetup -f --show --direct-io=on {0}",
+            img.display()
+        ));
+        Freezable {
+            upper,
+            mnt,
+            _lower: lower,
+        }
+    }
+
+    fn freeze(&self, frozen: bool) {
+        let status = Command::new("fsfreeze")
+            .arg(if frozen { "-f" } else { "-u" })
+            .arg(&self.mnt)
+            .status()
+            .expect("fsfreeze runs");
+        assert!(status.success(), "fsfreeze {frozen}");
+    }
+}
+
+impl Drop for Freezable {
+    #[expect(
+        clippy::let_underscore_must_use,
+        reason = "best-effort cleanup on drop (also when a test fails): nothing to report to"
+    )]
+    fn drop(&mut self) {
+        let _ = Command::new("fsfreeze")
+            .arg("-u")
+            .arg(&self.mnt)
+            .stderr(Stdio::null())
+            .status();
+        let _ = Command::new("losetup").args(["-d", &self.upper]).status();
+        // The upper device lets go of its file once its last opener has: until then the file
+        // system is busy.
+        for _ in 0..50 {
+            let umounted = Command::new("umount")
+                .arg(&self.mnt)
+                .stderr(Stdio::null())
+                .status();
+            if umounted.is_ok_and(|s| s.success()) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+#[test]
+fn a_scrape_during_a_rotation_answers_at_once() {
+    // A rotation waits, up to 250 ms, for the requests in flight at its instant. Writes to a
+    // device whose backing file system is frozen 900 ms in every second stay in flight, so
+    // the rotations (every second) mostly wait the whole 250 ms. Scrapes every 20 ms meanwhile
+    // must each answer within half that wait (a scrape takes a few ms; the slack is for a
+    // busy machine): the endpoint does not stop for a rotation. (A scrape arriving in a
+    // rotation's first 20 ms would otherwise wait 230 ms or more.)
+    const PROMPT: Duration = Duration::from_millis(125);
+    let dir = TestDir::new();
+    let dev = Freezable::new(&dir);
+    let rot = dir.join("rot");
+    std::fs::create_dir_all(&rot).unwrap();
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let t = Tracer::start(&[
+        "--device",
+        dev.upper.trim_start_matches("/dev/"),
+        "--output",
+        rot.join("t.blkp").to_str().unwrap(),
+        "--quiet",
+        "--interval",
+        "100ms",
+        "--rotate-time",
+        "1s",
+        "--metrics-addr",
+        &addr,
+    ]);
+    let writer = blkprof_e2e::FioGroup::spawn(&[
+        "--name=stalled",
+        &format!("--filename={}", dev.upper),
+        "--rw=randwrite",
+        "--bs=64k",
+        "--direct=1",
+        "--ioengine=libaio",
+        "--iodepth=4",
+        "--runtime=30",
+        "--time_based",
+    ]);
+    let mut slowest = Duration::ZERO;
+    let mut scrapes = 0;
+    let until = Instant::now() + Duration::from_secs(8);
+    let mut next_freeze = Instant::now();
+    let mut frozen_until = None;
+    while Instant::now() < until {
+        let now = Instant::now();
+        if frozen_until.is_some_and(|t| now >= t) {
+            dev.freeze(false);
+            frozen_until = None;
+        }
+        if frozen_until.is_none() && now >= next_freeze {
+            dev.freeze(true);
+            frozen_until = Some(now + Duration::from_millis(900));
+            next_freeze = now + Duration::from_secs(1);
+        }
+        let asked = Instant::now();
+        let (status, _) = http_get(port, "/metrics", None).expect("the endpoint answers");
+        assert_eq!(status, 200);
+        slowest = slowest.max(asked.elapsed());
+        scrapes += 1;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if frozen_until.is_some() {
+        dev.freeze(false);
+    }
+    writer.end(libc::SIGINT);
+    let f = t.stop();
+    assert!(f.status.success(), "{}", f.stderr);
+
+    // The rotations did wait for requests held by the freeze: a rotated file's end cut
+    // counts the requests still open when its wait gave up.
+    let mut files: Vec<_> = std::fs::read_dir(&rot)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "blkp"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 4, "rotated every second: {files:?}");
+    let waited = files
+        .iter()
+        .filter_map(|p| Trace::read(p).trailer)
+        .filter(|tr| tr.reason == "rotation")
+        .filter(|tr| tr.end_cut.as_ref().is_some_and(|c| c.still_open > 0))
+        .count();
+    assert!(
+        waited >= 1,
+        "no rotation waited its whole grace for requests held by the freeze"
+    );
+    eprintln!("{scrapes} scrapes, the slowest {slowest:?}; {waited} rotations waited in full");
+    assert!(
+        slowest < PROMPT,
+        "a scrape took {slowest:?} (of {scrapes}): the endpoint waited for a rotation"
+    );
+}

@@ -270,6 +270,48 @@ pub struct FlightRecorder {
 }
 
 impl Args {
+    /// The probe's mode, and the options that need records refused without them.
+    fn mode(&self) -> Result<crate::probe::ProbeMode, String> {
+        let mode = match (self.no_records, self.attach_only) {
+            (true, Some(_)) => {
+                return Err("--no-records and --attach-only exclude each other".into());
+            }
+            (false, None) => crate::probe::ProbeMode::Records,
+            (true, None) => crate::probe::ProbeMode::Aggregates,
+            (false, Some(AttachOnly::Nothing)) => crate::probe::ProbeMode::Nop,
+            (false, Some(AttachOnly::Clock)) => crate::probe::ProbeMode::Clock,
+        };
+        if mode != crate::probe::ProbeMode::Records {
+            let flag = if self.no_records {
+                "--no-records"
+            } else {
+                "--attach-only"
+            };
+            for (given, what) in [
+                (self.output.is_some(), "--output"),
+                (self.flight_recorder.is_some(), "--flight-recorder"),
+                (!self.pids.is_empty(), "--pid"),
+                (!self.comms.is_empty(), "--comm"),
+                (!self.cgroups.is_empty(), "--cgroup"),
+                (!self.ops.is_empty(), "--op"),
+                (self.files, "--files"),
+            ] {
+                if given {
+                    return Err(format!(
+                        "{what} needs per-IO records, which {flag} does not make (it keeps the exact aggregates only)"
+                    ));
+                }
+            }
+            if self.no_records && ![1, 2, 4].contains(&self.metrics_buckets_per_octave) {
+                return Err(format!(
+                    "--metrics-buckets-per-octave {}: with --no-records the histograms are the kernel's, 4 buckets per power of two (give 1, 2 or 4)",
+                    self.metrics_buckets_per_octave
+                ));
+            }
+        }
+        Ok(mode)
+    }
+
     pub fn into_config(self) -> Result<Config, String> {
         let mut ops = Vec::new();
         for o in &self.ops {
@@ -311,43 +353,7 @@ impl Args {
         if self.interval < Duration::from_millis(10) {
             return Err("--interval must be at least 10ms".into());
         }
-        let mode = match (self.no_records, self.attach_only) {
-            (true, Some(_)) => {
-                return Err("--no-records and --attach-only exclude each other".into());
-            }
-            (false, None) => crate::probe::ProbeMode::Records,
-            (true, None) => crate::probe::ProbeMode::Aggregates,
-            (false, Some(AttachOnly::Nothing)) => crate::probe::ProbeMode::Nop,
-            (false, Some(AttachOnly::Clock)) => crate::probe::ProbeMode::Clock,
-        };
-        if mode != crate::probe::ProbeMode::Records {
-            let flag = if self.no_records {
-                "--no-records"
-            } else {
-                "--attach-only"
-            };
-            for (given, what) in [
-                (self.output.is_some(), "--output"),
-                (self.flight_recorder.is_some(), "--flight-recorder"),
-                (!self.pids.is_empty(), "--pid"),
-                (!self.comms.is_empty(), "--comm"),
-                (!self.cgroups.is_empty(), "--cgroup"),
-                (!self.ops.is_empty(), "--op"),
-                (self.files, "--files"),
-            ] {
-                if given {
-                    return Err(format!(
-                        "{what} needs per-IO records, which {flag} does not make (it keeps the exact aggregates only)"
-                    ));
-                }
-            }
-            if self.no_records && ![1, 2, 4].contains(&self.metrics_buckets_per_octave) {
-                return Err(format!(
-                    "--metrics-buckets-per-octave {}: with --no-records the histograms are the kernel's, 4 buckets per power of two (give 1, 2 or 4)",
-                    self.metrics_buckets_per_octave
-                ));
-            }
-        }
+        let mode = self.mode()?;
         let flight_recorder = match self.flight_recorder {
             Some(window) => {
                 if self.output.is_some() {

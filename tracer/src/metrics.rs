@@ -339,20 +339,10 @@ impl Out {
     }
 }
 
-/// The exposition text (`openmetrics`: the OpenMetrics 1.0 variant, ending in `# EOF`).
-pub fn render(m: &mut Metrics, sc: &Scrape, openmetrics: bool) -> String {
-    if m.kernel.is_some() {
-        m.fill_from_kernel(sc.aggregates);
-    }
-    let m = &*m;
-    let mut o = Out {
-        s: String::with_capacity(64 << 10),
-        open: openmetrics,
-    };
+/// The exact counters, summed per (device, diskstats group, accounted).
+fn exact_counters(o: &mut Out, sc: &Scrape) {
     let dev_name = |dev: u32| (sc.name_of)(dev);
     let group = |g: usize| StatGroup::ALL[g].name();
-
-    // Exact counters, summed per (device, diskstats group, accounted).
     let mut sums: std::collections::BTreeMap<(u32, u32, usize, bool), (u64, u64)> =
         std::collections::BTreeMap::default();
     for a in sc.aggregates {
@@ -396,70 +386,10 @@ pub fn render(m: &mut Metrics, sc: &Scrape, openmetrics: bool) -> String {
             }
         }
     }
+}
 
-    o.family(
-        "blkprof_latency_seconds",
-        "histogram",
-        "Latency by device, op and phase (queue: submission to issue, device: issue to completion, total: submission to completion).",
-    );
-    for d in &m.devs {
-        let dn = dev_name(d.dev);
-        for g in 0..4 {
-            if !d.seen[g] {
-                continue;
-            }
-            for (p, h) in PHASES.iter().zip(&d.latency[g]) {
-                o.histogram(
-                    "blkprof_latency_seconds",
-                    &[("device", &dn), ("op", group(g)), ("phase", p)],
-                    &m.lat_bounds,
-                    1e9,
-                    h,
-                );
-            }
-        }
-    }
-    o.family(
-        "blkprof_request_bytes",
-        "histogram",
-        "Request size by device and op.",
-    );
-    for d in &m.devs {
-        let dn = dev_name(d.dev);
-        for g in 0..4 {
-            if d.seen[g] {
-                o.histogram(
-                    "blkprof_request_bytes",
-                    &[("device", &dn), ("op", group(g))],
-                    &m.size_bounds,
-                    1.0,
-                    &d.size[g],
-                );
-            }
-        }
-    }
-
-    o.family(
-        "blkprof_inflight",
-        "gauge",
-        "Requests in flight now: where=os from submission to completion, where=device from issue to completion.",
-    );
-    for (dev, os, device) in sc.inflight {
-        let dn = dev_name(*dev);
-        o.sample(
-            "blkprof_inflight",
-            &[("device", &dn), ("where", "os")],
-            *os as f64,
-        );
-        if let Some(device) = device {
-            o.sample(
-                "blkprof_inflight",
-                &[("device", &dn), ("where", "device")],
-                *device as f64,
-            );
-        }
-    }
-
+/// The losses, the records, the programs' runs, and the tracer itself.
+fn probe_families(o: &mut Out, m: &Metrics, sc: &Scrape) {
     let c = sc.counters;
     o.family(
         "blkprof_lost_ios_total",
@@ -541,6 +471,87 @@ pub fn render(m: &mut Metrics, sc: &Scrape, openmetrics: bool) -> String {
         ],
         1.0,
     );
+}
+
+/// The exposition text (`openmetrics`: the OpenMetrics 1.0 variant, ending in `# EOF`).
+pub fn render(m: &mut Metrics, sc: &Scrape, openmetrics: bool) -> String {
+    if m.kernel.is_some() {
+        m.fill_from_kernel(sc.aggregates);
+    }
+    let m = &*m;
+    let mut o = Out {
+        s: String::with_capacity(64 << 10),
+        open: openmetrics,
+    };
+    let dev_name = |dev: u32| (sc.name_of)(dev);
+    let group = |g: usize| StatGroup::ALL[g].name();
+
+    exact_counters(&mut o, sc);
+
+    o.family(
+        "blkprof_latency_seconds",
+        "histogram",
+        "Latency by device, op and phase (queue: submission to issue, device: issue to completion, total: submission to completion).",
+    );
+    for d in &m.devs {
+        let dn = dev_name(d.dev);
+        for g in 0..4 {
+            if !d.seen[g] {
+                continue;
+            }
+            for (p, h) in PHASES.iter().zip(&d.latency[g]) {
+                o.histogram(
+                    "blkprof_latency_seconds",
+                    &[("device", &dn), ("op", group(g)), ("phase", p)],
+                    &m.lat_bounds,
+                    1e9,
+                    h,
+                );
+            }
+        }
+    }
+    o.family(
+        "blkprof_request_bytes",
+        "histogram",
+        "Request size by device and op.",
+    );
+    for d in &m.devs {
+        let dn = dev_name(d.dev);
+        for g in 0..4 {
+            if d.seen[g] {
+                o.histogram(
+                    "blkprof_request_bytes",
+                    &[("device", &dn), ("op", group(g))],
+                    &m.size_bounds,
+                    1.0,
+                    &d.size[g],
+                );
+            }
+        }
+    }
+
+    o.family(
+        "blkprof_inflight",
+        "gauge",
+        "Requests in flight now: where=os from submission to completion, where=device from issue to completion.",
+    );
+    for (dev, os, device) in sc.inflight {
+        let dn = dev_name(*dev);
+        o.sample(
+            "blkprof_inflight",
+            &[("device", &dn), ("where", "os")],
+            *os as f64,
+        );
+        if let Some(device) = device {
+            o.sample(
+                "blkprof_inflight",
+                &[("device", &dn), ("where", "device")],
+                *device as f64,
+            );
+        }
+    }
+
+    probe_families(&mut o, m, sc);
     if openmetrics {
         o.s.push_str("# EOF\n");
     }

@@ -27,7 +27,7 @@ pub struct Hists {
 /// The live histograms keep 2 significant digits (values within 1%): their counts are a
 /// sixteenth of 3 digits' (1 KB per power of two instead of 8 KB),
 /// so the two increments each record makes stay in cache between drains; at 3 digits they were
-/// most of the daemon's cost per record (BENCHMARKS.md, 2026-11-24). The trace keeps every
+/// most of the daemon's cost per record (BENCHMARKS.md). The trace keeps every
 /// value exact.
 const LIVE_HALF: u32 = 7;
 const LIVE_SIGFIG: u8 = HdrCounts::<LIVE_HALF>::SIGFIG;
