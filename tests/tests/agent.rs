@@ -3,11 +3,6 @@
 //! move exactly as /proc/diskstats does; the histograms' p99 must agree with the report of
 //! the trace recorded alongside within the buckets' stated error.
 
-#![expect(
-    unused_crate_dependencies,
-    reason = "a test crate links all the package's dependencies; the lib target checks them"
-)]
-
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;

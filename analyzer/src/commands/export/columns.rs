@@ -20,6 +20,10 @@ use crate::analysis::labels::{DEVICE_FILE, DIRECT_FILE, UnnamedCgroup, UnnamedFi
 pub(super) struct Names {
     pub csv: Option<&'static str>,
     pub json: Option<&'static str>,
+    #[cfg_attr(
+        not(any(feature = "parquet", test)),
+        expect(dead_code, reason = "read by the Parquet exporter only")
+    )]
     pub parquet: &'static str,
 }
 
@@ -109,6 +113,10 @@ pub(super) struct Column {
 
 impl Column {
     /// Parquet: the column may be null.
+    #[cfg_attr(
+        not(feature = "parquet"),
+        expect(dead_code, reason = "read by the Parquet exporter only")
+    )]
     pub(super) fn nullable(&self) -> bool {
         match self.value {
             Value::Num(n, _) => n.known.is_some(),
@@ -434,6 +442,10 @@ pub(crate) fn flag_names(f: u16) -> String {
 /// The report's op of a record as Parquet's `op` dictionary key: op codes 0..16, 16 for an
 /// absorbed empty flush.
 #[inline]
+#[cfg_attr(
+    not(feature = "parquet"),
+    expect(dead_code, reason = "read by the Parquet exporter only")
+)]
 pub(super) fn report_op_index(rec: &IoRecord) -> i32 {
     if rec.flags & flags::FLUSH_RQ != 0 {
         Op::Flush as i32
