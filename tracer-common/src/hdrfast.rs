@@ -11,6 +11,17 @@
 
 use hdrhistogram::Histogram;
 
+/// The latencies' histograms cover 1 ns to 1 hour at first, and resize beyond it.
+pub const LATENCY_HIGHEST_NS: u64 = 3_600_000_000_000;
+
+/// An auto-resizing histogram from 1 to `highest` at `sigfig` significant digits: the layout
+/// of every HDR histogram the tracer and the analyzer keep (see [`HdrCounts`]).
+pub fn histogram(highest: u64, sigfig: u8) -> Histogram<u64> {
+    let mut h = Histogram::new_with_bounds(1, highest, sigfig).expect("valid bounds");
+    h.auto(true);
+    h
+}
+
 /// `HALF`: log2 of half the sub-buckets per bucket. 10 for 3 significant digits (2048
 /// sub-buckets, of which buckets above 0 use the upper half: 1024 = 2^10 entries each), the
 /// default; 7 for 2 significant digits (256 sub-buckets, 128 per power of two), a sixteenth of
@@ -84,9 +95,7 @@ mod tests {
     use super::*;
 
     fn hist(sigfig: u8) -> Histogram<u64> {
-        let mut h = Histogram::new_with_bounds(1, 3_600_000_000_000, sigfig).unwrap();
-        h.auto(true);
-        h
+        histogram(LATENCY_HIGHEST_NS, sigfig)
     }
 
     /// Values across the whole u64 range, bucket edges included: the drained histogram equals
@@ -103,11 +112,9 @@ mod tests {
     )]
     fn same_as_recording<const HALF: u32>() {
         let mut values = vec![1, 2, 2047, 2048, 2049, 4095, 4096, 1 << 40, u64::MAX >> 1];
-        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let mut rng = crate::rng::Rng(0x2545_F491_4F6C_DD1Du64);
         for i in 0..200_000u32 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            let x = rng.next_u64();
             values.push((x >> (x % 60)).max(1) + u64::from(i % 7));
         }
         let sigfig = HdrCounts::<HALF>::SIGFIG;

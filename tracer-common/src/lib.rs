@@ -19,6 +19,8 @@ pub mod hdrfast;
 pub mod join;
 #[cfg(feature = "format")]
 pub mod op;
+// The one xorshift of the workspace (tests, planted traces, benchmarks).
+pub mod rng;
 #[cfg(feature = "format")]
 pub mod time;
 #[cfg(feature = "format")]

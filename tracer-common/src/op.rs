@@ -185,13 +185,11 @@ impl StatGroup {
         t
     };
 
+    /// The names of [`StatGroup::ALL`], in that order (as the report's JSON keys them).
+    pub const NAMES: [&'static str; 4] = ["read", "write", "discard", "flush"];
+
     pub fn name(self) -> &'static str {
-        match self {
-            StatGroup::Read => "read",
-            StatGroup::Write => "write",
-            StatGroup::Discard => "discard",
-            StatGroup::Flush => "flush",
-        }
+        StatGroup::NAMES[self as usize]
     }
 }
 

@@ -35,15 +35,11 @@ const LIVE_SIGFIG: u8 = HdrCounts::<LIVE_HALF>::SIGFIG;
 impl Hists {
     fn new() -> Hists {
         // Sizes up to 4 GiB, latencies up to 1 hour (auto-resize beyond).
-        let mk = |hi: u64| {
-            let mut h = Histogram::new_with_bounds(1, hi, LIVE_SIGFIG).expect("valid bounds");
-            h.auto(true);
-            h
-        };
+        let mk = |hi: u64| tracer_common::hdrfast::histogram(hi, LIVE_SIGFIG);
         Hists {
             size_bytes: mk(1 << 32),
-            device_latency_ns: mk(3_600_000_000_000),
-            total_latency_ns: mk(3_600_000_000_000),
+            device_latency_ns: mk(tracer_common::hdrfast::LATENCY_HIGHEST_NS),
+            total_latency_ns: mk(tracer_common::hdrfast::LATENCY_HIGHEST_NS),
             counts: Default::default(),
         }
     }

@@ -128,9 +128,7 @@ pub struct Classifier {
 }
 
 fn hist() -> Histogram<u64> {
-    let mut h = Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid bounds");
-    h.auto(true);
-    h
+    tracer_common::hdrfast::histogram(tracer_common::hdrfast::LATENCY_HIGHEST_NS, 3)
 }
 
 /// Counts a latency. The histograms resize themselves, so this cannot fail for a u64 on a

@@ -183,7 +183,7 @@ fn mix_distance(a: &JsonDevice, b: &JsonDevice, op: &str) -> Option<f64> {
     )
 }
 
-const OPS: [&str; 4] = ["read", "write", "discard", "flush"];
+const OPS: [&str; 4] = tracer_common::op::StatGroup::NAMES;
 
 /// The quantile level of a latency percentile metric (`latency_p99_us` -> 0.99).
 fn percentile_level(what: &str) -> Option<f64> {

@@ -77,7 +77,7 @@ fn threshold(unit: &str) -> f64 {
     }
 }
 
-const OPS: [&str; 4] = ["read", "write", "discard", "flush"];
+const OPS: [&str; 4] = tracer_common::op::StatGroup::NAMES;
 
 /// The rows every arm yields, whatever it holds: per op, whether any arm has IOs of it, and the
 /// size classes present in any arm, smallest first (classes are disjoint ranges, so their

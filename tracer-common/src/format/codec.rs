@@ -10,7 +10,7 @@ use super::BLOCK_RECORDS;
     reason = "a byte takes the value's low 7 bits: the cast keeps the low 8, whose top bit is \
               then set (or is clear: the last byte is below 0x80)"
 )]
-pub(super) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
         v >>= 7;
@@ -252,15 +252,13 @@ mod tests {
     /// loops as by the one for any width.
     #[test]
     fn unpack_every_width() {
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut rng = crate::rng::Rng(0x9E37_79B9_7F4A_7C15u64);
         let mut scratch = [0u8; MAX_PACKED + 16];
         for bw in 0..=64u32 {
             for n in [1, 7, 8, 9, 100, 127, BLOCK_RECORDS] {
                 let vals: Vec<u64> = (0..n)
                     .map(|i| {
-                        x ^= x << 13;
-                        x ^= x >> 7;
-                        x ^= x << 17;
+                        let x = rng.next_u64();
                         let v = if bw == 64 { x } else { x & ((1u64 << bw) - 1) };
                         // The widest values too, so that the block's width is bw.
                         if i == 0 && bw > 0 {

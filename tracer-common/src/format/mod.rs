@@ -36,6 +36,9 @@ mod writer;
 
 pub use crate::diskstats::{DiskStats, parse_diskstats};
 pub use crate::time::rfc3339;
+/// Unsigned LEB128, as the format writes its varints (the exports write Protocol Buffers' and
+/// Parquet's with it).
+pub use codec::put_varint;
 pub use frames::FrameKind;
 pub use meta::{
     AggregateSnapshot, ArrayInfo, ArrayMember, CgroupInfo, Cut, CutDevice, DeviceInfo, FileInfo,

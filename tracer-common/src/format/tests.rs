@@ -347,12 +347,10 @@ fn damaged_records_with_valid_crc_never_panic() {
             .try_into()
             .unwrap(),
     ) as usize;
-    let mut x = 0x1234_5678_9ABC_DEF1u64;
+    let mut rng = crate::rng::Rng(0x1234_5678_9ABC_DEF1u64);
     let mut corrupt = 0;
     for _ in 0..400 {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
+        let x = rng.next_u64();
         let mut bad = good.clone();
         let pos = second_records + 12 + usize::try_from(x % len as u64).unwrap();
         bad[pos] ^= (1u8 << ((x >> 40) % 8)) | 1;
@@ -386,11 +384,9 @@ fn writer_output_is_pinned() {
     header.tracer_version = "pinned".into();
     header.monotonic_base_ns = 1_000;
     let mut w = TraceWriter::create(&path, &header).unwrap();
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let mut rng = crate::rng::Rng(0x9E37_79B9_7F4A_7C15u64);
     for i in 0..(DEFAULT_CHUNK_RECORDS as u64 * 2 + 777) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
+        let x = rng.next_u64();
         let mut r = sample(i);
         if i % 1000 == 500 {
             r.complete_ns = r.complete_ns.wrapping_sub(x % 10_000_000);
@@ -523,11 +519,9 @@ fn compact_on_a_realistic_mix() {
     let mut w = TraceWriter::create(&path, &header()).unwrap();
     let ios = 200_000u64;
     let mut now = 1_000_000_000u64;
-    let mut x = 12345u64;
+    let mut rng = crate::rng::Rng(12345u64);
     for i in 0..ios {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
+        let x = rng.next_u64();
         now += 8_000 + x % 4000;
         let r = IoRecord {
             complete_ns: now,

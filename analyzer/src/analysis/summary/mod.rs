@@ -57,11 +57,7 @@ pub struct OpStats {
 
 impl OpStats {
     fn new() -> OpStats {
-        let h = || {
-            let mut h = Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid bounds");
-            h.auto(true);
-            h
-        };
+        let h = || tracer_common::hdrfast::histogram(tracer_common::hdrfast::LATENCY_HIGHEST_NS, 3);
         OpStats {
             ios: 0,
             bytes: 0,

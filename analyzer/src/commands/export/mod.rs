@@ -69,17 +69,10 @@ pub struct ExportStats {
 }
 
 /// Appends `v` as an unsigned LEB128 varint: Protocol Buffers' (the Perfetto trace) and
-/// Parquet's (RLE run headers, the delta encoding's header fields).
-pub(crate) fn varint(mut v: u64, out: &mut Vec<u8>) {
-    loop {
-        let low7 = (v & 0x7f) as u8;
-        v >>= 7;
-        if v == 0 {
-            out.push(low7);
-            return;
-        }
-        out.push(low7 | 0x80);
-    }
+/// Parquet's (RLE run headers, the delta encoding's header fields), the trace format's own.
+#[inline]
+pub(crate) fn varint(v: u64, out: &mut Vec<u8>) {
+    tracer_common::format::put_varint(out, v);
 }
 
 /// The device `--device` names (by name or MAJ:MIN).
