@@ -48,9 +48,43 @@ pub const PROGRAMS_GETRQ: [(&str, &str); 6] = [
     ("blkprof_complete_fb", "block_rq_complete"),
 ];
 
+/// The programs of the `block_getrq` path for what the kernel has: [`PROGRAMS_GETRQ`] where
+/// BPF has compare-and-exchange (5.12) and the tracepoints take the request (bio) first; else
+/// the same programs compiled without the instruction (tracking requests and submitters in
+/// hash maps), reading the request (`rq_after_queue`) and the bio (`bio_after_queue`) after
+/// the queue where the prototypes put it there (before 5.11; [`ProbeConfig::rq_arg`]).
+pub fn programs_getrq(
+    cas: bool,
+    rq_after_queue: bool,
+    bio_after_queue: bool,
+) -> [(&'static str, &'static str); 6] {
+    if cas && !rq_after_queue && !bio_after_queue {
+        return PROGRAMS_GETRQ;
+    }
+    let q = |first: &'static str, after: &'static str| if rq_after_queue { after } else { first };
+    [
+        (
+            if bio_after_queue {
+                "blkprof_getrq_nocas_q"
+            } else {
+                "blkprof_getrq_nocas"
+            },
+            "block_getrq",
+        ),
+        (q("blkprof_insert_nocas", "blkprof_insert_nocas_q"), "block_rq_insert"),
+        (q("blkprof_issue_nocas", "blkprof_issue_nocas_q"), "block_rq_issue"),
+        (q("blkprof_rq_requeue", "blkprof_requeue_q"), "block_rq_requeue"),
+        (q("blkprof_merge_nocas", "blkprof_merge_nocas_q"), "block_rq_merge"),
+        ("blkprof_complete_nocas", "block_rq_complete"),
+    ]
+}
+
 /// `--no-records`: the completion alone, counted into the aggregates with the kernel's own
 /// stamps; no per-IO record, no request tracked from its submission.
 pub const PROGRAMS_AGGREGATES: [(&str, &str); 1] = [("blkprof_complete_agg", "block_rq_complete")];
+/// [`PROGRAMS_AGGREGATES`] without compare-and-exchange (see [`programs_getrq`]).
+pub const PROGRAMS_AGGREGATES_NOCAS: [(&str, &str); 1] =
+    [("blkprof_complete_agg_nocas", "block_rq_complete")];
 
 /// The half-record programs (docs/design/records-without-shared-state.md; 6.5+, and devices
 /// whose kernel stamps every request's start): each writes what it knows to its CPU's ring.
@@ -178,6 +212,8 @@ impl Hooks {
 /// Submitters of new requests by bio address, direct-mapped ([`BioSlot`]), between
 /// `block_getrq` and the request's first event ([`Hooks::GetRq`] only).
 pub const MAP_BIOS: &str = "BIOS";
+/// [`MAP_BIOS`] as a hash map, on kernels without BPF compare-and-exchange (before 5.12).
+pub const MAP_BIOS_HASH: &str = "BIOS_HASH";
 pub const BIO_SLOT_COUNT: u32 = 1 << 14;
 /// [`BioSlot::key`] while a program fills the slot.
 pub const BIO_SLOT_BUSY: u64 = 1;
@@ -324,12 +360,34 @@ pub struct ProbeConfig {
     /// [`HOT_RING_BYTES`]): a half-record program that finds its small ring within two halves
     /// of this goes to the large ring.
     pub hot_ring_bytes: u32,
+    /// Kernels without `request_queue::disk` (before 5.15 or so): `request::rq_disk`, the
+    /// request's disk read directly. 0 where the queue names its disk (`rq_q`, `q_disk`).
+    pub rq_disk: u32,
+    /// Kernels without `bio::bi_bdev` (before 5.12): `bio::bi_disk`. 0 where the bio names its
+    /// block device (`bio_bdev`, `bdev_disk`).
+    pub bio_disk: u32,
+    /// Which argument of `block_rq_insert`, `_issue`, `_merge` and `_requeue` is the request: 1
+    /// where they still take the queue first (before 5.11, and 5.10 stable kernels before
+    /// 5.10.137), else 0. Read from their BTF prototypes; it chooses the programs loaded
+    /// ([`programs_getrq`]), which read their argument at a fixed place.
+    pub rq_arg: u32,
+    /// Which argument of `block_getrq` is the bio: 1 where it takes the queue first (before
+    /// 5.11), else 0. As `rq_arg`, it chooses the program.
+    pub getrq_bio_arg: u32,
+    /// Nonzero where the kernel's BPF has atomic compare-and-exchange (5.12): requests and
+    /// devices are tracked in direct-mapped slots claimed with it, the hash maps behind them
+    /// taking the rest. 0: the hash maps alone, whose insert and delete decide ownership.
+    pub cas: u32,
+    /// Nonzero where the kernel has `bpf_get_current_task_btf` (5.11): the submitter's command
+    /// is two loads from the task. 0: `bpf_get_current_comm`. The verifier drops the branch not
+    /// taken (CONFIG is read-only), so a kernel never sees a helper it lacks.
+    pub task_btf: u32,
     /// For tests only: nonzero N has every Nth run of a record path's completion program on a
     /// CPU for a traced device's request return at once, as a kernel that skips runs does
     /// (`BLKPROF_TEST_SKIP_COMPLETIONS`).
     pub test_skip_completions: u32,
 }
-const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 4 * (31 + 6 + 16));
+const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 4 * (31 + 6 + 16 + 6));
 
 /// `IoEvent::file_dev` when the IO's data pages belong to no file: direct IO into process
 /// memory (or swap).

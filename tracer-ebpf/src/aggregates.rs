@@ -12,7 +12,7 @@ use tracer_common::{
     SIZE_BUCKETS, loglin_le_bucket,
 };
 
-use crate::kernel::{cfg_u32, config, key_of, load, now_ns, traced_dev};
+use crate::kernel::{bits_of, cfg_u32, config, load, now_ns, traced_dev};
 use crate::maps::{
     AGGREGATE_SLOTS, AGGREGATES, BPF_NOEXIST, CUTS, PARTS, SCRATCH_COMPLETE, atomic_add, bump,
 };
@@ -126,7 +126,14 @@ pub(crate) fn aggregate(key: &AggKey) -> Option<*mut Aggregate> {
 
 #[btf_tracepoint(function = "block_rq_complete")]
 fn blkprof_complete_agg(ctx: BtfTracePointContext) -> i32 {
-    try_complete_agg(&ctx);
+    try_complete_agg::<true>(&ctx);
+    0
+}
+
+/// The same without compare-and-exchange (see `getrq::blkprof_getrq_nocas`).
+#[btf_tracepoint(function = "block_rq_complete")]
+fn blkprof_complete_agg_nocas(ctx: BtfTracePointContext) -> i32 {
+    try_complete_agg::<false>(&ctx);
     0
 }
 
@@ -134,7 +141,7 @@ fn blkprof_complete_agg(ctx: BtfTracePointContext) -> i32 {
     clippy::cast_possible_truncation,
     reason = "the tracepoint's `nr_bytes` (an unsigned int) comes in a 64-bit argument slot"
 )]
-fn try_complete_agg(ctx: &BtfTracePointContext) -> Option<()> {
+fn try_complete_agg<const CAS: bool>(ctx: &BtfTracePointContext) -> Option<()> {
     let cfg = config();
     let rq: *const u8 = ctx.arg(0);
     let nr_bytes: u32 = ctx.arg::<u64>(2) as u32;
@@ -144,7 +151,7 @@ fn try_complete_agg(ctx: &BtfTracePointContext) -> Option<()> {
     let flush_seq = rq_flags & cfg_u32(&cfg.rqf_flush_seq) != 0;
     let op = cmd_flags & cfg_u32(&cfg.req_op_mask);
     let flush_rq = op == cfg_u32(&cfg.req_op_flush) && flush_seq;
-    let key = key_of(ctx, SCRATCH_COMPLETE);
+    let key = bits_of(rq, SCRATCH_COMPLETE);
     let mut bytes = nr_bytes;
     if !flush_rq {
         let bio: *const u8 = load(rq, cfg_u32(&cfg.rq_bio));
@@ -159,7 +166,7 @@ fn try_complete_agg(ctx: &BtfTracePointContext) -> Option<()> {
             let p = match lookup(key) {
                 Some(p) => p,
                 None => {
-                    let p = track(key, 0, dev, 0, 0)?;
+                    let p = track::<CAS>(key, 0, dev, 0, 0)?;
                     if let Some(n) = PARTS.get_ptr_mut(0) {
                         atomic_add(n, 1);
                     }

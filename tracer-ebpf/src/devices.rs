@@ -32,12 +32,13 @@ pub(crate) fn device_state(dev: u32) -> Option<*mut DeviceState> {
 /// The device's in-flight counts, created at zero when first seen: its slot if free, else
 /// the hash map.
 #[inline(always)]
-pub(crate) fn device(dev: u32) -> Option<*mut DeviceState> {
+pub(crate) fn device<const CAS: bool>(dev: u32) -> Option<*mut DeviceState> {
     if let Some(p) = device_state(dev) {
         return Some(p);
     }
     let tag = u64::from(dev) + 1;
-    if let Some(slot) = device_slot(dev) {
+    if CAS && let Some(slot) = device_slot(dev)
+    {
         // SAFETY: `slot` is a value of DEVICE_SLOTS (see `maps`); the CAS makes one device the
         // owner of a free slot.
         let (old, won) = unsafe {

@@ -24,9 +24,11 @@ use tracer_common::{BIO_SLOT_BUSY, BIO_SLOT_COUNT, BioSlot, Counter, ProbeConfig
 
 use crate::devices::{device, device_state};
 use crate::kernel::{
-    bits_of, cfg_u32, config, current_comm, disk_dev, key_of, load, now_ns, traced_dev,
+    bits_of, cfg_u32, config, current_comm, disk_dev, load, now_ns, rq_arg, traced_dev,
 };
-use crate::maps::{BIOS, SCRATCH_GETRQ, SCRATCH_INSERT, atomic_add, bump};
+use crate::maps::{
+    BIO_TAKEN, BIOS, BIOS_HASH, BPF_NOEXIST, SCRATCH_GETRQ, SCRATCH_INSERT, atomic_add, bump,
+};
 use crate::requests::{earlier_request, lookup, missed, track, track_unseen};
 
 #[inline(always)]
@@ -44,10 +46,30 @@ pub(crate) fn leave_os(dev: u32) {
     }
 }
 
-/// The submitter recorded under `bio`, removed from its slot: (slot, device). The one program
-/// whose compare-and-swap frees the slot owns the entry's count in the OS.
+/// Whether `bio` has a submitter waiting for its request.
 #[inline(always)]
-pub(crate) fn take_submitter(bio: u64) -> Option<(*mut BioSlot, u32)> {
+fn has_submitter<const CAS: bool>(bio: u64) -> bool {
+    if bio == 0 {
+        return false;
+    }
+    if !CAS {
+        // SAFETY: only whether the entry is there is read.
+        return unsafe { BIOS_HASH.get(&bio) }.is_some();
+    }
+    // SAFETY: `s` is a value of BIOS (see `maps`); its key is read volatile, as other CPUs
+    // change it with a CAS.
+    bio_slot(bio).is_some_and(|s| unsafe { core::ptr::read_volatile(&raw const (*s).key) } == bio)
+}
+
+/// The submitter recorded under `bio`, removed from its slot: (slot, device). The one program
+/// whose compare-and-swap frees the slot owns the entry's count in the OS. Without
+/// compare-and-exchange, the one whose delete succeeds; the entry is then this program's copy
+/// in [`BIO_TAKEN`] (`scratch`).
+#[inline(always)]
+pub(crate) fn take_submitter<const CAS: bool>(bio: u64, scratch: u32) -> Option<(*mut BioSlot, u32)> {
+    if !CAS {
+        return take_submitter_hashed(bio, scratch);
+    }
     let slot = bio_slot(bio)?;
     // SAFETY: `slot` is a value of BIOS (see `maps`); its key is read volatile, as other CPUs
     // change it with a CAS.
@@ -68,9 +90,96 @@ pub(crate) fn take_submitter(bio: u64) -> Option<(*mut BioSlot, u32)> {
     won.then_some((slot, dev))
 }
 
+#[inline(always)]
+#[expect(
+    clippy::cast_ptr_alignment,
+    reason = "`comm` is at an 8-byte aligned offset of the map value"
+)]
+fn take_submitter_hashed(bio: u64, scratch: u32) -> Option<(*mut BioSlot, u32)> {
+    // SAFETY: a value of BIOS_HASH, read at once into the copy below; if another program
+    // deletes it meanwhile, that program's delete wins and this copy is dropped.
+    let v: *const BioSlot = unsafe { BIOS_HASH.get(&bio) }?;
+    let copy = BIO_TAKEN.get_ptr_mut(scratch)?;
+    // SAFETY: `copy` is this program's entry of BIO_TAKEN on this CPU (see `maps`); `v` as above.
+    let dev = unsafe {
+        let dev = core::ptr::read_volatile(&raw const (*v).dev);
+        core::ptr::write_volatile(&raw mut (*copy).dev, dev);
+        core::ptr::write_volatile(&raw mut (*copy).ts, core::ptr::read_volatile(&raw const (*v).ts));
+        core::ptr::write_volatile(
+            &raw mut (*copy).cgroup,
+            core::ptr::read_volatile(&raw const (*v).cgroup),
+        );
+        core::ptr::write_volatile(&raw mut (*copy).pid, core::ptr::read_volatile(&raw const (*v).pid));
+        let c = (&raw const (*v).comm).cast::<u64>();
+        let d = (&raw mut (*copy).comm).cast::<u64>();
+        core::ptr::write_volatile(d, core::ptr::read_volatile(c));
+        core::ptr::write_volatile(d.add(1), core::ptr::read_volatile(c.add(1)));
+        dev
+    };
+    BIOS_HASH.remove(&bio).ok()?;
+    Some((copy, dev))
+}
+
+/// `block_getrq` without compare-and-exchange: the submitter goes into [`BIOS_HASH`]; an entry
+/// already there under the bio (no request took it up) is deleted first, and its count in the
+/// OS given back by whichever program's delete succeeds.
+#[inline(always)]
+fn record_submitter_hashed(key: u64, dev: u32, ds: *mut tracer_common::DeviceState) {
+    let mut v = BioSlot {
+        key,
+        ts: now_ns(),
+        // SAFETY: a helper without preconditions.
+        cgroup: unsafe { bpf_get_current_cgroup_id() },
+        pid: (bpf_get_current_pid_tgid() >> 32) as u32,
+        dev,
+        comm: [0; 16],
+    };
+    let [c0, c1] = current_comm();
+    // SAFETY: `comm` is 16 bytes at an 8-byte aligned offset of the value on this stack.
+    unsafe {
+        let d = (&raw mut v.comm).cast::<u64>();
+        core::ptr::write(d, c0);
+        core::ptr::write(d.add(1), c1);
+    }
+    // SAFETY: `ds` is the device's counts (see `maps`); the add is atomic. Counted before the
+    // entry is visible, so that a taker never gives back a count not yet added.
+    atomic_add(unsafe { &raw mut (*ds).os_inflight }, 1);
+    if BIOS_HASH.insert(&key, &v, BPF_NOEXIST).is_ok() {
+        return;
+    }
+    bump(Counter::SubmitterLost);
+    // SAFETY: a value of BIOS_HASH; only its device is read before the delete decides.
+    if let Some(old) = unsafe { BIOS_HASH.get(&key) } {
+        let odev = old.dev;
+        if BIOS_HASH.remove(&key).is_ok() {
+            leave_os(odev);
+        }
+    }
+    if BIOS_HASH.insert(&key, &v, BPF_NOEXIST).is_err() {
+        // Full, or another CPU's entry came first: this submitter is lost.
+        leave_os(dev);
+    }
+}
+
 #[btf_tracepoint(function = "block_getrq")]
 fn blkprof_getrq(ctx: BtfTracePointContext) -> i32 {
-    try_getrq(&ctx);
+    try_getrq::<true, 0>(&ctx);
+    0
+}
+
+/// `block_getrq` on kernels without BPF compare-and-exchange (before 5.12): the verifier
+/// refuses a program holding the instruction even where it cannot run, so these programs
+/// are compiled without it. The `_q` programs are for prototypes that take the queue first
+/// (before 5.11; `ProbeConfig::rq_arg`, `getrq_bio_arg`).
+#[btf_tracepoint(function = "block_getrq")]
+fn blkprof_getrq_nocas(ctx: BtfTracePointContext) -> i32 {
+    try_getrq::<false, 0>(&ctx);
+    0
+}
+
+#[btf_tracepoint(function = "block_getrq")]
+fn blkprof_getrq_nocas_q(ctx: BtfTracePointContext) -> i32 {
+    try_getrq::<false, 1>(&ctx);
     0
 }
 
@@ -78,16 +187,26 @@ fn blkprof_getrq(ctx: BtfTracePointContext) -> i32 {
     clippy::cast_ptr_alignment,
     reason = "`comm` is at an 8-byte aligned offset of the map value"
 )]
-fn try_getrq(ctx: &BtfTracePointContext) -> Option<()> {
+fn try_getrq<const CAS: bool, const BIO: usize>(ctx: &BtfTracePointContext) -> Option<()> {
     let cfg = config();
-    let bio: *const u8 = ctx.arg(0);
-    let bdev: *const u8 = load(bio, cfg_u32(&cfg.bio_bdev));
-    if bdev.is_null() {
-        return None;
+    let bio: *const u8 = ctx.arg(BIO);
+    let bio_disk = cfg_u32(&cfg.bio_disk);
+    let disk: *const u8 = if bio_disk != 0 {
+        load(bio, bio_disk)
+    } else {
+        let bdev: *const u8 = load(bio, cfg_u32(&cfg.bio_bdev));
+        if bdev.is_null() {
+            return None;
+        }
+        load(bdev, cfg_u32(&cfg.bdev_disk))
+    };
+    let dev = disk_dev(cfg, disk)?;
+    let ds = device::<CAS>(dev)?;
+    let key = bits_of(bio, SCRATCH_GETRQ);
+    if !CAS {
+        record_submitter_hashed(key, dev, ds);
+        return Some(());
     }
-    let dev = disk_dev(cfg, load(bdev, cfg_u32(&cfg.bdev_disk)))?;
-    let ds = device(dev)?;
-    let key = key_of(ctx, SCRATCH_GETRQ);
     let slot = bio_slot(key)?;
     // SAFETY: `slot` is a value of BIOS (see `maps`); its key is read volatile, as other CPUs
     // change it with a CAS.
@@ -147,7 +266,7 @@ fn try_getrq(ctx: &BtfTracePointContext) -> Option<()> {
     clippy::cast_ptr_alignment,
     reason = "`comm` is at an 8-byte aligned offset of the map value"
 )]
-pub(crate) fn state_adopted(
+pub(crate) fn state_adopted<const CAS: bool>(
     cfg: &ProbeConfig,
     rq: *const u8,
     key: u64,
@@ -160,17 +279,10 @@ pub(crate) fn state_adopted(
     } else {
         bits_of(head, scratch)
     };
-    let fresh = |b: u64| {
-        // SAFETY: `s` is a value of BIOS (see `maps`); its key is read volatile, as other CPUs
-        // change it with a CAS.
-        b != 0
-            && bio_slot(b)
-                .is_some_and(|s| unsafe { core::ptr::read_volatile(&raw const (*s).key) } == b)
-    };
     if let Some(p) = lookup(key) {
         // Tracked, yet its first bio left a submitter to take up, or the kernel stamped it
         // since: the request was freed and reused without its completion seen.
-        if !fresh(head) && !earlier_request(cfg, rq, p) {
+        if !has_submitter::<CAS>(head) && !earlier_request(cfg, rq, p) {
             return Some(p);
         }
         missed(key, p);
@@ -184,10 +296,10 @@ pub(crate) fn state_adopted(
         if bio == 0 {
             break;
         }
-        if let Some((slot, sdev)) = take_submitter(bio) {
+        if let Some((slot, sdev)) = take_submitter::<CAS>(bio, scratch) {
             if sdev != dev {
                 leave_os(sdev);
-            } else if let Some(p) = track(key, 0, dev, 1, 0) {
+            } else if let Some(p) = track::<CAS>(key, 0, dev, 1, 0) {
                 // SAFETY: `slot` and `p` are map values (see `maps`); the slot is ours until
                 // published again (a getrq for another bio would have to claim it first), and the
                 // state is the new request's.
@@ -228,7 +340,7 @@ pub(crate) fn state_adopted(
     if !create {
         return None;
     }
-    track_unseen(cfg, rq, key, dev)
+    track_unseen::<CAS>(cfg, rq, key, dev)
 }
 
 /// `block_rq_insert` on kernels without `block_io_start`: with an IO scheduler, the submitter
@@ -237,11 +349,27 @@ pub(crate) fn state_adopted(
 /// requests already tracked).
 #[btf_tracepoint(function = "block_rq_insert")]
 fn blkprof_insert_fb(ctx: BtfTracePointContext) -> i32 {
-    let rq: *const u8 = ctx.arg(0);
-    let _ = state_adopted(
+    insert::<true, 0>(&ctx)
+}
+
+/// `block_rq_insert` without compare-and-exchange (see `blkprof_getrq_nocas`).
+#[btf_tracepoint(function = "block_rq_insert")]
+fn blkprof_insert_nocas(ctx: BtfTracePointContext) -> i32 {
+    insert::<false, 0>(&ctx)
+}
+
+#[btf_tracepoint(function = "block_rq_insert")]
+fn blkprof_insert_nocas_q(ctx: BtfTracePointContext) -> i32 {
+    insert::<false, 1>(&ctx)
+}
+
+#[inline(always)]
+fn insert<const CAS: bool, const RQ: usize>(ctx: &BtfTracePointContext) -> i32 {
+    let rq = rq_arg::<RQ>(ctx);
+    let _ = state_adopted::<CAS>(
         config(),
         rq,
-        key_of(&ctx, SCRATCH_INSERT),
+        bits_of(rq, SCRATCH_INSERT),
         SCRATCH_INSERT,
         false,
     );

@@ -28,8 +28,8 @@ use tracer_common::{
 use crate::aggregates::{aggregate, count_io};
 use crate::files::file_of;
 use crate::kernel::{
-    cfg_u32, config, current_comm, hw_queue, key_of, load, now_ns, owner_cgroup, skipped_for_test,
-    traced_dev,
+    bits_of, cfg_u32, config, current_comm, hw_queue, load, now_ns, owner_cgroup, rq_arg,
+    skipped_for_test, traced_dev,
 };
 use crate::maps::{
     BPF_RB_AVAIL_DATA, BPF_RB_NO_WAKEUP, CUTS, HALFBATCH, HALFLOST, HALVES0, HALVES1, HALVES2,
@@ -241,7 +241,7 @@ fn try_start_half(ctx: &BtfTracePointContext) -> Option<()> {
     let cfg = config();
     let rq: *const u8 = ctx.arg(0);
     let dev = traced_dev(cfg, rq)?;
-    let key = key_of(ctx, SCRATCH_IO_START);
+    let key = bits_of(rq, SCRATCH_IO_START);
     write_start_half(
         dev,
         key,
@@ -293,9 +293,9 @@ fn blkprof_issue_half(ctx: BtfTracePointContext) -> i32 {
 
 fn try_issue_half(ctx: &BtfTracePointContext) -> Option<()> {
     let cfg = config();
-    let rq: *const u8 = ctx.arg(0);
+    let rq = rq_arg::<0>(ctx);
     let dev = traced_dev(cfg, rq)?;
-    let key = key_of(ctx, SCRATCH_ISSUE);
+    let key = bits_of(rq, SCRATCH_ISSUE);
     let start_ns: u64 = load(rq, cfg_u32(&cfg.rq_start_time_ns));
     // This program's clock, as the in-kernel path takes it: the kernel's own issue stamp may
     // be the submitter's plug's cached clock, earlier than the start program ran.
@@ -337,9 +337,9 @@ fn blkprof_merge_half(ctx: BtfTracePointContext) -> i32 {
 #[inline(always)]
 fn try_mark_half(ctx: &BtfTracePointContext, half: u32, scratch: u32) -> Option<()> {
     let cfg = config();
-    let rq: *const u8 = ctx.arg(0);
+    let rq = rq_arg::<0>(ctx);
     let dev = traced_dev(cfg, rq)?;
-    let key = key_of(ctx, scratch);
+    let key = bits_of(rq, scratch);
     let head = half_head(half, dev, key, load(rq, cfg_u32(&cfg.rq_start_time_ns)));
     let at_ns = now_ns();
     write_half(
@@ -376,7 +376,7 @@ fn try_complete_half(ctx: &BtfTracePointContext) -> Option<()> {
     let error = i32::from(ctx.arg::<u64>(1) as u8);
     let nr_bytes: u32 = ctx.arg::<u64>(2) as u32;
     let dev = traced_dev(cfg, rq)?;
-    let key = key_of(ctx, SCRATCH_COMPLETE);
+    let key = bits_of(rq, SCRATCH_COMPLETE);
     let cmd_flags: u32 = load(rq, cfg_u32(&cfg.rq_cmd_flags));
     let rq_flags: u32 = load(rq, cfg_u32(&cfg.rq_rq_flags));
     let flush_seq = rq_flags & cfg_u32(&cfg.rqf_flush_seq) != 0;

@@ -3,7 +3,10 @@
 //! and the request's device, queue and owner.
 
 use aya_ebpf::{
-    helpers::{bpf_ktime_get_ns, generated::bpf_get_current_task_btf},
+    helpers::{
+        bpf_ktime_get_ns,
+        generated::{bpf_get_current_comm, bpf_get_current_task_btf},
+    },
     programs::BtfTracePointContext,
 };
 use tracer_common::{FILTER_LIST, FILTER_LIST_MAX, ProbeConfig, dev_join};
@@ -58,34 +61,35 @@ static CONFIG: ProbeConfig = ProbeConfig {
     dentry_name: 0,
     dentry_parent: 0,
     hot_ring_bytes: 0,
+    rq_disk: 0,
+    bio_disk: 0,
+    rq_arg: 0,
+    getrq_bio_arg: 0,
+    cas: 0,
+    task_btf: 0,
     test_skip_completions: 0,
 };
 
-/// The request's address as a plain number, to hash and store (the verifier forbids
-/// arithmetic on the typed pointer): stored into this program's per-CPU scratch word and
-/// loaded back, which the verifier lets a privileged (`CAP_PERFMON`) program do and which costs
-/// two memory accesses where `bpf_probe_read_kernel` would be a helper call.
+/// The request of `block_rq_insert`, `_issue`, `_merge` or `_requeue`: argument `N`, 0, or 1
+/// on kernels whose prototypes take the queue first ([`ProbeConfig::rq_arg`]). A compile-time
+/// choice, one program per position: the verifier refuses a context read at a computed
+/// offset, which is what the compiler makes of a choice at run time.
 #[inline(always)]
-pub(crate) fn key_of(ctx: &BtfTracePointContext, scratch: u32) -> u64 {
-    let rq: *const u8 = ctx.arg(0);
-    let Some(w) = SCRATCH.get_ptr_mut(scratch) else {
-        return 0;
-    };
-    // SAFETY: `w` is this program's scratch word on this CPU (see `maps`), a u64 that a pointer
-    // fits; no other run of this program can interleave on this CPU.
-    unsafe {
-        core::ptr::write_volatile(w.cast::<*const u8>(), rq);
-        core::ptr::read_volatile(w)
-    }
+pub(crate) fn rq_arg<const N: usize>(ctx: &BtfTracePointContext) -> *const u8 {
+    ctx.arg(N)
 }
 
-/// A kernel pointer as a plain number, through this program's scratch word (see [`key_of`]).
+/// The request's (or a bio's) address as a plain number, to hash and store (the verifier
+/// forbids arithmetic on the typed pointer): stored into this program's per-CPU scratch word
+/// and loaded back, which the verifier lets a privileged (`CAP_PERFMON`) program do and which
+/// costs two memory accesses where `bpf_probe_read_kernel` would be a helper call.
 #[inline(always)]
 pub(crate) fn bits_of(p: *const u8, scratch: u32) -> u64 {
     let Some(w) = SCRATCH.get_ptr_mut(scratch) else {
         return 0;
     };
-    // SAFETY: as in `key_of`.
+    // SAFETY: `w` is this program's scratch word on this CPU (see `maps`), a u64 that a pointer
+    // fits; no other run of this program can interleave on this CPU.
     unsafe {
         core::ptr::write_volatile(w.cast::<*const u8>(), p);
         core::ptr::read_volatile(w)
@@ -93,12 +97,20 @@ pub(crate) fn bits_of(p: *const u8, scratch: u32) -> u64 {
 }
 
 /// The current task's command, 16 bytes as the kernel keeps it (NUL padded): two loads from
-/// the BTF-typed task, where `bpf_get_current_comm` copies it as a string.
+/// the BTF-typed task, where `bpf_get_current_comm` copies it as a string; that copy on
+/// kernels before 5.11 ([`ProbeConfig::task_btf`]).
 #[inline(always)]
 pub(crate) fn current_comm() -> [u64; 2] {
+    let cfg = config();
+    if cfg_u32(&cfg.task_btf) == 0 {
+        let mut comm = [0u64; 2];
+        // SAFETY: the helper writes at most 16 bytes (NUL terminated) into the buffer given.
+        unsafe { bpf_get_current_comm(comm.as_mut_ptr().cast(), 16) };
+        return comm;
+    }
     // SAFETY: a helper without preconditions; it returns the BTF-typed current task.
     let task = unsafe { bpf_get_current_task_btf() } as *const u8;
-    let off = cfg_u32(&config().task_comm);
+    let off = cfg_u32(&cfg.task_comm);
     [load(task, off), load(task, off + 8)]
 }
 
@@ -134,7 +146,7 @@ pub(crate) fn skipped_for_test(ctx: &BtfTracePointContext) -> bool {
     if every == 0 {
         return false;
     }
-    let rq: *const u8 = ctx.arg(0);
+    let rq: *const u8 = ctx.arg(0); // block_rq_complete's request is always the first.
     if traced_dev(cfg, rq).is_none() {
         return false;
     }
@@ -162,6 +174,10 @@ pub(crate) fn now_ns() -> u64 {
 /// Whole-disk `dev_t` of the request, if it should be traced.
 #[inline(always)]
 pub(crate) fn traced_dev(cfg: &ProbeConfig, rq: *const u8) -> Option<u32> {
+    let rq_disk = cfg_u32(&cfg.rq_disk);
+    if rq_disk != 0 {
+        return disk_dev(cfg, load(rq, rq_disk));
+    }
     let q: *const u8 = load(rq, cfg_u32(&cfg.rq_q));
     if q.is_null() {
         return None;

@@ -48,7 +48,7 @@ pub(crate) static DEVICE_SLOTS: Array<DeviceSlot> = Array::with_max_entries(DEVI
 #[map(name = "DEVICES")]
 pub(crate) static DEVICES: HashMap<u32, DeviceState> = HashMap::with_max_entries(4096, 0);
 /// Per program (`SCRATCH_*` below), a word through which a kernel pointer becomes a plain
-/// number ([`crate::kernel::key_of`]).
+/// number ([`crate::kernel::bits_of`]).
 #[map(name = "SCRATCH")]
 pub(crate) static SCRATCH: PerCpuArray<u64> = PerCpuArray::with_max_entries(8, 0);
 #[map(name = "AGGREGATE_SLOTS")]
@@ -70,6 +70,15 @@ pub(crate) static PARTS: Array<u64> = Array::with_max_entries(1, 0);
 /// `getrq`).
 #[map(name = "BIOS")]
 pub(crate) static BIOS: Array<BioSlot> = Array::with_max_entries(BIO_SLOT_COUNT, 0);
+/// The same on kernels without BPF compare-and-exchange (before 5.12), where a hash map's
+/// insert and delete decide which program owns an entry (user space shrinks the one not used).
+#[map(name = "BIOS_HASH")]
+pub(crate) static BIOS_HASH: HashMap<u64, BioSlot> = HashMap::with_max_entries(BIO_SLOT_COUNT, 0);
+/// Kernels without compare-and-exchange: this CPU's copy of the submitter a program has just
+/// taken out of [`BIOS_HASH`] (the map's own value is freed or reused once deleted), one per
+/// program as [`SCRATCH`]'s words.
+#[map(name = "BIO_TAKEN")]
+pub(crate) static BIO_TAKEN: PerCpuArray<BioSlot> = PerCpuArray::with_max_entries(8, 0);
 
 pub(crate) const BPF_NOEXIST: u64 = 1;
 const BPF_F_NO_PREALLOC: u32 = 1;

@@ -19,7 +19,7 @@ use crate::devices::{device, device_state};
 use crate::files::file_of;
 use crate::getrq::{leave_os, state_adopted, take_submitter};
 use crate::kernel::{
-    bits_of, cfg_u32, config, hw_queue, key_of, load, now_ns, owner_cgroup, skipped_for_test,
+    bits_of, cfg_u32, config, hw_queue, load, now_ns, owner_cgroup, rq_arg, skipped_for_test,
     traced_dev,
 };
 use crate::maps::{
@@ -38,7 +38,7 @@ fn try_io_start(ctx: &BtfTracePointContext) -> Option<()> {
     let cfg = config();
     let rq: *const u8 = ctx.arg(0);
     let dev = traced_dev(cfg, rq)?;
-    let key = key_of(ctx, SCRATCH_IO_START);
+    let key = bits_of(rq, SCRATCH_IO_START);
     if let Some(old) = lookup(key) {
         missed(key, old);
     }
@@ -56,8 +56,8 @@ fn try_io_start(ctx: &BtfTracePointContext) -> Option<()> {
     } else {
         now_ns()
     };
-    track(key, enter_ns, dev, 1, 0)?;
-    let ds = device(dev)?;
+    track::<true>(key, enter_ns, dev, 1, 0)?;
+    let ds = device::<true>(dev)?;
     // SAFETY: `ds` is the device's counts (see `maps`); the add is atomic.
     atomic_add(unsafe { &raw mut (*ds).os_inflight }, 1);
     Some(())
@@ -65,14 +65,28 @@ fn try_io_start(ctx: &BtfTracePointContext) -> Option<()> {
 
 #[btf_tracepoint(function = "block_rq_issue")]
 fn blkprof_rq_issue(ctx: BtfTracePointContext) -> i32 {
-    try_rq_issue::<false>(&ctx);
+    try_rq_issue::<false, true, 0>(&ctx);
     0
 }
 
 /// `block_rq_issue` on kernels without `block_io_start`.
 #[btf_tracepoint(function = "block_rq_issue")]
 fn blkprof_issue_fb(ctx: BtfTracePointContext) -> i32 {
-    try_rq_issue::<true>(&ctx);
+    try_rq_issue::<true, true, 0>(&ctx);
+    0
+}
+
+/// The same without compare-and-exchange (see `getrq::blkprof_getrq_nocas`), and the request
+/// after the queue (`_q`).
+#[btf_tracepoint(function = "block_rq_issue")]
+fn blkprof_issue_nocas(ctx: BtfTracePointContext) -> i32 {
+    try_rq_issue::<true, false, 0>(&ctx);
+    0
+}
+
+#[btf_tracepoint(function = "block_rq_issue")]
+fn blkprof_issue_nocas_q(ctx: BtfTracePointContext) -> i32 {
+    try_rq_issue::<true, false, 1>(&ctx);
     0
 }
 
@@ -80,19 +94,21 @@ fn blkprof_issue_fb(ctx: BtfTracePointContext) -> i32 {
     clippy::cast_possible_truncation,
     reason = "in-flight counts are far below 2^32; the record keeps 32 bits"
 )]
-fn try_rq_issue<const GETRQ: bool>(ctx: &BtfTracePointContext) -> Option<()> {
+fn try_rq_issue<const GETRQ: bool, const CAS: bool, const RQ: usize>(
+    ctx: &BtfTracePointContext,
+) -> Option<()> {
     let cfg = config();
-    let rq: *const u8 = ctx.arg(0);
-    let key = key_of(ctx, SCRATCH_ISSUE);
+    let rq = rq_arg::<RQ>(ctx);
+    let key = bits_of(rq, SCRATCH_ISSUE);
     let p = if GETRQ {
-        state_adopted(cfg, rq, key, SCRATCH_ISSUE, true)?
+        state_adopted::<CAS>(cfg, rq, key, SCRATCH_ISSUE, true)?
     } else {
-        state_or_new(cfg, rq, key)?
+        state_or_new::<CAS>(cfg, rq, key)?
     };
     // SAFETY: `p` is the request's state (see `maps`); the events of one request do not overlap, so
     // this program has it alone.
     let st = unsafe { &mut *p };
-    let ds = device(st.dev)?;
+    let ds = device::<CAS>(st.dev)?;
     if st.in_os == 0 {
         st.in_os = 1;
         // SAFETY: `ds` is the device's counts (see `maps`); the add is atomic.
@@ -121,12 +137,19 @@ fn try_rq_issue<const GETRQ: bool>(ctx: &BtfTracePointContext) -> Option<()> {
 
 #[btf_tracepoint(function = "block_rq_requeue")]
 fn blkprof_rq_requeue(ctx: BtfTracePointContext) -> i32 {
-    try_rq_requeue(&ctx);
+    try_rq_requeue::<0>(&ctx);
     0
 }
 
-fn try_rq_requeue(ctx: &BtfTracePointContext) -> Option<()> {
-    let p = lookup(key_of(ctx, SCRATCH_REQUEUE))?;
+/// The request after the queue (see `blkprof_issue_nocas_q`).
+#[btf_tracepoint(function = "block_rq_requeue")]
+fn blkprof_requeue_q(ctx: BtfTracePointContext) -> i32 {
+    try_rq_requeue::<1>(&ctx);
+    0
+}
+
+fn try_rq_requeue<const RQ: usize>(ctx: &BtfTracePointContext) -> Option<()> {
+    let p = lookup(bits_of(rq_arg::<RQ>(ctx), SCRATCH_REQUEUE))?;
     // SAFETY: `p` is the request's state (see `maps`); the events of one request do not overlap, so
     // this program has it alone.
     let st = unsafe { &mut *p };
@@ -144,19 +167,33 @@ fn try_rq_requeue(ctx: &BtfTracePointContext) -> Option<()> {
 /// `rq` was merged into another request and is freed without completing.
 #[btf_tracepoint(function = "block_rq_merge")]
 fn blkprof_rq_merge(ctx: BtfTracePointContext) -> i32 {
-    try_rq_merge::<false>(&ctx);
+    try_rq_merge::<false, true, 0>(&ctx);
     0
 }
 
 /// `block_rq_merge` on kernels without `block_io_start`.
 #[btf_tracepoint(function = "block_rq_merge")]
 fn blkprof_merge_fb(ctx: BtfTracePointContext) -> i32 {
-    try_rq_merge::<true>(&ctx);
+    try_rq_merge::<true, true, 0>(&ctx);
     0
 }
 
-fn try_rq_merge<const GETRQ: bool>(ctx: &BtfTracePointContext) {
-    let key = key_of(ctx, SCRATCH_MERGE);
+/// The same without compare-and-exchange (see `getrq::blkprof_getrq_nocas`).
+#[btf_tracepoint(function = "block_rq_merge")]
+fn blkprof_merge_nocas(ctx: BtfTracePointContext) -> i32 {
+    try_rq_merge::<true, false, 0>(&ctx);
+    0
+}
+
+#[btf_tracepoint(function = "block_rq_merge")]
+fn blkprof_merge_nocas_q(ctx: BtfTracePointContext) -> i32 {
+    try_rq_merge::<true, false, 1>(&ctx);
+    0
+}
+
+fn try_rq_merge<const GETRQ: bool, const CAS: bool, const RQ: usize>(ctx: &BtfTracePointContext) {
+    let rq = rq_arg::<RQ>(ctx);
+    let key = bits_of(rq, SCRATCH_MERGE);
     if let Some(p) = lookup(key) {
         // SAFETY: `p` is the request's state (see `maps`); the events of one request do not
         // overlap, so this program has it alone.
@@ -166,11 +203,10 @@ fn try_rq_merge<const GETRQ: bool>(ctx: &BtfTracePointContext) {
         // Merged before any program met it: its submitter, waiting under its first bio (still
         // `rq->bio` here), goes with it.
         let cfg = config();
-        let rq: *const u8 = ctx.arg(0);
         let bio: *const u8 = load(rq, cfg_u32(&cfg.rq_bio));
         if !bio.is_null() {
             let b = bits_of(bio, SCRATCH_MERGE);
-            if let Some((_, dev)) = take_submitter(b) {
+            if let Some((_, dev)) = take_submitter::<CAS>(b, SCRATCH_MERGE) {
                 leave_os(dev);
             }
         }
@@ -182,7 +218,7 @@ fn blkprof_rq_complete(ctx: BtfTracePointContext) -> i32 {
     if skipped_for_test(&ctx) {
         return 0;
     }
-    try_rq_complete::<false>(&ctx);
+    try_rq_complete::<false, true>(&ctx);
     0
 }
 
@@ -192,7 +228,17 @@ fn blkprof_complete_fb(ctx: BtfTracePointContext) -> i32 {
     if skipped_for_test(&ctx) {
         return 0;
     }
-    try_rq_complete::<true>(&ctx);
+    try_rq_complete::<true, true>(&ctx);
+    0
+}
+
+/// The same without compare-and-exchange (see `getrq::blkprof_getrq_nocas`).
+#[btf_tracepoint(function = "block_rq_complete")]
+fn blkprof_complete_nocas(ctx: BtfTracePointContext) -> i32 {
+    if skipped_for_test(&ctx) {
+        return 0;
+    }
+    try_rq_complete::<true, false>(&ctx);
     0
 }
 
@@ -201,16 +247,16 @@ fn blkprof_complete_fb(ctx: BtfTracePointContext) -> i32 {
     reason = "the tracepoint's `error` (a one-byte blk_status_t) and `nr_bytes` (an unsigned int) \
               come in 64-bit argument slots"
 )]
-fn try_rq_complete<const GETRQ: bool>(ctx: &BtfTracePointContext) -> Option<()> {
+fn try_rq_complete<const GETRQ: bool, const CAS: bool>(ctx: &BtfTracePointContext) -> Option<()> {
     let cfg = config();
     let rq: *const u8 = ctx.arg(0);
     let error = i32::from(ctx.arg::<u64>(1) as u8);
     let nr_bytes: u32 = ctx.arg::<u64>(2) as u32;
-    let key = key_of(ctx, SCRATCH_COMPLETE);
+    let key = bits_of(rq, SCRATCH_COMPLETE);
     let p = if GETRQ {
-        state_adopted(cfg, rq, key, SCRATCH_COMPLETE, true)?
+        state_adopted::<CAS>(cfg, rq, key, SCRATCH_COMPLETE, true)?
     } else {
-        state_or_new(cfg, rq, key)?
+        state_or_new::<CAS>(cfg, rq, key)?
     };
     // SAFETY: `p` is the request's state (see `maps`); the events of one request do not overlap, so
     // this program has it alone.

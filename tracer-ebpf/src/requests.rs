@@ -82,14 +82,15 @@ pub(crate) fn lookup(key: u64) -> Option<*mut RequestState> {
 /// Start tracking a request: claim its slot (or an overflow entry) and fill the state in
 /// place. Returns the state's location.
 #[inline(always)]
-pub(crate) fn track(
+pub(crate) fn track<const CAS: bool>(
     key: u64,
     enter_ns: u64,
     dev: u32,
     in_os: u8,
     flags: u16,
 ) -> Option<*mut RequestState> {
-    if let Some(slot) = slot_of(key) {
+    if CAS && let Some(slot) = slot_of(key)
+    {
         // SAFETY: `slot` is a value of SLOTS (see `maps`); the CAS makes one CPU the owner of a
         // free slot.
         let (old, won) = unsafe {
@@ -179,7 +180,7 @@ pub(crate) fn earlier_request(cfg: &ProbeConfig, rq: *const u8, p: *const Reques
 
 /// The request's state; created (with the current task) if its submission was not seen.
 #[inline(always)]
-pub(crate) fn state_or_new(
+pub(crate) fn state_or_new<const CAS: bool>(
     cfg: &ProbeConfig,
     rq: *const u8,
     key: u64,
@@ -191,7 +192,7 @@ pub(crate) fn state_or_new(
         missed(key, p);
     }
     let dev = traced_dev(cfg, rq)?;
-    track_unseen(cfg, rq, key, dev)
+    track_unseen::<CAS>(cfg, rq, key, dev)
 }
 
 /// Track a request met after its submission: one submitted before the probe attached, or
@@ -199,7 +200,7 @@ pub(crate) fn state_or_new(
 /// layer makes it in `blk_kick_flush`). That one is not "started before attach": it gets the
 /// task that issues it, and its queue time from the kernel's stamp, like any request.
 #[inline(always)]
-pub(crate) fn track_unseen(
+pub(crate) fn track_unseen<const CAS: bool>(
     cfg: &ProbeConfig,
     rq: *const u8,
     key: u64,
@@ -209,7 +210,7 @@ pub(crate) fn track_unseen(
     let rq_flags: u32 = load(rq, cfg_u32(&cfg.rq_rq_flags));
     let flush_rq = cmd_flags & cfg_u32(&cfg.req_op_mask) == cfg_u32(&cfg.req_op_flush)
         && rq_flags & cfg_u32(&cfg.rqf_flush_seq) != 0;
-    track(
+    track::<CAS>(
         key,
         0,
         dev,

@@ -1,5 +1,6 @@
-//! A minimal reader of the kernel's BTF (`/sys/kernel/btf/vmlinux`): just enough to find
-//! struct member offsets and enum values, so the probe needs no compiled-in kernel layout.
+//! A minimal reader of the kernel's BTF (`/sys/kernel/btf/vmlinux`, or a file for that kernel
+//! given with `--btf`): just enough to find struct member offsets, enum values and the
+//! arguments of the block layer's tracepoints, so the probe needs no compiled-in kernel layout.
 
 use std::collections::HashMap;
 
@@ -20,10 +21,22 @@ pub enum BtfError {
     NoEnumerator(String),
     #[error("the kernel has no tracepoint {0}")]
     NoTracepoint(String),
+    #[error("tracepoint {0} has no `struct {1} *` argument in its BTF prototype")]
+    NoArgument(String, String),
+    #[error("{0}")]
+    Unsupported(String),
 }
 
+/// Where the kernel publishes its own BTF.
+pub const SYS_BTF: &str = "/sys/kernel/btf/vmlinux";
+
 const KIND_INT: u32 = 1;
+const KIND_PTR: u32 = 2;
 const KIND_ARRAY: u32 = 3;
+const KIND_VOLATILE: u32 = 9;
+const KIND_CONST: u32 = 10;
+const KIND_RESTRICT: u32 = 11;
+const KIND_TYPE_TAG: u32 = 18;
 const KIND_STRUCT: u32 = 4;
 const KIND_TYPEDEF: u32 = 8;
 const KIND_UNION: u32 = 5;
@@ -65,14 +78,37 @@ pub struct KernelBtf {
     /// members are listed as the struct's own (C reaches them that way: `page->mapping`).
     structs: HashMap<String, HashMap<String, u32>>,
     enumerators: HashMap<String, i64>,
-    typedefs: std::collections::HashSet<String>,
+    /// Typedef name -> the type id it names (`btf_trace_NAME` -> pointer to its prototype).
+    typedefs: HashMap<String, u32>,
+    /// Per type id, what a tracepoint's arguments are followed through: pointers, qualifiers
+    /// and typedefs to their type; a function prototype to its parameters; a struct to its name.
+    links: Vec<Link>,
+}
+
+/// A type as far as [`KernelBtf::tracepoint_arg`] follows it.
+#[derive(Clone, Debug)]
+enum Link {
+    Other,
+    /// A pointer to a type.
+    Ptr(u32),
+    /// Typedef, `const`, `volatile`, `restrict`, type tag: the type it qualifies or names.
+    To(u32),
+    /// `struct NAME`, or a forward declaration of one.
+    Struct(String),
+    /// A function prototype's parameter types.
+    Proto(Vec<u32>),
 }
 
 impl KernelBtf {
     pub fn from_sys() -> Result<KernelBtf, BtfError> {
-        let path = "/sys/kernel/btf/vmlinux";
+        Self::from_file(std::path::Path::new(SYS_BTF))
+    }
+
+    /// The BTF of the running kernel from a file: the kernel's own, or one published for it
+    /// (`--btf`, for kernels that do not expose theirs).
+    pub fn from_file(path: &std::path::Path) -> Result<KernelBtf, BtfError> {
         let data = std::fs::read(path).map_err(|source| BtfError::Read {
-            path: path.into(),
+            path: path.display().to_string(),
             source,
         })?;
         Self::parse(&data)
@@ -114,7 +150,8 @@ impl KernelBtf {
         let mut aggregates: Vec<Option<Members>> = vec![None];
         let mut named: Vec<(String, u32)> = Vec::new();
         let mut enumerators = HashMap::new();
-        let mut typedefs = std::collections::HashSet::new();
+        let mut typedefs = HashMap::new();
+        let mut links = vec![Link::Other];
         let mut pos = 0usize;
         while pos + 12 <= types.len() {
             let name_off = t32(pos).ok_or(BtfError::Malformed("short type"))?;
@@ -122,10 +159,28 @@ impl KernelBtf {
             let kind = (info >> 24) & 0x1f;
             let vlen = (info & 0xffff) as usize;
             let kind_flag = info >> 31;
+            // `size` for some kinds, `type` for the referring ones.
+            let size_type = t32(pos + 8).ok_or(BtfError::Malformed("short type"))?;
             pos += 12;
             let id = u32::try_from(aggregates.len())
                 .map_err(|_| BtfError::Malformed("more types than 32-bit ids"))?;
             aggregates.push(None);
+            links.push(match kind {
+                KIND_PTR => Link::Ptr(size_type),
+                KIND_TYPEDEF | KIND_VOLATILE | KIND_CONST | KIND_RESTRICT | KIND_TYPE_TAG => {
+                    Link::To(size_type)
+                }
+                // A forward declaration (kind 7) of a struct, when its flag is clear.
+                KIND_STRUCT | 7 if kind_flag == 0 || kind == KIND_STRUCT => {
+                    Link::Struct(name(name_off).to_string())
+                }
+                KIND_FUNC_PROTO => Link::Proto(
+                    (0..vlen)
+                        .map(|i| t32(pos + i * 8 + 4).ok_or(BtfError::Malformed("short param")))
+                        .collect::<Result<_, _>>()?,
+                ),
+                _ => Link::Other,
+            });
             match kind {
                 KIND_INT | KIND_VAR | KIND_DECL_TAG => pos += 4,
                 KIND_ARRAY => pos += 12,
@@ -174,7 +229,7 @@ impl KernelBtf {
                     pos += vlen * 12;
                 }
                 KIND_TYPEDEF => {
-                    typedefs.insert(name(name_off).to_string());
+                    typedefs.insert(name(name_off).to_string(), size_type);
                 }
                 KIND_FUNC_PROTO => pos += vlen * 8,
                 KIND_DATASEC => pos += vlen * 12,
@@ -193,7 +248,48 @@ impl KernelBtf {
             structs,
             enumerators,
             typedefs,
+            links,
         })
+    }
+
+    /// Follow pointers, qualifiers and typedefs from `id` (bounded: a malformed file cannot
+    /// loop): how many pointers were passed, and where it ends.
+    fn resolve(&self, mut id: u32) -> (u32, &Link) {
+        let mut pointers = 0;
+        for _ in 0..32 {
+            match self.links.get(id as usize) {
+                Some(Link::Ptr(next)) => {
+                    pointers += 1;
+                    id = *next;
+                }
+                Some(Link::To(next)) => id = *next,
+                Some(end) => return (pointers, end),
+                None => break,
+            }
+        }
+        (pointers, &Link::Other)
+    }
+
+    /// Which argument of tracepoint `name` is its `struct STRUCT *`, counted as a `tp_btf`
+    /// program's context counts them (the prototype's first parameter, the tracepoint's
+    /// private `void *`, is not an argument). The block layer's request tracepoints took the
+    /// queue first before Linux 5.11 (and in some 5.10 stable and distribution kernels after
+    /// it): read from the prototype, never inferred from a version.
+    pub fn tracepoint_arg(&self, name: &str, strukt: &str) -> Result<u32, BtfError> {
+        let typedef = format!("btf_trace_{name}");
+        let &id = self
+            .typedefs
+            .get(&typedef)
+            .ok_or_else(|| BtfError::NoTracepoint(name.into()))?;
+        let (_, Link::Proto(params)) = self.resolve(id) else {
+            return Err(BtfError::Malformed("a btf_trace_ typedef is not a prototype"));
+        };
+        params
+            .iter()
+            .skip(1)
+            .position(|&p| matches!(self.resolve(p), (1, Link::Struct(s)) if s == strukt))
+            .and_then(|i| u32::try_from(i).ok())
+            .ok_or_else(|| BtfError::NoArgument(name.into(), strukt.into()))
     }
 
     /// Byte offset of `member` in `struct name` (not for bitfields).
@@ -211,7 +307,7 @@ impl KernelBtf {
     /// Whether the kernel has the tracepoint (BTF names each one's prototype
     /// `btf_trace_NAME`, which is what `tp_btf` programs attach by).
     pub fn has_tracepoint(&self, name: &str) -> bool {
-        self.typedefs.contains(&format!("btf_trace_{name}"))
+        self.typedefs.contains_key(&format!("btf_trace_{name}"))
     }
 
     pub fn enumerator(&self, name: &str) -> Result<i64, BtfError> {
@@ -232,11 +328,87 @@ impl KernelBtf {
 mod tests {
     use super::*;
 
+    /// A BTF blob of the given types (kind, name, size or type, extra words), named in
+    /// the order given from id 1.
+    fn blob(types: &[(u32, &str, u32, u32, &[u32])]) -> Vec<u8> {
+        let mut strings = vec![0u8];
+        let mut body = Vec::new();
+        for &(kind, name, vlen, size_type, extra) in types {
+            let off = if name.is_empty() {
+                0
+            } else {
+                let o = strings.len() as u32;
+                strings.extend_from_slice(name.as_bytes());
+                strings.push(0);
+                o
+            };
+            for w in [off, (kind << 24) | vlen, size_type].iter().chain(extra) {
+                body.extend_from_slice(&w.to_le_bytes());
+            }
+        }
+        let mut out = Vec::new();
+        out.extend_from_slice(&0xeb9fu16.to_le_bytes());
+        out.extend_from_slice(&[1, 0]);
+        for w in [24, 0, body.len() as u32, body.len() as u32, strings.len() as u32] {
+            out.extend_from_slice(&w.to_le_bytes());
+        }
+        out.extend(body);
+        out.extend(strings);
+        out
+    }
+
+    #[test]
+    fn the_request_argument_is_read_from_each_prototype() {
+        // 5.10 before 5.10.137: (void *, struct request_queue *, struct request *); after, and
+        // from 5.11: (void *, struct request *). block_getrq: (void *, q, bio, int) in 5.10,
+        // (void *, bio) from 5.11. A `const` and a typedef on the way are followed.
+        let btf = KernelBtf::parse(&blob(&[
+            (KIND_STRUCT, "request", 0, 0, &[]),       // 1
+            (KIND_STRUCT, "request_queue", 0, 0, &[]), // 2
+            (KIND_PTR, "", 0, 1, &[]),                 // 3: struct request *
+            (KIND_PTR, "", 0, 2, &[]),                 // 4: struct request_queue *
+            (KIND_PTR, "", 0, 0, &[]),                 // 5: void *
+            (KIND_FUNC_PROTO, "", 3, 0, &[0, 5, 0, 4, 0, 3]), // 6: old
+            (KIND_PTR, "", 0, 6, &[]),
+            (KIND_TYPEDEF, "btf_trace_block_rq_issue", 0, 7, &[]), // 8
+            (KIND_FUNC_PROTO, "", 2, 0, &[0, 5, 0, 3]),            // 9: new
+            (KIND_PTR, "", 0, 9, &[]),
+            (KIND_TYPEDEF, "btf_trace_block_rq_insert", 0, 10, &[]), // 11
+            (KIND_STRUCT, "bio", 0, 0, &[]),                         // 12
+            (KIND_CONST, "", 0, 12, &[]),                            // 13: const struct bio
+            (KIND_PTR, "", 0, 13, &[]),                              // 14
+            (KIND_INT, "int", 0, 4, &[32]),                          // 15
+            (KIND_FUNC_PROTO, "", 4, 0, &[0, 5, 0, 4, 0, 14, 0, 15]), // 16
+            (KIND_PTR, "", 0, 16, &[]),
+            (KIND_TYPEDEF, "btf_trace_block_getrq", 0, 17, &[]),
+        ]))
+        .expect("well formed");
+        assert_eq!(btf.tracepoint_arg("block_rq_issue", "request").unwrap(), 1);
+        assert_eq!(btf.tracepoint_arg("block_rq_insert", "request").unwrap(), 0);
+        assert_eq!(btf.tracepoint_arg("block_getrq", "bio").unwrap(), 1);
+        assert!(matches!(
+            btf.tracepoint_arg("block_getrq", "request"),
+            Err(BtfError::NoArgument(..))
+        ));
+        assert!(matches!(
+            btf.tracepoint_arg("block_io_start", "request"),
+            Err(BtfError::NoTracepoint(_))
+        ));
+    }
+
+    #[test]
+    fn a_prototype_that_loops_is_an_error_not_a_hang() {
+        let btf = KernelBtf::parse(&blob(&[
+            (KIND_TYPEDEF, "btf_trace_block_rq_issue", 0, 2, &[]),
+            (KIND_CONST, "", 0, 1, &[]),
+        ]))
+        .expect("well formed");
+        assert!(btf.tracepoint_arg("block_rq_issue", "request").is_err());
+    }
+
     #[test]
     fn running_kernel_has_what_the_probe_needs() {
-        let Ok(btf) = KernelBtf::from_sys() else {
-            return;
-        };
+        let btf = KernelBtf::from_sys().expect("this machine's kernel publishes its BTF");
         // Field offsets are nonzero except for the first member; q is first-ish.
         assert!(btf.member_offset("request", "cmd_flags").is_ok());
         assert!(btf.member_offset("request", "__sector").unwrap() > 0);
@@ -245,6 +417,10 @@ mod tests {
         assert!(btf.has_tracepoint("block_rq_issue"));
         assert!(btf.has_tracepoint("block_getrq"));
         assert!(!btf.has_tracepoint("block_no_such_event"));
+        for tp in ["block_rq_issue", "block_rq_insert", "block_rq_complete", "block_io_start"] {
+            assert_eq!(btf.tracepoint_arg(tp, "request").unwrap(), 0, "{tp}");
+        }
+        assert_eq!(btf.tracepoint_arg("block_getrq", "bio").unwrap(), 0);
         // Members of anonymous unions and structs, as C names them.
         assert!(btf.member_offset("page", "mapping").unwrap() > 0);
         assert!(btf.member_offset("folio", "mapping").unwrap() > 0);

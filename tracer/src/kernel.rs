@@ -27,7 +27,7 @@ const RQF_FLUSH_SEQ_BIT_DEFINE: u32 = 4;
 pub fn choose_hooks(btf: &KernelBtf) -> Result<Hooks, BtfError> {
     let forced = std::env::var("BLKPROF_HOOKS").ok();
     let hooks = match forced.as_deref() {
-        Some("getrq") => Hooks::GetRq,
+        Some("getrq" | "getrq-nocas") => Hooks::GetRq,
         Some("io_start") => Hooks::IoStart,
         _ if btf.has_tracepoint("block_io_start") => Hooks::IoStart,
         _ => Hooks::GetRq,
@@ -75,10 +75,31 @@ pub fn probe_config(btf: &KernelBtf, hooks: Hooks) -> Result<(ProbeConfig, OpDec
         ),
         (Err(e), _) | (_, Err(e)) => return Err(e),
     };
-    // Only the fallback reads bios.
-    let bio = |s: &str, m: &str| match hooks {
-        Hooks::GetRq => btf.member_offset(s, m),
-        Hooks::IoStart => Ok(0),
+    // Only the fallback reads bios. A bio names its disk through its block device from 5.12,
+    // directly before (`bi_disk`).
+    let getrq = hooks == Hooks::GetRq;
+    let bio_disk = if getrq && btf.member_offset("bio", "bi_bdev").is_err() {
+        btf.member_offset("bio", "bi_disk")?
+    } else {
+        0
+    };
+    let bio = |s: &str, m: &str| {
+        if getrq && bio_disk == 0 {
+            btf.member_offset(s, m)
+        } else {
+            Ok(0)
+        }
+    };
+    // A request names its disk through its queue from about 5.15 (`request_queue::disk`);
+    // before, directly (`request::rq_disk`, removed in 6.0).
+    let rq_disk = match btf.member_offset("request_queue", "disk") {
+        Ok(_) => 0,
+        Err(_) => btf.member_offset("request", "rq_disk")?,
+    };
+    let q_disk = if rq_disk == 0 {
+        btf.member_offset("request_queue", "disk")?
+    } else {
+        0
     };
     let op_bits = btf.enumerator("__REQ_FAILFAST_DEV")?; // == REQ_OP_BITS
     let op_mask = (1u32 << op_bits) - 1;
@@ -93,17 +114,39 @@ pub fn probe_config(btf: &KernelBtf, hooks: Hooks) -> Result<(ProbeConfig, OpDec
         rq_bio: btf.member_offset("request", "bio")?,
         rq_mq_hctx: btf.member_offset("request", "mq_hctx")?,
         hctx_queue_num: btf.member_offset("blk_mq_hw_ctx", "queue_num")?,
-        q_disk: btf.member_offset("request_queue", "disk")?,
+        q_disk,
         disk_major: btf.member_offset("gendisk", "major")?,
         disk_first_minor: btf.member_offset("gendisk", "first_minor")?,
         rqf_io_stat,
         rqf_flush_seq,
         req_op_flush: btf.enumerator_u32("REQ_OP_FLUSH")?,
         req_op_mask: op_mask,
-        bio_next: bio("bio", "bi_next")?,
+        bio_next: if getrq {
+            btf.member_offset("bio", "bi_next")?
+        } else {
+            0
+        },
         bio_bdev: bio("bio", "bi_bdev")?,
         bdev_disk: bio("block_device", "bd_disk")?,
         task_comm: btf.member_offset("task_struct", "comm")?,
+        rq_disk,
+        bio_disk,
+        rq_arg: request_arg(btf, hooks)?,
+        getrq_bio_arg: if getrq {
+            match btf.tracepoint_arg("block_getrq", "bio")? {
+                a @ 0..=1 => a,
+                a => {
+                    return Err(BtfError::Unsupported(format!(
+                        "the bio is argument {a} of block_getrq (the probe reads the first two)"
+                    )));
+                }
+            }
+        } else {
+            0
+        },
+        task_btf: u32::from(btf.enumerator("BPF_FUNC_get_current_task_btf").is_ok()),
+        // Set by the caller, which may load a program to ask ([`bpf_has_cmpxchg`]).
+        cas: 0,
         // Filters, owner cgroups and files: set by the caller when asked for.
         ..ProbeConfig::default()
     };
@@ -153,6 +196,112 @@ pub fn probe_config(btf: &KernelBtf, hooks: Hooks) -> Result<(ProbeConfig, OpDec
             flag_bits,
         },
     ))
+}
+
+/// Whether the kernel's BPF has atomic compare-and-exchange (`BPF_CMPXCHG`, 5.12): asked by
+/// loading a six-instruction program that uses it on its stack. A kernel without it refuses
+/// the instruction ("BPF_STX uses reserved fields"); one that loads it has it.
+pub fn bpf_has_cmpxchg() -> bool {
+    #[repr(C)]
+    struct ProgLoad {
+        prog_type: u32,
+        insn_cnt: u32,
+        insns: u64,
+        license: u64,
+        log_level: u32,
+        log_size: u32,
+        log_buf: u64,
+        kern_version: u32,
+        prog_flags: u32,
+    }
+    // (code, dst | src << 4, off, imm)
+    let insns: [(u8, u8, i16, i32); 6] = [
+        (0xb7, 0x00, 0, 0),  // r0 = 0
+        (0x7b, 0x0a, -8, 0), // *(u64 *)(r10 - 8) = r0
+        (0xb7, 0x01, 0, 1),  // r1 = 1
+        (0xdb, 0x1a, -8, 0xf1), // r0 = cmpxchg((u64 *)(r10 - 8), r0, r1)
+        (0xb7, 0x00, 0, 0),  // r0 = 0
+        (0x95, 0x00, 0, 0),  // exit
+    ];
+    let mut code = Vec::with_capacity(insns.len() * 8);
+    for (op, regs, off, imm) in insns {
+        code.push(op);
+        code.push(regs);
+        code.extend_from_slice(&off.to_le_bytes());
+        code.extend_from_slice(&imm.to_le_bytes());
+    }
+    let license = b"GPL\0";
+    let attr = ProgLoad {
+        prog_type: 1, // BPF_PROG_TYPE_SOCKET_FILTER
+        insn_cnt: 6,
+        insns: code.as_ptr() as u64,
+        license: license.as_ptr() as u64,
+        log_level: 0,
+        log_size: 0,
+        log_buf: 0,
+        kern_version: 0,
+        prog_flags: 0,
+    };
+    // SAFETY: BPF_PROG_LOAD (5) with an attribute block of the size given, whose pointers
+    // outlive the call.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            5,
+            &raw const attr,
+            std::mem::size_of::<ProgLoad>(),
+        )
+    };
+    if fd < 0 {
+        return false;
+    }
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "a file descriptor the kernel returned fits an int"
+    )]
+    // SAFETY: the descriptor was just returned to this process and is not used elsewhere.
+    unsafe {
+        libc::close(fd as i32)
+    };
+    true
+}
+
+/// Which argument of the request tracepoints the programs attach to is the request
+/// ([`ProbeConfig::rq_arg`]): one position for all of them, as every kernel has it (all took
+/// the queue first before 5.11; none since), and the completion's always first.
+fn request_arg(btf: &KernelBtf, hooks: Hooks) -> Result<u32, BtfError> {
+    let mut tracepoints = vec!["block_rq_issue", "block_rq_merge", "block_rq_requeue"];
+    if hooks == Hooks::GetRq {
+        tracepoints.push("block_rq_insert");
+    }
+    let arg = btf.tracepoint_arg("block_rq_issue", "request")?;
+    if arg != 0 && hooks == Hooks::IoStart {
+        return Err(BtfError::Unsupported(
+            "block_io_start beside request tracepoints that take the queue first: no kernel \
+             has both"
+                .into(),
+        ));
+    }
+    for tp in tracepoints {
+        let a = btf.tracepoint_arg(tp, "request")?;
+        if a != arg || a > 1 {
+            return Err(BtfError::Unsupported(format!(
+                "the request is argument {a} of {tp} but {arg} of block_rq_issue"
+            )));
+        }
+    }
+    for tp in ["block_rq_complete"]
+        .into_iter()
+        .chain((hooks == Hooks::IoStart).then_some("block_io_start"))
+    {
+        let a = btf.tracepoint_arg(tp, "request")?;
+        if a != 0 {
+            return Err(BtfError::Unsupported(format!(
+                "the request is argument {a} of {tp}, not the first"
+            )));
+        }
+    }
+    Ok(arg)
 }
 
 /// The offsets [`ProbeConfig::owner_cgroup`] follows: `bio::bi_blkg`, `blkcg_gq::blkcg`,
@@ -245,11 +394,12 @@ mod tests {
 
     #[test]
     fn decodes_the_running_kernels_flags() {
-        let Ok(btf) = KernelBtf::from_sys() else {
-            return;
-        };
+        let btf = KernelBtf::from_sys().expect("this machine's kernel publishes its BTF");
         let (cfg, dec) = probe_config(&btf, Hooks::GetRq).expect("this kernel is supported");
         assert!(cfg.bio_bdev > 0 && cfg.bdev_disk > 0);
+        // A 6.x kernel: the queue names the disk, the bio its block device, the helper exists.
+        assert_eq!((cfg.rq_disk, cfg.bio_disk, cfg.rq_arg, cfg.getrq_bio_arg), (0, 0, 0, 0));
+        assert_eq!(cfg.task_btf, 1);
         assert_eq!(cfg.req_op_mask, 0xff);
         let sync = 1u32 << btf.enumerator("__REQ_SYNC").unwrap();
         let fua = 1u32 << btf.enumerator("__REQ_FUA").unwrap();

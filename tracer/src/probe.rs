@@ -119,7 +119,7 @@ pub struct Probe {
     /// The size of the lost marks' ring.
     half_lost_bytes: u32,
     /// The programs loaded, (program, tracepoint), submission side first.
-    programs: &'static [(&'static str, &'static str)],
+    programs: Vec<(&'static str, &'static str)>,
     links: Vec<(String, aya::programs::tp_btf::BtfTracePointLinkId)>,
 }
 
@@ -139,6 +139,10 @@ impl Probe {
         let kbtf = crate::btf::KernelBtf::from_sys()?;
         let hooks = choose_hooks(&kbtf)?;
         let (mut config, decoder) = probe_config(&kbtf, hooks)?;
+        // `BLKPROF_HOOKS=getrq-nocas` has a kernel that has it go without (how the host's tests
+        // check the programs of kernels before 5.12).
+        let no_cas = std::env::var("BLKPROF_HOOKS").is_ok_and(|h| h == "getrq-nocas");
+        config.cas = u32::from(!no_cas && crate::kernel::bpf_has_cmpxchg());
         let (mut owner_offsets, owner_cgroups) =
             owner_tracking(&kbtf, tracer_common::cgroup::cgroup2_mount().as_deref());
         if opts.files && opts.mode == ProbeMode::Records {
@@ -217,6 +221,15 @@ impl Probe {
             4096
         };
         loader.map_max_entries(tracer_common::MAP_HALF_LOST, lost_bytes);
+        // The submitters' table the kernel can use (CAS slots, or a hash map without CAS).
+        loader.map_max_entries(
+            tracer_common::MAP_BIOS_HASH,
+            if config.cas == 0 {
+                tracer_common::BIO_SLOT_COUNT
+            } else {
+                1
+            },
+        );
         loader.override_global(GLOBAL_CONFIG, &config, true);
         let mut ebpf = loader
             .load(PROBE_OBJECT)
@@ -233,14 +246,23 @@ impl Probe {
                     .map_err(|e| ProbeError::Load(e.to_string()))?;
             }
         }
-        let programs: &'static [(&'static str, &'static str)] = match opts.mode {
-            ProbeMode::Records if halves => &tracer_common::PROGRAMS_HALVES,
-            ProbeMode::Records => hooks.programs(),
-            ProbeMode::Aggregates => &tracer_common::PROGRAMS_AGGREGATES,
-            ProbeMode::Nop => &tracer_common::PROGRAMS_NOP,
-            ProbeMode::Clock => &tracer_common::PROGRAMS_CLOCK,
+        let programs: Vec<(&'static str, &'static str)> = match opts.mode {
+            ProbeMode::Records if halves => tracer_common::PROGRAMS_HALVES.to_vec(),
+            ProbeMode::Records if hooks == Hooks::GetRq => tracer_common::programs_getrq(
+                config.cas != 0,
+                config.rq_arg != 0,
+                config.getrq_bio_arg != 0,
+            )
+            .to_vec(),
+            ProbeMode::Records => hooks.programs().to_vec(),
+            ProbeMode::Aggregates if config.cas == 0 => {
+                tracer_common::PROGRAMS_AGGREGATES_NOCAS.to_vec()
+            }
+            ProbeMode::Aggregates => tracer_common::PROGRAMS_AGGREGATES.to_vec(),
+            ProbeMode::Nop => tracer_common::PROGRAMS_NOP.to_vec(),
+            ProbeMode::Clock => tracer_common::PROGRAMS_CLOCK.to_vec(),
         };
-        for &(prog, tracepoint) in programs {
+        for &(prog, tracepoint) in &programs {
             let p: &mut BtfTracePoint = ebpf
                 .program_mut(prog)
                 .ok_or_else(|| ProbeError::Load(format!("program {prog} missing from the object")))?
@@ -381,6 +403,20 @@ impl Probe {
             map: MAP_BIOS.into(),
             reason: e.to_string(),
         };
+        if self.config.cas == 0 {
+            let Some(m) = self.ebpf.map(tracer_common::MAP_BIOS_HASH) else {
+                return Ok(0);
+            };
+            let slots: BpfHashMap<_, u64, BioSlot> = BpfHashMap::try_from(m).map_err(err)?;
+            let mut left = 0;
+            for s in slots.iter() {
+                let (_, s) = s.map_err(err)?;
+                if s.ts > after_ns && s.ts <= until_ns {
+                    left += 1;
+                }
+            }
+            return Ok(left);
+        }
         let Some(m) = self.ebpf.map(MAP_BIOS) else {
             return Ok(0);
         };
@@ -538,7 +574,7 @@ impl Probe {
             *s = vals.iter().sum();
         }
         let mut programs = Vec::new();
-        for (prog, tracepoint) in self.programs {
+        for &(prog, tracepoint) in &self.programs {
             if let Some(p) = self.ebpf.program(prog) {
                 let p: Result<&BtfTracePoint, _> = p.try_into();
                 if let Ok(fd) = p.map_err(|_| ()).and_then(|p| p.fd().map_err(|_| ())) {

@@ -17,8 +17,9 @@ use crate::util::{apt_install, have, output, root, run};
 
 #[derive(clap::Args, Clone, Debug)]
 pub(crate) struct Options {
-    /// The guest kernel: 6.12 or 6.1 (the newest Debian package of that LTS series,
-    /// installed when missing), or the path of a vmlinuz whose modules are in /lib/modules.
+    /// The guest kernel: 6.12, 6.1 (Debian 12) or 5.10 (Debian 11): the newest Debian package
+    /// of that LTS series, installed when missing; or the path of a vmlinuz whose modules are
+    /// in /lib/modules.
     #[arg(long, default_value = "6.12")]
     pub kernel: String,
     /// Emulated NVMe disks (nvme0n1, nvme1n1, ...), each a sparse image in /dev/shm.
@@ -117,10 +118,14 @@ pub(crate) fn vmlinuz(kernel: &str) -> Result<PathBuf> {
             "vmlinuz-6.1.0-",
             r"^linux-image-6\.1\.0-[0-9]+-amd64-unsigned$",
         ),
+        "5.10" => (
+            "vmlinuz-5.10.0-",
+            r"^linux-image-5\.10\.0-[0-9]+-amd64-unsigned$",
+        ),
         path => {
             let p = PathBuf::from(path);
             if !p.is_file() {
-                bail!("--kernel {path}: not 6.12, 6.1 or a vmlinuz file");
+                bail!("--kernel {path}: not 6.12, 6.1, 5.10 or a vmlinuz file");
             }
             return Ok(p);
         }
@@ -146,12 +151,23 @@ pub(crate) fn vmlinuz(kernel: &str) -> Result<PathBuf> {
     if !have("apt-cache") {
         bail!("no {kernel} kernel in /boot and no apt to install one: give --kernel PATH");
     }
+    // Debian 11's kernels come from the bullseye suite, through an index of its own under
+    // target/vm/apt: the system's sources stay as they are.
+    let bullseye = kernel == "5.10";
+    let apt = AptIndex::new(bullseye)?;
     #[expect(
         clippy::let_underscore_must_use,
         reason = "an index left stale (offline) is not fatal: apt-cache search next says whether a kernel package can be found"
     )]
-    let _ = Command::new("apt-get").args(["update", "-qq"]).status();
-    let names = output(Command::new("apt-cache").args(["search", "--names-only", pattern]))?;
+    let _ = Command::new("apt-get")
+        .args(&apt.options)
+        .args(["update", "-qq"])
+        .status();
+    let names = output(
+        Command::new("apt-cache")
+            .args(&apt.options)
+            .args(["search", "--names-only", pattern]),
+    )?;
     let mut pkgs: Vec<&str> = names
         .lines()
         .filter_map(|l| l.split_whitespace().next())
@@ -164,12 +180,75 @@ pub(crate) fn vmlinuz(kernel: &str) -> Result<PathBuf> {
             .collect::<Vec<_>>()
     });
     let Some(pkg) = pkgs.last() else {
-        bail!("no Debian package matches {pattern}: is a Debian bookworm archive reachable?");
+        bail!(
+            "no Debian package matches {pattern}: is Debian's {} archive reachable?",
+            if bullseye { "bullseye" } else { "bookworm" }
+        );
     };
     eprintln!("vm: installing the {kernel} kernel ({pkg}); a minute or two, once");
-    // Its package hooks build an initramfs the VM does not use (virtme-ng makes its own).
-    apt_install(&[pkg])?;
+    if bullseye {
+        // Downloaded from bullseye, installed with its dependencies from the system's own
+        // sources (kmod, linux-base and initramfs-tools, all newer there).
+        let dir = root().join("target/vm/apt/debs");
+        std::fs::create_dir_all(&dir)?;
+        run(Command::new("apt-get")
+            .args(&apt.options)
+            .args(["download", "-qq", pkg])
+            .current_dir(&dir))?;
+        let deb = std::fs::read_dir(&dir)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .find(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with(&format!("{pkg}_")))
+            })
+            .with_context(|| format!("apt-get download {pkg} left no .deb in {}", dir.display()))?;
+        run(Command::new("apt-get")
+            .args(["install", "-y", "-qq"])
+            .arg(&deb)
+            .env("DEBIAN_FRONTEND", "noninteractive"))?;
+    } else {
+        // Its package hooks build an initramfs the VM does not use (virtme-ng makes its own).
+        apt_install(&[pkg])?;
+    }
     installed().with_context(|| format!("{pkg} installed no {prefix}* in /boot"))
+}
+
+/// apt's options for the kernel's suite: none for the system's own (bookworm); for bullseye,
+/// a sources entry, lists and cache of its own under target/vm/apt.
+struct AptIndex {
+    options: Vec<String>,
+}
+
+impl AptIndex {
+    fn new(bullseye: bool) -> Result<AptIndex> {
+        if !bullseye {
+            return Ok(AptIndex {
+                options: Vec::new(),
+            });
+        }
+        let dir = root().join("target/vm/apt");
+        for d in ["parts", "lists/partial", "cache/archives/partial"] {
+            std::fs::create_dir_all(dir.join(d))?;
+        }
+        std::fs::write(
+            dir.join("parts/bullseye.sources"),
+            "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bullseye\nComponents: main\n\
+             Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n",
+        )?;
+        let d = dir.display();
+        Ok(AptIndex {
+            options: vec![
+                "-o".into(),
+                format!("Dir::Etc::SourceParts={d}/parts"),
+                "-o".into(),
+                "Dir::Etc::SourceList=/dev/null".into(),
+                "-o".into(),
+                format!("Dir::State::Lists={d}/lists"),
+                "-o".into(),
+                format!("Dir::Cache={d}/cache"),
+            ],
+        })
+    }
 }
 
 /// Scratch disk images, removed when dropped.
