@@ -346,9 +346,23 @@ impl Tracer {
 
     /// [`Tracer::start`] with environment variables set for the tracer.
     pub fn start_env(args: &[&str], env: &[(&str, &str)]) -> Tracer {
+        Self::start_wrapped(&[], args, env)
+    }
+
+    /// [`Tracer::start_env`] through a command that execs its arguments (`unshare`, `sh -c
+    /// '... exec "$0" "$@"'`), the tracer's path and `args` after `wrapper`.
+    pub fn start_wrapped(wrapper: &[&str], args: &[&str], env: &[(&str, &str)]) -> Tracer {
         let bpf_stats = BpfStats::enable();
         exact::tracer_starting();
-        let mut child = Command::new(bin("blkprof-trace"))
+        let mut cmd = match wrapper.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(bin("blkprof-trace"));
+                c
+            }
+            None => Command::new(bin("blkprof-trace")),
+        };
+        let mut child = cmd
             .args(args)
             .envs(env.iter().copied())
             .stdout(Stdio::piped())
@@ -505,10 +519,22 @@ pub fn traced(
     env: &[(&str, &str)],
     work: impl FnOnce(),
 ) -> Traced {
+    traced_wrapped(&[], dev, out, extra, env, work)
+}
+
+/// [`traced`] with the tracer started through `wrapper` ([`Tracer::start_wrapped`]).
+pub fn traced_wrapped(
+    wrapper: &[&str],
+    dev: &Scratch,
+    out: &Path,
+    extra: &[&str],
+    env: &[(&str, &str)],
+    work: impl FnOnce(),
+) -> Traced {
     let out_s = out.to_str().expect("a UTF-8 path");
     let mut args = vec!["--device", dev.name.as_str(), "--output", out_s, "--quiet"];
     args.extend_from_slice(extra);
-    let t = Tracer::start_env(&args, env);
+    let t = Tracer::start_wrapped(wrapper, &args, env);
     let before = dev.diskstats();
     work();
     let after = dev.diskstats();

@@ -194,6 +194,46 @@ fn an_nvme_disk_is_traced_exactly() {
     );
 }
 
+/// Before 5.11 the kernel charges BPF maps to `RLIMIT_MEMLOCK`. Run as root without
+/// `CAP_SYS_RESOURCE` under a 64 KiB limit (a unit without `LimitMEMLOCK=`, say), the tracer
+/// cannot raise it: on 5.10 it fails and says what to set; from 5.11, where maps are charged
+/// to the memory cgroup instead, it runs.
+#[test]
+#[ignore = "needs the VM stage's stock kernels (BLKPROF_VM_DISK)"]
+fn a_locked_memory_limit_is_raised_or_named() {
+    let disk = disk();
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let o = std::process::Command::new("setpriv")
+        .args([
+            "--inh-caps=-sys_resource",
+            "--bounding-set=-sys_resource",
+            "sh",
+            "-c",
+            "ulimit -l 64 && exec \"$0\" \"$@\"",
+        ])
+        .arg(blkprof_e2e::bin("blkprof-trace"))
+        .args(["--device", &disk, "--duration", "1s", "--quiet"])
+        .output()
+        .expect("run blkprof-trace under setpriv");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    if kernel_version(&release) < (5, 11) {
+        assert!(
+            !o.status.success(),
+            "{release}: a 64 KiB limit holds no maps: {stderr}"
+        );
+        assert!(
+            stderr.contains("locked-memory limit is 65536 bytes")
+                && stderr.contains("LimitMEMLOCK=infinity"),
+            "{release}: names the limit and what to set: {stderr}"
+        );
+    } else {
+        assert!(
+            o.status.success(),
+            "{release}: maps are not charged to the limit: {stderr}"
+        );
+    }
+}
+
 /// md RAID0 of four NVMe disks, chunk 64 KB and 512 KB: `--device md0` says md0 has no request
 /// events and traces its members, and each member's IOs equal its own /proc/diskstats exactly
 /// (seed 000's experiment runs on this).

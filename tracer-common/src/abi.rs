@@ -71,10 +71,22 @@ pub fn programs_getrq(
             },
             "block_getrq",
         ),
-        (q("blkprof_insert_nocas", "blkprof_insert_nocas_q"), "block_rq_insert"),
-        (q("blkprof_issue_nocas", "blkprof_issue_nocas_q"), "block_rq_issue"),
-        (q("blkprof_rq_requeue", "blkprof_requeue_q"), "block_rq_requeue"),
-        (q("blkprof_merge_nocas", "blkprof_merge_nocas_q"), "block_rq_merge"),
+        (
+            q("blkprof_insert_nocas", "blkprof_insert_nocas_q"),
+            "block_rq_insert",
+        ),
+        (
+            q("blkprof_issue_nocas", "blkprof_issue_nocas_q"),
+            "block_rq_issue",
+        ),
+        (
+            q("blkprof_rq_requeue", "blkprof_requeue_q"),
+            "block_rq_requeue",
+        ),
+        (
+            q("blkprof_merge_nocas", "blkprof_merge_nocas_q"),
+            "block_rq_merge",
+        ),
         ("blkprof_complete_nocas", "block_rq_complete"),
     ]
 }

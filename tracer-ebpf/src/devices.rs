@@ -5,6 +5,7 @@ use core::intrinsics::{AtomicOrdering, atomic_cxchg};
 
 use tracer_common::{DeviceSlot, DeviceState};
 
+use crate::kernel::{cfg_u32, config};
 use crate::maps::{BPF_NOEXIST, DEVICE_SLOTS, DEVICES};
 
 #[inline(always)]
@@ -22,7 +23,10 @@ pub(crate) fn device_state(dev: u32) -> Option<*mut DeviceState> {
         match unsafe { core::ptr::read_volatile(&raw const (*slot).tag) } {
             // SAFETY: as above; only the field's address is taken.
             t if t == tag => return Some(unsafe { &raw mut (*slot).st }),
-            0 => return None,
+            // A free slot: the device has no counts yet, as it claims its slot first. Not
+            // without compare-and-exchange, where no slot is ever claimed (the verifier
+            // resolves the read-only flag).
+            0 if cfg_u32(&config().cas) != 0 => return None,
             _ => {}
         }
     }
@@ -37,8 +41,7 @@ pub(crate) fn device<const CAS: bool>(dev: u32) -> Option<*mut DeviceState> {
         return Some(p);
     }
     let tag = u64::from(dev) + 1;
-    if CAS && let Some(slot) = device_slot(dev)
-    {
+    if CAS && let Some(slot) = device_slot(dev) {
         // SAFETY: `slot` is a value of DEVICE_SLOTS (see `maps`); the CAS makes one device the
         // owner of a free slot.
         let (old, won) = unsafe {

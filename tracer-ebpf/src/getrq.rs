@@ -66,7 +66,10 @@ fn has_submitter<const CAS: bool>(bio: u64) -> bool {
 /// compare-and-exchange, the one whose delete succeeds; the entry is then this program's copy
 /// in [`BIO_TAKEN`] (`scratch`).
 #[inline(always)]
-pub(crate) fn take_submitter<const CAS: bool>(bio: u64, scratch: u32) -> Option<(*mut BioSlot, u32)> {
+pub(crate) fn take_submitter<const CAS: bool>(
+    bio: u64,
+    scratch: u32,
+) -> Option<(*mut BioSlot, u32)> {
     if !CAS {
         return take_submitter_hashed(bio, scratch);
     }
@@ -104,12 +107,18 @@ fn take_submitter_hashed(bio: u64, scratch: u32) -> Option<(*mut BioSlot, u32)> 
     let dev = unsafe {
         let dev = core::ptr::read_volatile(&raw const (*v).dev);
         core::ptr::write_volatile(&raw mut (*copy).dev, dev);
-        core::ptr::write_volatile(&raw mut (*copy).ts, core::ptr::read_volatile(&raw const (*v).ts));
+        core::ptr::write_volatile(
+            &raw mut (*copy).ts,
+            core::ptr::read_volatile(&raw const (*v).ts),
+        );
         core::ptr::write_volatile(
             &raw mut (*copy).cgroup,
             core::ptr::read_volatile(&raw const (*v).cgroup),
         );
-        core::ptr::write_volatile(&raw mut (*copy).pid, core::ptr::read_volatile(&raw const (*v).pid));
+        core::ptr::write_volatile(
+            &raw mut (*copy).pid,
+            core::ptr::read_volatile(&raw const (*v).pid),
+        );
         let c = (&raw const (*v).comm).cast::<u64>();
         let d = (&raw mut (*copy).comm).cast::<u64>();
         core::ptr::write_volatile(d, core::ptr::read_volatile(c));
@@ -125,22 +134,16 @@ fn take_submitter_hashed(bio: u64, scratch: u32) -> Option<(*mut BioSlot, u32)> 
 /// OS given back by whichever program's delete succeeds.
 #[inline(always)]
 fn record_submitter_hashed(key: u64, dev: u32, ds: *mut tracer_common::DeviceState) {
-    let mut v = BioSlot {
+    let v = BioSlot {
         key,
         ts: now_ns(),
         // SAFETY: a helper without preconditions.
         cgroup: unsafe { bpf_get_current_cgroup_id() },
         pid: (bpf_get_current_pid_tgid() >> 32) as u32,
         dev,
-        comm: [0; 16],
+        // SAFETY: two u64s are 16 bytes, any of which is a valid u8.
+        comm: unsafe { core::mem::transmute::<[u64; 2], [u8; 16]>(current_comm()) },
     };
-    let [c0, c1] = current_comm();
-    // SAFETY: `comm` is 16 bytes at an 8-byte aligned offset of the value on this stack.
-    unsafe {
-        let d = (&raw mut v.comm).cast::<u64>();
-        core::ptr::write(d, c0);
-        core::ptr::write(d.add(1), c1);
-    }
     // SAFETY: `ds` is the device's counts (see `maps`); the add is atomic. Counted before the
     // entry is visible, so that a taker never gives back a count not yet added.
     atomic_add(unsafe { &raw mut (*ds).os_inflight }, 1);

@@ -89,8 +89,7 @@ pub(crate) fn track<const CAS: bool>(
     in_os: u8,
     flags: u16,
 ) -> Option<*mut RequestState> {
-    if CAS && let Some(slot) = slot_of(key)
-    {
+    if CAS && let Some(slot) = slot_of(key) {
         // SAFETY: `slot` is a value of SLOTS (see `maps`); the CAS makes one CPU the owner of a
         // free slot.
         let (old, won) = unsafe {

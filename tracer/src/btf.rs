@@ -282,7 +282,9 @@ impl KernelBtf {
             .get(&typedef)
             .ok_or_else(|| BtfError::NoTracepoint(name.into()))?;
         let (_, Link::Proto(params)) = self.resolve(id) else {
-            return Err(BtfError::Malformed("a btf_trace_ typedef is not a prototype"));
+            return Err(BtfError::Malformed(
+                "a btf_trace_ typedef is not a prototype",
+            ));
         };
         params
             .iter()
@@ -328,8 +330,7 @@ impl KernelBtf {
 mod tests {
     use super::*;
 
-    /// A BTF blob of the given types (kind, name, size or type, extra words), named in
-    /// the order given from id 1.
+    /// A BTF blob of the given types (kind, name, vlen, size or type, extra words), from id 1.
     fn blob(types: &[(u32, &str, u32, u32, &[u32])]) -> Vec<u8> {
         let mut strings = vec![0u8];
         let mut body = Vec::new();
@@ -337,7 +338,7 @@ mod tests {
             let off = if name.is_empty() {
                 0
             } else {
-                let o = strings.len() as u32;
+                let o = u32::try_from(strings.len()).unwrap();
                 strings.extend_from_slice(name.as_bytes());
                 strings.push(0);
                 o
@@ -349,7 +350,11 @@ mod tests {
         let mut out = Vec::new();
         out.extend_from_slice(&0xeb9fu16.to_le_bytes());
         out.extend_from_slice(&[1, 0]);
-        for w in [24, 0, body.len() as u32, body.len() as u32, strings.len() as u32] {
+        let (b, n) = (
+            u32::try_from(body.len()).unwrap(),
+            u32::try_from(strings.len()).unwrap(),
+        );
+        for w in [24, 0, b, b, n] {
             out.extend_from_slice(&w.to_le_bytes());
         }
         out.extend(body);
@@ -363,11 +368,11 @@ mod tests {
         // from 5.11: (void *, struct request *). block_getrq: (void *, q, bio, int) in 5.10,
         // (void *, bio) from 5.11. A `const` and a typedef on the way are followed.
         let btf = KernelBtf::parse(&blob(&[
-            (KIND_STRUCT, "request", 0, 0, &[]),       // 1
-            (KIND_STRUCT, "request_queue", 0, 0, &[]), // 2
-            (KIND_PTR, "", 0, 1, &[]),                 // 3: struct request *
-            (KIND_PTR, "", 0, 2, &[]),                 // 4: struct request_queue *
-            (KIND_PTR, "", 0, 0, &[]),                 // 5: void *
+            (KIND_STRUCT, "request", 0, 0, &[]),              // 1
+            (KIND_STRUCT, "request_queue", 0, 0, &[]),        // 2
+            (KIND_PTR, "", 0, 1, &[]),                        // 3: struct request *
+            (KIND_PTR, "", 0, 2, &[]),                        // 4: struct request_queue *
+            (KIND_PTR, "", 0, 0, &[]),                        // 5: void *
             (KIND_FUNC_PROTO, "", 3, 0, &[0, 5, 0, 4, 0, 3]), // 6: old
             (KIND_PTR, "", 0, 6, &[]),
             (KIND_TYPEDEF, "btf_trace_block_rq_issue", 0, 7, &[]), // 8
@@ -417,7 +422,12 @@ mod tests {
         assert!(btf.has_tracepoint("block_rq_issue"));
         assert!(btf.has_tracepoint("block_getrq"));
         assert!(!btf.has_tracepoint("block_no_such_event"));
-        for tp in ["block_rq_issue", "block_rq_insert", "block_rq_complete", "block_io_start"] {
+        for tp in [
+            "block_rq_issue",
+            "block_rq_insert",
+            "block_rq_complete",
+            "block_io_start",
+        ] {
             assert_eq!(btf.tracepoint_arg(tp, "request").unwrap(), 0, "{tp}");
         }
         assert_eq!(btf.tracepoint_arg("block_getrq", "bio").unwrap(), 0);

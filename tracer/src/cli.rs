@@ -16,7 +16,7 @@ use tracer_common::op::Op;
 Every request's submission, issue and completion is captured (device, sector, size, op and flags, \
 submitting pid/comm, queue and device latency, in-flight counts). Totals are kept exactly in the kernel \
 even if the ring buffer overflows, and checked against /proc/diskstats at the end.\n\n\
-Needs root (or CAP_BPF + CAP_PERFMON) and a kernel with BTF (Linux 6.1+; submitters are taken at block_io_start from 6.5, at block_getrq before).",
+Needs root (or CAP_BPF + CAP_PERFMON) and a kernel with BTF (Linux 5.10+; submitters are taken at block_io_start from 6.5, at block_getrq before).",
     after_help = "Examples:\n  \
 blkprof-trace --device loop3 --duration 30s --output run.blkp\n  \
 blkprof-trace --device nvme0n1 --json --interval 5s\n  \
@@ -139,6 +139,12 @@ pub struct Args {
     /// told apart. The report lists the top files per device and groups them by kind.
     #[arg(long)]
     pub files: bool,
+    /// The running kernel's BTF from this file instead of /sys/kernel/btf/vmlinux: for hosts
+    /// and containers where that file is hidden or absent (a copy of it, or the file
+    /// btfhub-archive publishes for the kernel's exact build). The kernel must still have been
+    /// built with BTF (CONFIG_DEBUG_INFO_BTF=y): BTF tracepoints are checked against its own.
+    #[arg(long, value_name = "FILE")]
+    pub btf: Option<std::path::PathBuf>,
     /// Attach programs that do nothing, or (`--attach-only=clock`) that read the clock once
     /// each (benchmarks: the cost of being attached, and the floor of a record per IO).
     #[arg(long, hide = true, value_enum, num_args = 0..=1, require_equals = true,
@@ -232,6 +238,8 @@ pub struct Config {
     pub halves: bool,
     /// `--files`.
     pub files: bool,
+    /// `--btf`: the kernel's BTF from this file.
+    pub btf: Option<std::path::PathBuf>,
     /// `--device` as given (recorded in the trace header's filters).
     pub devices: Vec<String>,
     /// The whole disks to trace, from `devices` (empty: all): a bio-based device given there is
@@ -428,6 +436,7 @@ impl Args {
             owner_always: self.owner_cgroups_always,
             halves: !self.whole_records,
             files: self.files,
+            btf: self.btf.clone(),
         })
     }
 }

@@ -10,17 +10,42 @@ use tracer_common::{
 use crate::btf::{BtfError, KernelBtf};
 
 /// Kernels that work: BTF, and either the `block_io_start` tracepoint (Linux 6.5) or
-/// `block_getrq` with `bio::bi_bdev` (the fallback, for Linux 6.1 to 6.4). The request
-/// flags are an enum in BTF from Linux 6.11 (`__RQF_*`); before, `#define`s with fixed bits.
+/// `block_getrq` (the fallback, for Linux 5.10 to 6.4; docs/design/kernel-5.10.md). The
+/// request flags are an enum in BTF from Linux 6.11 (`__RQF_*`); before, `#define`s with fixed
+/// bits.
 pub const KERNEL_REQUIREMENT: &str =
-    "Linux 6.1 or newer with CONFIG_DEBUG_INFO_BTF=y (the block layer's tracepoints in BTF)";
+    "Linux 5.10 or newer with CONFIG_DEBUG_INFO_BTF=y (the block layer's tracepoints in BTF)";
 
 /// `RQF_IO_STAT` and `RQF_FLUSH_SEQ` on kernels whose request flags are `#define`s (before
-/// 6.11): bits 13 and 4 in 6.1.20, 6.1.158 and 6.6.63, and in the lines 6.11-rc1 removed
+/// 6.11): bits 13 and 4 in 5.10.223, 6.1.20, 6.1.158 and 6.6.63, and in the lines 6.11-rc1 removed
 /// (docs/design/kernel-6.1-fallback.md §3). A wrong bit would show as IOs the kernel did not
 /// account, or accounted ones missing, in the run's exact check against /proc/diskstats.
 const RQF_IO_STAT_BIT_DEFINE: u32 = 13;
 const RQF_FLUSH_SEQ_BIT_DEFINE: u32 = 4;
+
+/// Refuse a kernel below what the probe needs, saying what is missing: the BPF ring buffer
+/// (5.8) and `tp_btf` programs (5.5). Both are asked of the kernel's BTF (its `enum
+/// bpf_map_type` and `enum bpf_attach_type`), not of its version.
+pub fn check_minimum(btf: &KernelBtf) -> Result<(), BtfError> {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let release = release.trim();
+    for (enumerator, what, since) in [
+        (
+            "BPF_TRACE_RAW_TP",
+            "BTF tracepoint programs (tp_btf)",
+            "5.5",
+        ),
+        ("BPF_MAP_TYPE_RINGBUF", "BPF ring buffer", "5.8"),
+    ] {
+        if btf.enumerator(enumerator).is_err() {
+            return Err(BtfError::Unsupported(format!(
+                "kernel {release} has no {what} (Linux {since} has it; blkprof-trace is tested \
+                 from 5.10)"
+            )));
+        }
+    }
+    Ok(())
+}
 
 /// Which submission hook the running kernel offers. `BLKPROF_HOOKS=getrq` forces the
 /// fallback on a kernel that has both (how the fallback is tested on newer kernels).
@@ -200,7 +225,7 @@ pub fn probe_config(btf: &KernelBtf, hooks: Hooks) -> Result<(ProbeConfig, OpDec
 
 /// Whether the kernel's BPF has atomic compare-and-exchange (`BPF_CMPXCHG`, 5.12): asked by
 /// loading a six-instruction program that uses it on its stack. A kernel without it refuses
-/// the instruction ("BPF_STX uses reserved fields"); one that loads it has it.
+/// the instruction (`BPF_STX uses reserved fields`); one that loads it has it.
 pub fn bpf_has_cmpxchg() -> bool {
     #[repr(C)]
     struct ProgLoad {
@@ -216,12 +241,12 @@ pub fn bpf_has_cmpxchg() -> bool {
     }
     // (code, dst | src << 4, off, imm)
     let insns: [(u8, u8, i16, i32); 6] = [
-        (0xb7, 0x00, 0, 0),  // r0 = 0
-        (0x7b, 0x0a, -8, 0), // *(u64 *)(r10 - 8) = r0
-        (0xb7, 0x01, 0, 1),  // r1 = 1
+        (0xb7, 0x00, 0, 0),     // r0 = 0
+        (0x7b, 0x0a, -8, 0),    // *(u64 *)(r10 - 8) = r0
+        (0xb7, 0x01, 0, 1),     // r1 = 1
         (0xdb, 0x1a, -8, 0xf1), // r0 = cmpxchg((u64 *)(r10 - 8), r0, r1)
-        (0xb7, 0x00, 0, 0),  // r0 = 0
-        (0x95, 0x00, 0, 0),  // exit
+        (0xb7, 0x00, 0, 0),     // r0 = 0
+        (0x95, 0x00, 0, 0),     // exit
     ];
     let mut code = Vec::with_capacity(insns.len() * 8);
     for (op, regs, off, imm) in insns {
@@ -392,13 +417,68 @@ pub fn owner_tracking(
 mod tests {
     use super::*;
 
+    /// A BTF blob of named enums, each (name, [(enumerator, value)]).
+    fn enums(list: &[(&str, &[(&str, u32)])]) -> Vec<u8> {
+        let mut strings = vec![0u8];
+        let mut name = |n: &str| {
+            let o = u32::try_from(strings.len()).unwrap();
+            strings.extend_from_slice(n.as_bytes());
+            strings.push(0);
+            o
+        };
+        let mut body = Vec::new();
+        for (enum_name, values) in list {
+            let vlen = u32::try_from(values.len()).unwrap();
+            let words = [name(enum_name), (6 << 24) | vlen, 4];
+            body.extend(words.iter().flat_map(|w| w.to_le_bytes()));
+            for (n, v) in *values {
+                body.extend(name(n).to_le_bytes());
+                body.extend(v.to_le_bytes());
+            }
+        }
+        let mut out = vec![0x9f, 0xeb, 1, 0];
+        let (b, n) = (
+            u32::try_from(body.len()).unwrap(),
+            u32::try_from(strings.len()).unwrap(),
+        );
+        let lens = [24, 0, b, b, n];
+        out.extend(lens.iter().flat_map(|w| w.to_le_bytes()));
+        out.extend(body);
+        out.extend(strings);
+        out
+    }
+
+    #[test]
+    fn a_kernel_below_5_8_is_refused_with_what_it_lacks() {
+        // 5.4: BTF tracepoints, no ring buffer.
+        let btf = KernelBtf::parse(&enums(&[
+            ("bpf_map_type", &[("BPF_MAP_TYPE_HASH", 1)]),
+            ("bpf_attach_type", &[("BPF_TRACE_RAW_TP", 23)]),
+        ]))
+        .expect("well formed");
+        let e = check_minimum(&btf).expect_err("refused").to_string();
+        assert!(e.contains("no BPF ring buffer (Linux 5.8 has it"), "{e}");
+        // 4.19: neither.
+        let btf = KernelBtf::parse(&enums(&[("bpf_map_type", &[("BPF_MAP_TYPE_HASH", 1)])]))
+            .expect("well formed");
+        let e = check_minimum(&btf).expect_err("refused").to_string();
+        assert!(
+            e.contains("no BTF tracepoint programs (tp_btf) (Linux 5.5"),
+            "{e}"
+        );
+        check_minimum(&KernelBtf::from_sys().expect("this machine's BTF")).expect("supported");
+    }
+
     #[test]
     fn decodes_the_running_kernels_flags() {
         let btf = KernelBtf::from_sys().expect("this machine's kernel publishes its BTF");
         let (cfg, dec) = probe_config(&btf, Hooks::GetRq).expect("this kernel is supported");
         assert!(cfg.bio_bdev > 0 && cfg.bdev_disk > 0);
         // A 6.x kernel: the queue names the disk, the bio its block device, the helper exists.
-        assert_eq!((cfg.rq_disk, cfg.bio_disk, cfg.rq_arg, cfg.getrq_bio_arg), (0, 0, 0, 0));
+        assert_eq!(
+            (cfg.rq_disk, cfg.bio_disk, cfg.rq_arg, cfg.getrq_bio_arg),
+            (0, 0, 0, 0)
+        );
         assert_eq!(cfg.task_btf, 1);
         assert_eq!(cfg.req_op_mask, 0xff);
         let sync = 1u32 << btf.enumerator("__REQ_SYNC").unwrap();

@@ -96,6 +96,8 @@ pub struct ProbeOptions {
     /// Records as half records on a ring per CPU, joined in user space
     /// (docs/design/records-without-shared-state.md); `Records` mode only.
     pub halves: bool,
+    /// `--btf`: the kernel's BTF from this file, not /sys/kernel/btf/vmlinux.
+    pub btf: Option<std::path::PathBuf>,
 }
 
 pub struct Probe {
@@ -128,15 +130,9 @@ impl Probe {
         if !privileged() {
             return Err(ProbeError::NotPrivileged);
         }
-        // Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK.
-        let rlim = libc::rlimit {
-            rlim_cur: libc::RLIM_INFINITY,
-            rlim_max: libc::RLIM_INFINITY,
-        };
-        // SAFETY: valid rlimit pointer.
-        unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &raw const rlim) };
-
-        let kbtf = crate::btf::KernelBtf::from_sys()?;
+        let memlock = raise_memlock();
+        let (btf_path, kbtf) = kernel_btf(opts.btf.as_deref())?;
+        crate::kernel::check_minimum(&kbtf)?;
         let hooks = choose_hooks(&kbtf)?;
         let (mut config, decoder) = probe_config(&kbtf, hooks)?;
         // `BLKPROF_HOOKS=getrq-nocas` has a kernel that has it go without (how the host's tests
@@ -172,7 +168,8 @@ impl Probe {
             config.filter_list_len = len;
             config.filter_list[..opts.devices.len()].copy_from_slice(&opts.devices);
         }
-        let btf = Btf::from_sys_fs().map_err(|e| ProbeError::Load(format!("kernel BTF: {e}")))?;
+        let btf = Btf::parse_file(&btf_path, aya::Endianness::default())
+            .map_err(|e| ProbeError::Load(format!("kernel BTF ({}): {e}", btf_path.display())))?;
         let halves = opts.halves && opts.mode == ProbeMode::Records && hooks == Hooks::IoStart;
         let mut loader = EbpfLoader::new();
         loader
@@ -192,20 +189,7 @@ impl Probe {
         let hot_ring = per_ring.min(tracer_common::HOT_RING_BYTES);
         let per_ring = if per_ring > hot_ring { per_ring } else { 4096 };
         config.hot_ring_bytes = hot_ring;
-        // How the tests have the completion program skip runs, as some kernels do (the
-        // e2e test of missed completions); never set in use.
-        config.test_skip_completions = std::env::var("BLKPROF_TEST_SKIP_COMPLETIONS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        if config.test_skip_completions != 0 {
-            eprintln!(
-                "blkprof-trace: BLKPROF_TEST_SKIP_COMPLETIONS={}: the completion program skips \
-                 every {}th run on each CPU for a traced device on purpose (for tests): this \
-                 trace misses IOs",
-                config.test_skip_completions, config.test_skip_completions
-            );
-        }
+        config.test_skip_completions = test_skip_completions();
         for (i, name) in tracer_common::MAP_HALF_RINGS.iter().enumerate() {
             loader.map_max_entries(name, if halves && i < used { per_ring } else { 4096 });
         }
@@ -233,7 +217,7 @@ impl Probe {
         loader.override_global(GLOBAL_CONFIG, &config, true);
         let mut ebpf = loader
             .load(PROBE_OBJECT)
-            .map_err(|e| ProbeError::Load(format!("{e:#}")))?;
+            .map_err(|e| ProbeError::Load(format!("{e:#}{}", memlock.hint())))?;
         if !opts.devices.is_empty() {
             let mut filter: BpfHashMap<_, u32, u8> = BpfHashMap::try_from(
                 ebpf.map_mut(MAP_DEVICE_FILTER)
@@ -246,22 +230,7 @@ impl Probe {
                     .map_err(|e| ProbeError::Load(e.to_string()))?;
             }
         }
-        let programs: Vec<(&'static str, &'static str)> = match opts.mode {
-            ProbeMode::Records if halves => tracer_common::PROGRAMS_HALVES.to_vec(),
-            ProbeMode::Records if hooks == Hooks::GetRq => tracer_common::programs_getrq(
-                config.cas != 0,
-                config.rq_arg != 0,
-                config.getrq_bio_arg != 0,
-            )
-            .to_vec(),
-            ProbeMode::Records => hooks.programs().to_vec(),
-            ProbeMode::Aggregates if config.cas == 0 => {
-                tracer_common::PROGRAMS_AGGREGATES_NOCAS.to_vec()
-            }
-            ProbeMode::Aggregates => tracer_common::PROGRAMS_AGGREGATES.to_vec(),
-            ProbeMode::Nop => tracer_common::PROGRAMS_NOP.to_vec(),
-            ProbeMode::Clock => tracer_common::PROGRAMS_CLOCK.to_vec(),
-        };
+        let programs = programs_for(opts.mode, halves, hooks, &config);
         for &(prog, tracepoint) in &programs {
             let p: &mut BtfTracePoint = ebpf
                 .program_mut(prog)
@@ -270,7 +239,16 @@ impl Probe {
                 .map_err(|e: aya::programs::ProgramError| ProbeError::Load(e.to_string()))?;
             p.load(tracepoint, &btf).map_err(|e| ProbeError::Attach {
                 tracepoint: tracepoint.into(),
-                reason: format!("{e:#}"),
+                reason: format!(
+                    "{e:#}{}",
+                    if opts.btf.is_some() && !std::path::Path::new(crate::btf::SYS_BTF).exists() {
+                        " (with --btf on a kernel that shows no BTF of its own: if it was built \
+                         without CONFIG_DEBUG_INFO_BTF, its verifier cannot check BTF tracepoint \
+                         programs, and blkprof-trace cannot run there)"
+                    } else {
+                        ""
+                    }
+                ),
             })?;
         }
         if halves {
@@ -409,7 +387,7 @@ impl Probe {
             };
             let slots: BpfHashMap<_, u64, BioSlot> = BpfHashMap::try_from(m).map_err(err)?;
             let mut left = 0;
-            for s in slots.iter() {
+            for s in &slots {
                 let (_, s) = s.map_err(err)?;
                 if s.ts > after_ns && s.ts <= until_ns {
                     left += 1;
@@ -730,6 +708,119 @@ impl Probe {
         }
         out
     }
+}
+
+/// How the tests have the completion program skip runs, as some kernels do (the e2e test of
+/// missed completions); never set in use.
+fn test_skip_completions() -> u32 {
+    let every = std::env::var("BLKPROF_TEST_SKIP_COMPLETIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    if every != 0 {
+        eprintln!(
+            "blkprof-trace: BLKPROF_TEST_SKIP_COMPLETIONS={every}: the completion program skips \
+             every {every}th run on each CPU for a traced device on purpose (for tests): this \
+             trace misses IOs"
+        );
+    }
+    every
+}
+
+/// The kernel's BTF, from `--btf` or /sys/kernel/btf/vmlinux: where it was read, and its
+/// offsets and enums.
+fn kernel_btf(
+    given: Option<&std::path::Path>,
+) -> Result<(std::path::PathBuf, crate::btf::KernelBtf), ProbeError> {
+    let path = given.map_or_else(
+        || std::path::PathBuf::from(crate::btf::SYS_BTF),
+        std::path::Path::to_path_buf,
+    );
+    let btf = crate::btf::KernelBtf::from_file(&path).map_err(|e| match e {
+        crate::btf::BtfError::Read { .. } if given.is_none() => ProbeError::Load(format!(
+            "{e}; where the kernel has BTF but this file is hidden (a container, a hardened \
+             /sys), give it as --btf FILE"
+        )),
+        e => ProbeError::Kernel(e),
+    })?;
+    Ok((path, btf))
+}
+
+/// The programs to load, (program, tracepoint), submission side first: by mode, and on the
+/// `block_getrq` path by what the kernel's BPF and tracepoints offer.
+fn programs_for(
+    mode: ProbeMode,
+    halves: bool,
+    hooks: Hooks,
+    config: &ProbeConfig,
+) -> Vec<(&'static str, &'static str)> {
+    match mode {
+        ProbeMode::Records if halves => tracer_common::PROGRAMS_HALVES.to_vec(),
+        ProbeMode::Records if hooks == Hooks::GetRq => tracer_common::programs_getrq(
+            config.cas != 0,
+            config.rq_arg != 0,
+            config.getrq_bio_arg != 0,
+        )
+        .to_vec(),
+        ProbeMode::Records => hooks.programs().to_vec(),
+        ProbeMode::Aggregates if config.cas == 0 => {
+            tracer_common::PROGRAMS_AGGREGATES_NOCAS.to_vec()
+        }
+        ProbeMode::Aggregates => tracer_common::PROGRAMS_AGGREGATES.to_vec(),
+        ProbeMode::Nop => tracer_common::PROGRAMS_NOP.to_vec(),
+        ProbeMode::Clock => tracer_common::PROGRAMS_CLOCK.to_vec(),
+    }
+}
+
+/// What raising `RLIMIT_MEMLOCK` came to: kernels before 5.11 charge BPF maps to it.
+enum Memlock {
+    Unlimited,
+    /// Not raised to infinity (no `CAP_SYS_RESOURCE`): raised to the hard limit, in bytes.
+    Limited(u64),
+}
+
+impl Memlock {
+    /// A sentence for a load that failed, when the limit may be why.
+    fn hint(&self) -> String {
+        match self {
+            Memlock::Unlimited => String::new(),
+            Memlock::Limited(bytes) => format!(
+                " (the locked-memory limit is {bytes} bytes and could not be raised: kernels \
+                 before 5.11 charge BPF maps to it; run with LimitMEMLOCK=infinity in the unit, \
+                 or `ulimit -l unlimited`)"
+            ),
+        }
+    }
+}
+
+/// Raise `RLIMIT_MEMLOCK` to infinity, or as far as the hard limit allows.
+fn raise_memlock() -> Memlock {
+    let infinite = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: a valid rlimit.
+    if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &raw const infinite) } == 0 {
+        return Memlock::Unlimited;
+    }
+    let mut now = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: a valid rlimit to fill.
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &raw mut now) } != 0 {
+        return Memlock::Limited(0);
+    }
+    if now.rlim_max == libc::RLIM_INFINITY {
+        return Memlock::Unlimited;
+    }
+    let hard = libc::rlimit {
+        rlim_cur: now.rlim_max,
+        rlim_max: now.rlim_max,
+    };
+    // SAFETY: a valid rlimit, within the hard limit.
+    unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &raw const hard) };
+    Memlock::Limited(now.rlim_max)
 }
 
 /// (`run_cnt`, `run_time_ns`, `recursion_misses`) of a loaded program, from `bpf_prog_info`

@@ -257,8 +257,9 @@ fn e2e_test_executable<'a>(exes: &'a [(String, String)], name: &str) -> Result<&
         .with_context(|| format!("cargo built no test executable for tests/tests/{name}.rs"))
 }
 
-/// The end-to-end tests in nested VMs with stock kernels, 6.12 (the `block_io_start` path)
-/// and 6.1 LTS (the `block_getrq` fallback), each with six emulated NVMe disks:
+/// The end-to-end tests in nested VMs with stock kernels, 6.12 (the `block_io_start` path),
+/// 6.1 LTS (the `block_getrq` fallback) and 5.10 LTS (the fallback without BPF
+/// compare-and-exchange), each with six emulated NVMe disks:
 /// `tests/tests/vm.rs` (an NVMe disk, nvme0n1; md RAID0 over nvme0n1-nvme3n1, chunks 64 and
 /// 512 KB), `tests/tests/vm_whatif.rs` (whatif's prediction from nvme4n1 against the md run),
 /// the first test of `tests/tests/files.rs` (the files of buffered IO, whose kernel structures
@@ -282,19 +283,31 @@ fn vm_tests() -> Result<()> {
          env TMPDIR=/mnt BLKPROF_BIN_DIR={bin_dir} {e2e} --exact --test-threads=1 {}",
         VM_E2E_TESTS.join(" ")
     );
-    // Each guest is single-threaded TCG, one host CPU: the two run side by side (on 2 CPUs,
-    // about half the wall time of one after the other). Installs first, one at a time.
-    let kernels = ["6.12", "6.1"];
-    for kernel in kernels {
+    // Each guest is single-threaded TCG, one host CPU: they run side by side (on 2 CPUs, about
+    // half the wall time of one after the other). Installs first, one at a time.
+    // `BLKPROF_VM_KERNELS=5.10,6.1` runs some of them (while working on one kernel's path).
+    let chosen = std::env::var("BLKPROF_VM_KERNELS").ok();
+    let kernels: Vec<&str> = ["6.12", "6.1", "5.10"]
+        .into_iter()
+        .filter(|k| {
+            chosen
+                .as_deref()
+                .is_none_or(|c| c.split(',').any(|x| x == *k))
+        })
+        .collect();
+    if kernels.is_empty() {
+        bail!("BLKPROF_VM_KERNELS={chosen:?} names none of 6.12, 6.1, 5.10");
+    }
+    for &kernel in &kernels {
         crate::vm::setup(kernel)?;
     }
     let results: Vec<Result<()>> = std::thread::scope(|s| {
         let runs: Vec<_> = kernels
-            .map(|kernel| {
+            .iter()
+            .map(|&kernel| {
                 let script = &script;
                 s.spawn(move || vm_test_run(kernel, script))
             })
-            .into_iter()
             .collect();
         runs.into_iter()
             .map(|r| r.join().unwrap_or_else(|_| bail!("the VM thread panicked")))

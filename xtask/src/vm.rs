@@ -163,11 +163,11 @@ pub(crate) fn vmlinuz(kernel: &str) -> Result<PathBuf> {
         .args(&apt.options)
         .args(["update", "-qq"])
         .status();
-    let names = output(
-        Command::new("apt-cache")
-            .args(&apt.options)
-            .args(["search", "--names-only", pattern]),
-    )?;
+    let names = output(Command::new("apt-cache").args(&apt.options).args([
+        "search",
+        "--names-only",
+        pattern,
+    ]))?;
     let mut pkgs: Vec<&str> = names
         .lines()
         .filter_map(|l| l.split_whitespace().next())
@@ -337,6 +337,10 @@ pub(crate) fn run_vm(o: &Options) -> Result<Outcome> {
         std::env::var("PATH").unwrap_or_default()
     );
     let mut c = Command::new(venv_bin.join("vng"));
+    // The guest kernel's own console too (for a guest that dies: its oops is there).
+    if std::env::var_os("BLKPROF_VM_VERBOSE").is_some() {
+        c.arg("--verbose");
+    }
     c.env("PATH", path)
         .arg("--disable-kvm")
         .arg("-r")

@@ -189,6 +189,7 @@ impl Run {
             owner_always: cfg.owner_always,
             files: cfg.files,
             halves: cfg.halves,
+            btf: cfg.btf.clone(),
         })?;
         let ring = probe.take_ring()?;
         let half_rings = probe.take_half_rings()?;
