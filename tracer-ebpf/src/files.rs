@@ -20,9 +20,19 @@ pub(crate) fn file_of(cfg: &ProbeConfig, rq: *const u8) -> (u32, u64) {
     if cfg_u32(&cfg.files) == 0 {
         return (0, 0);
     }
+    // NULL links end the chain before a load faults (see `kernel::owner_cgroup`).
     let bio: *const u8 = load(rq, cfg_u32(&cfg.rq_bio));
+    if bio.is_null() {
+        return (0, 0);
+    }
     let bvec: *const u8 = load(bio, cfg_u32(&cfg.bio_io_vec));
+    if bvec.is_null() {
+        return (0, 0);
+    }
     let page: *const u8 = load(bvec, cfg_u32(&cfg.bvec_page));
+    if page.is_null() {
+        return (0, 0);
+    }
     let mapping: *const u8 = load(page, cfg_u32(&cfg.page_mapping));
     let bits = bits_of(mapping, SCRATCH_COMPLETE);
     if bits == 0 {
@@ -33,12 +43,18 @@ pub(crate) fn file_of(cfg: &ProbeConfig, rq: *const u8) -> (u32, u64) {
         return (FILE_DEV_ANON, 0);
     }
     let inode: *const u8 = load(mapping, cfg_u32(&cfg.mapping_host));
+    if inode.is_null() {
+        return (0, 0);
+    }
     let ino: u64 = load(inode, cfg_u32(&cfg.inode_ino));
     let mode: u16 = load(inode, cfg_u32(&cfg.inode_mode));
     if mode & S_IFMT == S_IFBLK {
         return (FILE_DEV_DEVICE, 0);
     }
     let sb: *const u8 = load(inode, cfg_u32(&cfg.inode_sb));
+    if sb.is_null() {
+        return (0, 0);
+    }
     let key = FileKey {
         ino,
         dev: load(sb, cfg_u32(&cfg.sb_dev)),

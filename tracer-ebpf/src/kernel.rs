@@ -123,7 +123,8 @@ pub(crate) fn config() -> &'static ProbeConfig {
 #[inline(always)]
 pub(crate) fn load<T: Copy>(base: *const u8, offset: u32) -> T {
     // SAFETY: base is a BTF-typed kernel pointer and the offset a member's offset from the
-    // running kernel's BTF; the verifier checks the access against BTF (faults read as 0).
+    // running kernel's BTF; the verifier checks the access against BTF (faults read as 0, but
+    // callers check NULL links first: see `owner_cgroup`).
     unsafe { core::ptr::read_volatile(base.wrapping_add(offset as usize).cast::<T>()) }
 }
 
@@ -241,11 +242,28 @@ pub(crate) fn owner_cgroup(cfg: &ProbeConfig, rq: *const u8) -> u64 {
     if cfg_u32(&cfg.owner_cgroup) == 0 {
         return 0;
     }
-    // Each load goes through a BTF-typed pointer: a NULL one reads as 0 down the chain.
+    // A NULL link (no bio: a flush) ends the chain here, not in a load that faults: the
+    // verifier makes a faulting load read 0, but 5.10's fault path for BPF programs was seen to
+    // oops while looking the load up (docs/design/kernel-5.10.md).
     let bio: *const u8 = load(rq, cfg_u32(&cfg.rq_bio));
+    if bio.is_null() {
+        return 0;
+    }
     let blkg: *const u8 = load(bio, cfg_u32(&cfg.bio_blkg));
+    if blkg.is_null() {
+        return 0;
+    }
     let blkcg: *const u8 = load(blkg, cfg_u32(&cfg.blkg_blkcg));
+    if blkcg.is_null() {
+        return 0;
+    }
     let cgroup: *const u8 = load(blkcg, cfg_u32(&cfg.blkcg_cgroup));
+    if cgroup.is_null() {
+        return 0;
+    }
     let kn: *const u8 = load(cgroup, cfg_u32(&cfg.cgroup_kn));
+    if kn.is_null() {
+        return 0;
+    }
     load(kn, cfg_u32(&cfg.kn_id))
 }
