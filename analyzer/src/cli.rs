@@ -16,7 +16,7 @@ use crate::run::{self, Fail};
 #[derive(Parser)]
 #[command(
     name = "blkprof",
-    version,
+    version = tracer_common::VERSION,
     about = "Read blkprof trace files and report what the disk really did.",
     after_help = "Examples:\n  blkprof report run.blkp\n  blkprof report run.blkp --json > run.json\n\nTraces are written by blkprof-trace (root). This tool needs no privileges."
 )]

@@ -14,12 +14,21 @@ mod run;
 
 use std::process::ExitCode;
 
-use clap::Parser as _;
+use clap::{CommandFactory as _, Parser as _};
 
 use cli::Command;
 use run::Fail;
 
 fn main() -> ExitCode {
+    if let Some(dir) = tracer_common::assets::requested() {
+        return match tracer_common::assets::write(cli::Cli::command(), &dir) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("blkprof: cannot write to {}: {e}", dir.display());
+                ExitCode::from(1)
+            }
+        };
+    }
     match cli::Cli::parse().cmd.validate().and_then(dispatch) {
         Ok(code) => code,
         Err(Fail::Closed) => ExitCode::SUCCESS,

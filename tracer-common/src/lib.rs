@@ -3,6 +3,8 @@
 #![cfg_attr(not(feature = "format"), no_std)]
 
 pub mod abi;
+#[cfg(feature = "assets")]
+pub mod assets;
 #[cfg(feature = "format")]
 pub mod cgroup;
 #[cfg(feature = "format")]
@@ -27,6 +29,13 @@ pub mod time;
 pub mod units;
 
 pub use abi::*;
+
+/// The version the binaries, the trace files and the packages carry: the git description of
+/// the build when `cargo xtask dist` built it (`BLKPROF_VERSION`), else the crate's.
+pub const VERSION: &str = match option_env!("BLKPROF_VERSION") {
+    Some(v) => v,
+    None => env!("CARGO_PKG_VERSION"),
+};
 
 // The tests that write files (the format's, feature `format`) put them in temporary
 // directories; without that feature the dev-dependency is linked into the tests but unused.

@@ -10,7 +10,7 @@ use tracer_common::op::Op;
 #[derive(Parser, Debug)]
 #[command(
     name = "blkprof-trace",
-    version,
+    version = tracer_common::VERSION,
     about = "Trace every block IO with eBPF: live per-device stats, exact totals, and a compact trace file.",
     long_about = "Trace every block IO with eBPF: live per-device stats, exact totals, and a compact trace file.\n\n\
 Every request's submission, issue and completion is captured (device, sector, size, op and flags, \

@@ -6,9 +6,18 @@
     reason = "the bin links the lib's dependencies; the lib target checks them"
 )]
 
-use clap::Parser as _;
+use clap::{CommandFactory as _, Parser as _};
 
 fn main() -> std::process::ExitCode {
+    if let Some(dir) = tracer_common::assets::requested() {
+        return match tracer_common::assets::write(tracer::cli::Args::command(), &dir) {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("blkprof-trace: cannot write to {}: {e}", dir.display());
+                std::process::ExitCode::from(1)
+            }
+        };
+    }
     let args = tracer::cli::Args::parse();
     let cfg = match args.into_config() {
         Ok(c) => c,

@@ -466,7 +466,7 @@ fn probe_families(o: &mut Out, m: &Metrics, sc: &Scrape) {
     o.sample(
         "blkprof_build_info",
         &[
-            ("version", env!("CARGO_PKG_VERSION")),
+            ("version", tracer_common::VERSION),
             ("kernel", sc.kernel),
         ],
         1.0,

@@ -481,7 +481,7 @@ impl HlogWriter {
         writeln!(
             out,
             "#[blkprof-trace {}: tags are DEVICE.OP.METRIC; values in ns or bytes]",
-            env!("CARGO_PKG_VERSION")
+            tracer_common::VERSION
         )?;
         writeln!(out, "#[Histogram log format version 1.3]")?;
         writeln!(

@@ -127,7 +127,7 @@ pub fn import_msr(input: &Path, output: &Path, skip_bad: bool) -> Result<ImportS
         } else {
             base = issue_ns;
             let header = TraceHeader {
-                tracer_version: format!("blkprof import msr {}", env!("CARGO_PKG_VERSION")),
+                tracer_version: format!("blkprof import msr {}", tracer_common::VERSION),
                 host: host.to_string(),
                 kernel: "unknown (imported from an MSR Cambridge trace)".into(),
                 // Below i64::MAX: checked when parsed.
@@ -261,7 +261,7 @@ pub fn import_blk(input: &Path, output: &Path, skip_bad: bool) -> Result<ImportS
     devs.sort_unstable();
     devs.dedup();
     let header = TraceHeader {
-        tracer_version: format!("blkprof import blk {}", env!("CARGO_PKG_VERSION")),
+        tracer_version: format!("blkprof import blk {}", tracer_common::VERSION),
         host: "unknown (imported)".into(),
         kernel: "unknown (imported)".into(),
         // Event times are seconds since tracing began (blkparse) or since boot (ftrace): there is

@@ -147,7 +147,7 @@ impl Run {
     fn header_for(&mut self, seq: u32, start_at: Option<u64>) -> Result<TraceHeader> {
         let mut header = TraceHeader {
             format_version: tracer_common::format::FORMAT_VERSION,
-            tracer_version: env!("CARGO_PKG_VERSION").into(),
+            tracer_version: tracer_common::VERSION.into(),
             host: self.host.clone(),
             kernel: self.kernel.clone(),
             wall_clock_start_ns: self.wall_start_ns,

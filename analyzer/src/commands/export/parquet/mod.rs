@@ -188,7 +188,7 @@ fn properties(opts: &ParquetOptions) -> WriterProperties {
         // Min/max per page and row group (column and offset indexes): engines skip row groups
         // and pages by time and device.
         .set_statistics_enabled(EnabledStatistics::Page)
-        .set_created_by(format!("blkprof {}", env!("CARGO_PKG_VERSION")))
+        .set_created_by(format!("blkprof {}", tracer_common::VERSION))
         .build()
 }
 
