@@ -16,6 +16,7 @@ use tracer_common::format::{
 };
 use tracer_common::op::StatGroup;
 
+pub mod dist;
 mod exact;
 mod ftrace;
 
@@ -352,8 +353,6 @@ impl Tracer {
     /// [`Tracer::start_env`] through a command that execs its arguments (`unshare`, `sh -c
     /// '... exec "$0" "$@"'`), the tracer's path and `args` after `wrapper`.
     pub fn start_wrapped(wrapper: &[&str], args: &[&str], env: &[(&str, &str)]) -> Tracer {
-        let bpf_stats = BpfStats::enable();
-        exact::tracer_starting();
         let mut cmd = match wrapper.split_first() {
             Some((first, rest)) => {
                 let mut c = Command::new(first);
@@ -362,9 +361,15 @@ impl Tracer {
             }
             None => Command::new(bin("blkprof-trace")),
         };
+        cmd.args(args).envs(env.iter().copied());
+        Self::start_command(cmd)
+    }
+
+    /// [`Tracer::start`] of a command that runs a tracer (a packaged one, in a container).
+    pub fn start_command(mut cmd: Command) -> Tracer {
+        let bpf_stats = BpfStats::enable();
+        exact::tracer_starting();
         let mut child = cmd
-            .args(args)
-            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -762,4 +767,82 @@ pub fn report_json(trace: &Path) -> serde_json::Value {
         String::from_utf8_lossy(&o.stderr)
     );
     serde_json::from_slice(&o.stdout).expect("report JSON")
+}
+
+/// Per diskstats group, the trace's records and the probe's aggregates equal the kernel's
+/// counts exactly, but for the misses the tracer reports, each a program run the kernel
+/// skipped; returns the misses.
+pub fn assert_exact(trace: &Trace, device: &str, own: &BTreeMap<StatGroup, (u64, u64)>) -> u64 {
+    assert_exact_but_misses(trace, device, own);
+    assert_misses_are_skipped_runs(trace, device)
+}
+
+/// [`assert_exact`] but for how many IOs the probe missed: (missed, the kernel's IOs).
+pub fn assert_exact_but_misses(
+    trace: &Trace,
+    device: &str,
+    own: &BTreeMap<StatGroup, (u64, u64)>,
+) -> (u64, u64) {
+    let kernel = trace.kernel_delta(device);
+    let t = trace.trailer.as_ref().expect("trailer");
+    let c = &t.counters_end;
+    assert_eq!(
+        c.ring_drops, 0,
+        "no ring drops at this rate with default settings"
+    );
+    // The test's own snapshots around the workload see the same (nothing else uses the device).
+    assert_eq!(
+        &kernel, own,
+        "diskstats around the workload vs over the trace"
+    );
+    let misses = c.reported_misses();
+    let cov = tracer_common::coverage::coverage(&trace.header, t);
+    let d = cov
+        .iter()
+        .find(|d| d.name == device)
+        .expect("coverage of the device");
+    let groups = trace.groups();
+    let mut missed_total = 0;
+    for g in &d.groups {
+        let grp = g.group.unwrap();
+        let rec = groups.get(&grp).copied().unwrap_or((0, 0));
+        // Records and the exact in-kernel aggregates agree with each other...
+        assert_eq!(
+            rec,
+            (g.aggregate_ios, g.aggregate_bytes),
+            "records vs in-kernel aggregates, {grp:?}"
+        );
+        // ...and with the kernel, up to the misses the tracer itself reported.
+        assert!(
+            g.aggregate_ios <= g.kernel_ios,
+            "{grp:?}: more IOs than the kernel counted"
+        );
+        assert_eq!(
+            g.unaccounted(misses),
+            0,
+            "{grp:?}: trace {} vs kernel {} IOs, reported misses {misses}",
+            g.aggregate_ios,
+            g.kernel_ios
+        );
+        if g.aggregate_ios == g.kernel_ios {
+            assert_eq!(g.aggregate_bytes, g.kernel_bytes, "{grp:?} bytes");
+        }
+        missed_total += g.kernel_ios - g.aggregate_ios;
+    }
+    // Every missing IO is a reported miss (the misses reported can be more: a program run the
+    // kernel skipped for recursion is one, whichever program it was). But on the
+    // `block_getrq` fallback an empty flush (an fsync's) meets no program before its
+    // completion: if the kernel skips that run (this host's does, now and then), the IO is
+    // not seen at all, and shows only as a submitter not taken up.
+    let unseen = if trace.header.submit_hook == "block_getrq" {
+        c.submitters_lost
+    } else {
+        0
+    };
+    assert!(
+        missed_total <= misses + unseen,
+        "IOs missing against the kernel's counters ({missed_total}) vs misses reported \
+         ({misses}; submitters not taken up {unseen})"
+    );
+    (missed_total, d.groups.iter().map(|g| g.kernel_ios).sum())
 }

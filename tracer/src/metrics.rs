@@ -465,10 +465,7 @@ fn probe_families(o: &mut Out, m: &Metrics, sc: &Scrape) {
     );
     o.sample(
         "blkprof_build_info",
-        &[
-            ("version", tracer_common::VERSION),
-            ("kernel", sc.kernel),
-        ],
+        &[("version", tracer_common::VERSION), ("kernel", sc.kernel)],
         1.0,
     );
 }

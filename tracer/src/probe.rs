@@ -217,7 +217,7 @@ impl Probe {
         loader.override_global(GLOBAL_CONFIG, &config, true);
         let mut ebpf = loader
             .load(PROBE_OBJECT)
-            .map_err(|e| ProbeError::Load(format!("{e:#}{}", memlock.hint())))?;
+            .map_err(|e| ProbeError::Load(format!("{e:#}{}", memlock.hint(refused(&e)))))?;
         if !opts.devices.is_empty() {
             let mut filter: BpfHashMap<_, u32, u8> = BpfHashMap::try_from(
                 ebpf.map_mut(MAP_DEVICE_FILTER)
@@ -780,17 +780,41 @@ enum Memlock {
 }
 
 impl Memlock {
-    /// A sentence for a load that failed, when the limit may be why.
-    fn hint(&self) -> String {
-        match self {
+    /// Sentences for a load that failed, when the limit, or a seccomp filter (`refused`: the
+    /// kernel answered EPERM), may be why.
+    fn hint(&self, refused: bool) -> String {
+        let mut hint = match self {
             Memlock::Unlimited => String::new(),
             Memlock::Limited(bytes) => format!(
                 " (the locked-memory limit is {bytes} bytes and could not be raised: kernels \
                  before 5.11 charge BPF maps to it; run with LimitMEMLOCK=infinity in the unit, \
                  or `ulimit -l unlimited`)"
             ),
+        };
+        if refused {
+            hint.push_str(
+                " (bpf() was refused: in a container, the runtime's seccomp profile may allow \
+                 it only with CAP_SYS_ADMIN, as Debian 12's podman does; run with \
+                 --security-opt seccomp=/usr/share/blkprof/seccomp.json, which allows bpf() \
+                 with CAP_BPF and perf_event_open() with CAP_PERFMON: docs/install.md)",
+            );
         }
+        hint
     }
+}
+
+/// Whether the kernel refused a call of the load with EPERM.
+fn refused(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(e);
+    while let Some(c) = cause {
+        if c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.raw_os_error() == Some(libc::EPERM))
+        {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
 }
 
 /// Raise `RLIMIT_MEMLOCK` to infinity, or as far as the hard limit allows.

@@ -3,6 +3,7 @@
 //!
 //!   cargo xtask setup   install what a fresh machine lacks (idempotent; seconds when done)
 //!   cargo xtask demo    trace a Cassandra-shaped fio workload on a scratch loop device, report
+//!   cargo xtask dist    static tarball, .deb, .rpm and OCI image in target/dist/
 //!   cargo xtask test    all tests, the root end-to-end ones included
 //!   cargo xtask bench   overhead and throughput figures (BENCHMARKS.md)
 //!   cargo xtask cassandra  a real Cassandra node under YCSB workload A, traced, and its report
@@ -15,6 +16,7 @@
 mod bench;
 mod cassandra;
 mod demo;
+mod dist;
 mod experiment;
 mod fleet;
 mod fuzz;
@@ -44,6 +46,12 @@ enum Cmd {
     /// Install what a fresh machine lacks: nightly rust-src, bpf-linker built against the
     /// nightly's own LLVM, fio and the peer tools. Idempotent.
     Setup,
+    /// Build what production hosts install, in target/dist/: static (musl) blkprof-trace and
+    /// blkprof in a tarball, a .deb and an .rpm (binaries, man pages, bash/zsh/fish
+    /// completions, the hardened systemd unit, the blkprof user, the Grafana dashboard, the
+    /// docs), an OCI image archive whose entrypoint is blkprof-trace, and SHA256SUMS. The
+    /// version is the git description of the build. Needs no root.
+    Dist,
     /// Set up, then trace a built-in Cassandra-shaped fio workload on a scratch loop device
     /// and print the report.
     Demo {
@@ -186,6 +194,7 @@ enum Cmd {
 fn main() -> Result<()> {
     match Cli::parse().cmd {
         Cmd::Setup => setup::setup(),
+        Cmd::Dist => dist::dist().map(|_| ()),
         Cmd::Demo { seconds, out } => {
             setup::setup()?;
             demo::demo(seconds, out)

@@ -11,6 +11,7 @@ pub(crate) fn setup() -> Result<()> {
     nightly()?;
     bpf_linker()?;
     packages()?;
+    musl()?;
     crate::fleet::venv()?;
     tracefs();
     Ok(())
@@ -120,6 +121,30 @@ fn bpf_linker() -> Result<()> {
     Ok(())
 }
 
+/// What `cargo xtask dist` builds the static binaries with: Rust's musl target, and musl-gcc
+/// for the C in the analyzer's dependencies (zstd).
+pub(crate) fn musl() -> Result<()> {
+    let installed = output(Command::new("rustup").args(["target", "list", "--installed"]))?;
+    if !installed
+        .lines()
+        .any(|l| l.trim() == "x86_64-unknown-linux-musl")
+    {
+        eprintln!("setup: adding the x86_64-unknown-linux-musl target");
+        run(Command::new("rustup").args(["target", "add", "x86_64-unknown-linux-musl"]))?;
+    }
+    let mut missing = Vec::new();
+    for (cmd, pkg) in [
+        ("musl-gcc", "musl-tools"),
+        ("rpmbuild", "rpm"),
+        ("dpkg-deb", "dpkg"),
+    ] {
+        if !have(cmd) {
+            missing.push(pkg);
+        }
+    }
+    apt_install(&missing)
+}
+
 fn packages() -> Result<()> {
     // (command that proves it is there, Debian package)
     let wanted = [
@@ -132,6 +157,11 @@ fn packages() -> Result<()> {
         // The metrics test scrapes the tracer with a real server; promtool checks the format.
         ("prometheus", "prometheus"),
         ("promtool", "prometheus"),
+        // The packages' tests: the OCI image under podman (runc: crun cannot set rlimits in
+        // this sandbox), systemd-analyze for the unit.
+        ("podman", "podman"),
+        ("runc", "runc"),
+        ("systemd-analyze", "systemd"),
     ];
     let missing: Vec<&str> = wanted
         .iter()

@@ -137,6 +137,9 @@ pub(crate) fn test(filter: Option<&str>, steps: &mut Steps) -> Result<()> {
             "the end-to-end tests load eBPF programs and create loop devices: run `cargo xtask test` as root"
         );
     }
+    // What the packaging tests (tests/tests/dist.rs) install and run, on the host and in the
+    // VMs.
+    let dist = steps.run("dist", crate::dist::dist)?;
     // The tests' loop images go here instead of being deleted (tests/src/lib.rs, `Scratch`);
     // deleted while the VMs run, which use the CPUs but not this disk. One name for every run:
     // what a run stopped before the VMs left there goes with the next run's.
@@ -155,6 +158,7 @@ pub(crate) fn test(filter: Option<&str>, steps: &mut Steps) -> Result<()> {
             }
             c.arg("--test-threads=1");
             c.env("BLKPROF_BIN_DIR", root().join("target/release"));
+            c.env("BLKPROF_DIST_DIR", &dist);
             c.env("BLKPROF_TEST_TRASH", &trash);
             if !c
                 .status()
@@ -196,6 +200,7 @@ pub(crate) fn test_vms() -> Result<()> {
         bail!("the VM tests boot qemu with the host's files and load eBPF in it: run as root");
     }
     build_for_tests()?;
+    crate::dist::dist()?;
     vm_tests()
 }
 
@@ -261,7 +266,8 @@ fn e2e_test_executable<'a>(exes: &'a [(String, String)], name: &str) -> Result<&
 /// 6.1 LTS (the `block_getrq` fallback) and 5.10 LTS (the fallback without BPF
 /// compare-and-exchange), each with six emulated NVMe disks:
 /// `tests/tests/vm.rs` (an NVMe disk, nvme0n1; md RAID0 over nvme0n1-nvme3n1, chunks 64 and
-/// 512 KB), `tests/tests/vm_whatif.rs` (whatif's prediction from nvme4n1 against the md run),
+/// 512 KB), the .deb installed into a throwaway root and traced there (`tests/tests/dist.rs`),
+/// `tests/tests/vm_whatif.rs` (whatif's prediction from nvme4n1 against the md run),
 /// the first test of `tests/tests/files.rs` (the files of buffered IO, whose kernel structures
 /// differ between versions; the burst of names is the daemon's, tested on the host), then the
 /// host tests of [`VM_E2E_TESTS`] on loop devices whose images live on
@@ -273,11 +279,15 @@ fn vm_tests() -> Result<()> {
     let whatif = e2e_test_executable(&exes, "vm_whatif")?;
     let e2e = e2e_test_executable(&exes, "e2e")?;
     let files = e2e_test_executable(&exes, "files")?;
+    let packages = e2e_test_executable(&exes, "dist")?;
     let bin_dir = root().join("target/release");
     let bin_dir = bin_dir.display();
+    let dist = root().join("target/dist");
+    let dist = dist.display();
     let script = format!(
         "set -e; modprobe loop max_loop=16; mkfs.ext4 -q /dev/nvme5n1; mount /dev/nvme5n1 /mnt; mkdir /mnt/whatif; \
          env BLKPROF_VM_DISK=nvme0n1 BLKPROF_BIN_DIR={bin_dir} {vm} --include-ignored --test-threads=1; \
+         env BLKPROF_VM_DISK=nvme0n1 BLKPROF_DIST_DIR={dist} BLKPROF_BIN_DIR={bin_dir} {packages} --include-ignored --exact --test-threads=1 the_deb_installs_and_traces_an_nvme_disk_exactly_in_stock_kernels; \
          env BLKPROF_VM_WHATIF=/mnt/whatif BLKPROF_BIN_DIR={bin_dir} {whatif} --include-ignored --test-threads=1; \
          env TMPDIR=/mnt BLKPROF_BIN_DIR={bin_dir} {files} --exact --test-threads=1 buffered_io_is_attributed_to_its_files_even_when_deleted_right_after; \
          env TMPDIR=/mnt BLKPROF_BIN_DIR={bin_dir} {e2e} --exact --test-threads=1 {}",
