@@ -82,9 +82,15 @@ fn trace_with(
 /// `blkprof` user with `CAP_BPF` and `CAP_PERFMON` only): exact against /proc/diskstats, and
 /// read back by the installed analyzer as that user.
 fn install_and_trace(root: &ThrowawayRoot, device: &str, work: impl FnOnce()) {
+    let t0 = std::time::Instant::now();
+    let step = |what: &str| eprintln!("{:6.1} s  {what}", t0.elapsed().as_secs_f64());
     let deb = artifact(".deb");
     root.put(&deb, "/tmp/blkprof.deb");
+    // man-db's trigger re-indexes every man page on each install and removal: minutes in an
+    // emulated guest. Off (debconf's man-db/auto-update false), as in container images; `man -w` below needs no index.
+    root.ok(&["rm", "-f", "/var/lib/man-db/auto-update"]);
     let log = root.ok(&["dpkg", "-i", "/tmp/blkprof.deb"]);
+    step("installed");
     assert!(log.contains("Setting up blkprof"), "{log}");
     let user = root.ok(&["getent", "passwd", "blkprof"]);
     assert!(
@@ -106,6 +112,16 @@ fn install_and_trace(root: &ThrowawayRoot, device: &str, work: impl FnOnce()) {
         "systemd-analyze verify: {}",
         String::from_utf8_lossy(&verify.stderr)
     );
+    // systemd's own score of the sandbox (0 safest, 10 none): 1.4 when written; a change
+    // that loosens the unit shows here.
+    let security = root.ok(&["systemd-analyze", "security", "--offline=yes", unit]);
+    let exposure: f64 = security
+        .lines()
+        .find_map(|l| l.split("blkprof-agent.service: ").nth(1))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("an exposure level: {security}"));
+    assert!(exposure <= 1.5, "exposure {exposure}: {security}");
     let text = std::fs::read_to_string(root.host_path(unit)).expect("the unit");
     for line in [
         "User=blkprof",
@@ -149,6 +165,7 @@ fn install_and_trace(root: &ThrowawayRoot, device: &str, work: impl FnOnce()) {
         format!("blkprof {described}")
     );
 
+    step("checked the user, the unit, the pages and the version");
     let inside = "/var/lib/blkprof/packaged.blkp";
     let mut cmd = Command::new("chroot");
     cmd.args(&root.chroot()[1..])
@@ -171,6 +188,7 @@ fn install_and_trace(root: &ThrowawayRoot, device: &str, work: impl FnOnce()) {
     let json: serde_json::Value = serde_json::from_str(&report).expect("report JSON");
     assert!(report.contains(device), "the report names {device}");
     assert!(json.is_object());
+    step("traced and reported");
 
     // Removal keeps the evidence; purge takes the state directory too.
     root.ok(&["dpkg", "-r", "blkprof"]);
@@ -178,6 +196,7 @@ fn install_and_trace(root: &ThrowawayRoot, device: &str, work: impl FnOnce()) {
     assert!(root.host_path(inside).exists(), "dpkg -r keeps the traces");
     root.ok(&["dpkg", "--purge", "blkprof"]);
     assert!(!root.host_path("/var/lib/blkprof").exists());
+    step("removed and purged");
 }
 
 #[test]
