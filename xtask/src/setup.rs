@@ -162,6 +162,8 @@ fn packages() -> Result<()> {
         ("podman", "podman"),
         ("runc", "runc"),
         ("systemd-analyze", "systemd"),
+        ("file", "file"),
+        ("man", "man-db"),
     ];
     let missing: Vec<&str> = wanted
         .iter()
