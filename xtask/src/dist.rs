@@ -72,7 +72,7 @@ pub(crate) fn dist() -> Result<PathBuf> {
         "dist: blkprof {} (packages: {})",
         version.describe, version.package
     );
-    crate::setup::musl()?;
+    let cc = crate::setup::musl()?;
     let build = Instant::now();
     run(cargo()
         .args([
@@ -85,6 +85,7 @@ pub(crate) fn dist() -> Result<PathBuf> {
             "-p",
             "analyzer",
         ])
+        .env("CC_x86_64_unknown_linux_musl", &cc)
         .env("BLKPROF_VERSION", &version.describe)
         // The eBPF object keeps its BTF (its package's profile); the binaries need no
         // debug info, only their symbols for a backtrace.

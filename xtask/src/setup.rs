@@ -121,9 +121,15 @@ fn bpf_linker() -> Result<()> {
     Ok(())
 }
 
-/// What `cargo xtask dist` builds the static binaries with: Rust's musl target, and musl-gcc
-/// for the C in the analyzer's dependencies (zstd).
-pub(crate) fn musl() -> Result<()> {
+/// What `cargo xtask dist` builds the static binaries with: Rust's musl target, rpmbuild, and
+/// a C compiler for the C in the analyzer's dependencies (zstd) against musl's headers. The
+/// headers come from Debian's musl-dev unpacked under target/musl, not installed: Debian's
+/// `musl` package puts /lib/ld-musl-x86_64.so.1 on the host, and snappy-java (Spark's Parquet
+/// reader) then takes the host for a musl one and fails to load (measured: the fleet test's
+/// Spark run, "libc.musl-x86_64.so.1: cannot open shared object file"). The binaries link
+/// with Rust's own musl (self-contained); the compiler here only needs the headers.
+/// Returns the compiler to give cargo as `CC_x86_64_unknown_linux_musl`.
+pub(crate) fn musl() -> Result<PathBuf> {
     let installed = output(Command::new("rustup").args(["target", "list", "--installed"]))?;
     if !installed
         .lines()
@@ -133,16 +139,56 @@ pub(crate) fn musl() -> Result<()> {
         run(Command::new("rustup").args(["target", "add", "x86_64-unknown-linux-musl"]))?;
     }
     let mut missing = Vec::new();
-    for (cmd, pkg) in [
-        ("musl-gcc", "musl-tools"),
-        ("rpmbuild", "rpm"),
-        ("dpkg-deb", "dpkg"),
-    ] {
+    for (cmd, pkg) in [("rpmbuild", "rpm"), ("dpkg-deb", "dpkg"), ("gcc", "gcc")] {
         if !have(cmd) {
             missing.push(pkg);
         }
     }
-    apt_install(&missing)
+    apt_install(&missing)?;
+    let dir = crate::util::root().join("target/musl");
+    let include = dir.join("root/usr/include/x86_64-linux-musl");
+    let cc = dir.join("cc");
+    if !include.join("stdlib.h").exists() {
+        eprintln!(
+            "setup: unpacking Debian's musl-dev (headers) under {}",
+            dir.display()
+        );
+        std::fs::create_dir_all(&dir)?;
+        let fetched = Command::new("apt-get")
+            .args(["download", "-qq", "musl-dev"])
+            .current_dir(&dir)
+            .status()?
+            .success();
+        if !fetched {
+            run(Command::new("apt-get").args(["update", "-qq"]))?;
+            run(Command::new("apt-get")
+                .args(["download", "-qq", "musl-dev"])
+                .current_dir(&dir))?;
+        }
+        let deb = std::fs::read_dir(&dir)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .find(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("musl-dev_"))
+            })
+            .context("apt-get download musl-dev left no .deb")?;
+        run(Command::new("dpkg-deb")
+            .arg("-x")
+            .arg(&deb)
+            .arg(dir.join("root")))?;
+    }
+    let gcc_include = output(Command::new("gcc").args(["-print-file-name=include"]))?;
+    std::fs::write(
+        &cc,
+        format!(
+            "#!/bin/sh\n# gcc against musl's headers (cargo xtask setup writes this).\n\
+             exec gcc -nostdinc -isystem {} -isystem {} \"$@\"\n",
+            include.display(),
+            gcc_include.trim()
+        ),
+    )?;
+    std::fs::set_permissions(&cc, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+    Ok(cc)
 }
 
 fn packages() -> Result<()> {
