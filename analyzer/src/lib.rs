@@ -33,4 +33,4 @@ pub use analysis::{
 };
 pub use commands::{check, compare, export};
 pub use inputs::{import, stress, synth, zone};
-pub use report::{html, plots, text};
+pub use report::{html, plots, terminal, text};

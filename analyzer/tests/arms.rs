@@ -32,6 +32,7 @@ fn meta(labels: &[(&str, &str)], read_ahead_kb: Option<u32>) -> Meta {
             rotational: Some(false),
             hw_queues: Vec::new(),
         }),
+        ..Meta::default()
     }
 }
 

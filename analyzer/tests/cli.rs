@@ -140,6 +140,120 @@ fn output_dir_gets_html_json_and_every_chart_as_svg_and_png() {
     }
 }
 
+/// A task name with terminal controls (a crafted or imported trace): the text report shows
+/// it escaped and sends no control character to the terminal.
+#[test]
+fn names_from_a_trace_reach_the_terminal_escaped() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("controls.blkp");
+    let mut ios = analyzer::synth::cassandra_like(10, 500, &[(3.0, 1.0, 500.0)]);
+    let meta = analyzer::synth::Meta {
+        comm: Some("\x1b[2J\x1b]0;x\x07".into()),
+        ..Default::default()
+    };
+    analyzer::synth::write_trace_with(&path, &mut ios, &meta).unwrap();
+    let o = blkprof().arg("report").arg(&path).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8(o.stdout).unwrap();
+    assert!(
+        !text
+            .bytes()
+            .any(|b| b.is_ascii_control() && b != b'\n' && b != b'\t'),
+        "{text}"
+    );
+    assert!(text.contains("\\x1b[2J\\x1b]0;x\\x07"), "{text}");
+}
+
+/// A saved report whose series claim an interval of 1e308 s (crafted or damaged) is refused:
+/// drawn, its time axis overflowed to infinity and the charts never finished.
+#[test]
+fn a_saved_report_with_an_absurd_interval_is_refused_not_drawn_forever() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = blkprof()
+        .arg("report")
+        .arg(golden("cassandra-shaped-a.blkp"))
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let mut j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    for (field, value) in [
+        ("interval_s", 1e308),
+        ("fine_interval_s", -1.0),
+        ("interval_s", 0.0),
+    ] {
+        let mut bad = j.clone();
+        bad["devices"][0]["series"][field] = serde_json::json!(value);
+        let path = dir.path().join("bad.json");
+        std::fs::write(&path, serde_json::to_vec(&bad).unwrap()).unwrap();
+        let mut child = blkprof()
+            .arg("report")
+            .arg("--from-json")
+            .arg(&path)
+            .arg("-o")
+            .arg(dir.path().join("out"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // A deadline so that a regression fails instead of hanging the suite.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            if std::time::Instant::now() > deadline {
+                child.kill().unwrap();
+                panic!("{field} = {value}: still drawing after 60 s");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        };
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+        assert_eq!(status.code(), Some(2), "{field} = {value}: {err}");
+        assert!(
+            err.contains(field) && err.contains("not a blkprof report"),
+            "{err}"
+        );
+    }
+    // The report as saved renders.
+    j["devices"][0]["series"]["interval_s"] = serde_json::json!(1.0);
+    let path = dir.path().join("good.json");
+    std::fs::write(&path, serde_json::to_vec(&j).unwrap()).unwrap();
+    let o = blkprof()
+        .arg("report")
+        .arg("--from-json")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// A rotated trace's name has a dot before its number (`db.000003.blkp`): each chart is a
+/// file of its own, named after the whole stem.
+#[test]
+fn charts_of_a_rotated_trace_do_not_overwrite_each_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let rotated = dir.path().join("db.000003.blkp");
+    std::fs::copy(golden("cassandra-shaped-a.blkp"), &rotated).unwrap();
+    let out = dir.path().join("out");
+    let o = blkprof()
+        .arg("report")
+        .arg(&rotated)
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for chart in ["throughput", "iops", "latency", "queue"] {
+        for ext in ["svg", "png"] {
+            let f = out.join(format!("db.000003-loop1-{chart}.{ext}"));
+            assert!(f.exists(), "{}", f.display());
+        }
+    }
+    assert!(!out.join("db.svg").exists());
+}
+
 /// cassandra-stress prints elapsed seconds only: --stress-start puts its intervals on the
 /// trace's clock. (The fixture's run and the golden trace are different runs; the start here
 /// is chosen to overlap the trace, to show the placement, not a real correlation.)

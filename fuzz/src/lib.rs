@@ -28,6 +28,8 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("import_msr", import_msr),
     ("import_blk", import_blk),
     ("check_rules", check_rules),
+    ("report_render", report_render),
+    ("export", export),
 ];
 
 /// The input as a trace file (see [`framing`]): open, scan, every chunk, then the report as
@@ -100,6 +102,43 @@ pub fn check_rules(data: &[u8]) {
         write_table(&mut out, &verdicts).expect("writing into a Vec");
         let _ = junit(&verdicts, "fuzz");
     }
+}
+
+/// A saved report (`blkprof report --from-json`): when it reads and its series are sound,
+/// rendered as `-o DIR` renders it (the page, every chart and heatmap as SVG) and as text.
+pub fn report_render(data: &[u8]) {
+    let Ok(j) = serde_json::from_slice::<JsonReport>(data) else {
+        return;
+    };
+    if j.check_series().is_err() {
+        return;
+    }
+    let _ = analyzer::html::render(&j);
+    for d in &j.devices {
+        for c in analyzer::plots::charts(&j, d) {
+            let _ = c.svg();
+        }
+        for h in analyzer::plots::heatmaps(&j, d) {
+            let _ = h.svg();
+        }
+    }
+    let mut text = Vec::new();
+    analyzer::text::write(&mut analyzer::terminal::Escaped::new(&mut text), &j)
+        .expect("writing into a Vec");
+}
+
+/// The input as a trace file (see [`framing`]), exported as each row format and as Perfetto.
+pub fn export(data: &[u8]) {
+    use analyzer::export::{Format, export};
+    let path = write_scratch("export.blkp", &framing::trace_file(data));
+    for format in [Format::Iolog, Format::Iolog2, Format::Csv, Format::Jsonl] {
+        let _ = export(&path, format, None, None, &mut std::io::sink());
+    }
+    let _ = analyzer::export::perfetto::export_perfetto(
+        &path,
+        &analyzer::export::perfetto::PerfettoOptions::default(),
+        &mut std::io::sink(),
+    );
 }
 
 type Importer = fn(&Path, &Path, bool) -> Result<ImportStats, ImportError>;

@@ -912,6 +912,44 @@ fn majmin_of(name: &str) -> (u32, u32) {
     (a.parse().unwrap(), b.parse().unwrap())
 }
 
+/// SIGUSR2 changes nothing; SIGHUP (a closed terminal or SSH session) ends the run as Ctrl-C
+/// does: the file complete, exact against the kernel's counters.
+#[test]
+fn sighup_ends_the_run_cleanly_and_sigusr2_is_ignored() {
+    let dir = TestDir::new();
+    let dev = Scratch::new("hup", 256, true, false);
+    let out = out_path(&dir, "hup");
+    let t = Tracer::start(&["--device", &dev.name, "--output", &out, "--quiet"]);
+    let before = dev.diskstats();
+    let file = format!("--filename={}", dev.path);
+    let job = || {
+        fio(&[
+            "--name=hup",
+            file.as_str(),
+            "--direct=1",
+            "--rw=randread",
+            "--bs=4k",
+            "--size=128m",
+            "--number_ios=2000",
+        ]);
+    };
+    job();
+    t.signal(libc::SIGUSR2);
+    job();
+    let after = dev.diskstats();
+    t.signal(libc::SIGHUP);
+    let f = t.wait();
+    assert!(f.status.success(), "{}", f.stderr);
+    assert!(f.stderr.contains("SIGUSR2 ignored"), "{}", f.stderr);
+    let trace = Trace::read(std::path::Path::new(&out));
+    assert_eq!(trace.ending, Ending::Complete);
+    assert_eq!(
+        trace.trailer.as_ref().map(|t| t.reason.as_str()),
+        Some("signal")
+    );
+    assert_exact(&trace, &dev, &delta(&before, &after));
+}
+
 #[test]
 fn disk_full_stops_cleanly_and_keeps_what_was_written() {
     // Unmounted also when an assertion fails.

@@ -41,13 +41,18 @@ pub fn write_trace(path: &Path, ios: &mut [Io]) -> Result<(), FormatError> {
 pub struct Meta {
     pub labels: BTreeMap<String, String>,
     pub queue: Option<QueueSettings>,
+    /// The device's name (default nvme0n1) and the submitting task's (default java): what a
+    /// crafted or imported trace can set to anything.
+    pub device: Option<String>,
+    pub comm: Option<String>,
 }
 
 /// [`write_trace`] with the header's labels and queue settings from `meta`.
 pub fn write_trace_with(path: &Path, ios: &mut [Io], meta: &Meta) -> Result<(), FormatError> {
     ios.sort_by_key(|i| i.complete_ns);
+    let device = meta.device.clone().unwrap_or_else(|| "nvme0n1".into());
     let mut start = DiskStats {
-        name: "nvme0n1".into(),
+        name: device.clone(),
         major: 259,
         minor: 1,
         at_ns: BASE_NS,
@@ -62,7 +67,7 @@ pub fn write_trace_with(path: &Path, ios: &mut [Io], meta: &Meta) -> Result<(), 
         wall_clock_start_ns: WALL_NS,
         monotonic_base_ns: BASE_NS,
         devices: vec![DeviceInfo {
-            name: "nvme0n1".into(),
+            name: device,
             major: 259,
             minor: 1,
             logical_block_size: 512,
@@ -76,7 +81,7 @@ pub fn write_trace_with(path: &Path, ios: &mut [Io], meta: &Meta) -> Result<(), 
     let mut w = TraceWriter::create(path, &header)?;
     let mut end = start.clone();
     let mut aggs: Vec<AggregateSnapshot> = Vec::new();
-    let comm = comm_bytes("java");
+    let comm = comm_bytes(meta.comm.as_deref().unwrap_or("java"));
     for io in ios.iter() {
         let r = IoRecord {
             complete_ns: io.complete_ns,

@@ -6,4 +6,5 @@ pub mod format;
 pub mod html;
 pub mod model;
 pub mod plots;
+pub mod terminal;
 pub mod text;

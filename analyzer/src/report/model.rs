@@ -254,6 +254,38 @@ pub struct JsonReport {
     pub class_profile: Option<String>,
 }
 
+/// The longest interval a saved report's series may have: a year, far above any real one.
+const MAX_INTERVAL_S: f64 = 366.0 * 86_400.0;
+
+impl JsonReport {
+    /// What the charts and tables take from a saved report's series without looking, which a
+    /// crafted or damaged file can set to anything: the length of its intervals, a positive
+    /// number of seconds (where the series has values). At 1e308 s the charts' time axis
+    /// overflows to infinity and they are never drawn.
+    pub fn check_series(&self) -> Result<(), String> {
+        for d in &self.devices {
+            let s = &d.series;
+            for (what, interval, values) in [
+                ("interval_s", s.interval_s, s.read_iops.len()),
+                (
+                    "fine_interval_s",
+                    s.fine_interval_s,
+                    s.fine_write_mb_per_s.len(),
+                ),
+            ] {
+                if values > 0 && !(interval > 0.0 && interval <= MAX_INTERVAL_S) {
+                    return Err(format!(
+                        "the series of {} have an interval ({what}) of {interval} s: not a \
+                         blkprof report (its intervals are positive and under a year)",
+                        d.name
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A disk's queue settings as the reports say them, one part per setting sysfs gave, each
 /// with its sysfs name: `read-ahead 8 KB`, `scheduler none`, `nr_requests 64`,
 /// `max_sectors_kb 1280`, `rotational` or `non-rotational`. `compare` names arms by the

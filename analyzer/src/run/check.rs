@@ -52,8 +52,10 @@ pub(crate) fn run(cfg: &Config) -> Result<bool, Fail> {
         .map_err(Fail::Input)?;
     // The table is for people; the exit code and the JUnit file are the verdict, which a reader
     // that stops early (`| head`) does not change. Any other failed write is an error.
-    if let Err(e) = analyzer::check::write_table(&mut std::io::stdout().lock(), &verdicts)
-        && e.kind() != std::io::ErrorKind::BrokenPipe
+    if let Err(e) = analyzer::check::write_table(
+        &mut analyzer::terminal::Escaped::new(std::io::stdout().lock()),
+        &verdicts,
+    ) && e.kind() != std::io::ErrorKind::BrokenPipe
     {
         return Err(Fail::stdout(&e, "writing the verdicts"));
     }

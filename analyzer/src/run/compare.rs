@@ -31,7 +31,7 @@ pub(crate) fn run(cfg: &Config) -> Result<(), Fail> {
     if cfg.json {
         write_json(&mut out, &c)
     } else {
-        analyzer::compare::write_text(&mut out, &c)
+        analyzer::compare::write_text(&mut analyzer::terminal::Escaped::new(&mut out), &c)
     }
     .map_err(|e| Fail::stdout(&e, ""))
 }

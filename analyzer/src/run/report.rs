@@ -35,7 +35,7 @@ pub(crate) fn run(cfg: &Config) -> Result<(), Fail> {
         if cfg.json {
             write_json(&mut out, j)
         } else {
-            analyzer::text::write(&mut out, j)
+            analyzer::text::write(&mut analyzer::terminal::Escaped::new(&mut out), j)
         }
         .map_err(|e| Fail::stdout(&e, "writing the report"))
     };
@@ -83,6 +83,8 @@ pub(crate) fn report_from_json(path: &Path, v: serde_json::Value) -> Result<Json
             path.display()
         )
     })?;
+    j.check_series()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
     if j.schema_version > analyzer::summary::REPORT_SCHEMA_VERSION {
         eprintln!(
             "blkprof: warning: {} was written by a newer blkprof (report schema {}, this one reads {}): what it added is not shown",
@@ -107,16 +109,19 @@ fn write_files(dir: &Path, trace: &Path, j: &JsonReport) -> std::io::Result<()> 
         let json = serde_json::to_vec_pretty(j).map_err(std::io::Error::other)?;
         std::fs::write(json_path, json)?;
     }
+    // `STEM-DEVICE-CHART.svg`, appended rather than `with_extension`: a rotated trace's stem
+    // (`db.000003`) has a dot of its own, which would make every chart `db.svg`.
+    let chart = |d: &str, name: &str, ext: &str| {
+        dir.join(format!("{stem}-{}-{name}.{ext}", d.replace('/', "_")))
+    };
     for d in &j.devices {
         for c in analyzer::plots::charts(j, d) {
-            let base = dir.join(format!("{stem}-{}-{}", d.name.replace('/', "_"), c.name));
-            std::fs::write(base.with_extension("svg"), c.svg())?;
-            c.png(&base.with_extension("png"))?;
+            std::fs::write(chart(&d.name, &c.name, "svg"), c.svg())?;
+            c.png(&chart(&d.name, &c.name, "png"))?;
         }
         for h in analyzer::plots::heatmaps(j, d) {
-            let base = dir.join(format!("{stem}-{}-{}", d.name.replace('/', "_"), h.name));
-            std::fs::write(base.with_extension("svg"), h.svg())?;
-            h.png(&base.with_extension("png"))?;
+            std::fs::write(chart(&d.name, &h.name, "svg"), h.svg())?;
+            h.png(&chart(&d.name, &h.name, "png"))?;
         }
     }
     eprintln!(

@@ -18,7 +18,7 @@ pub(crate) fn run(cfg: &Config) -> Result<(), Fail> {
     if cfg.json {
         write_json(&mut out, &w)
     } else {
-        analyzer::whatif::write_text(&mut out, &w)
+        analyzer::whatif::write_text(&mut analyzer::terminal::Escaped::new(&mut out), &w)
     }
     .map_err(|e| Fail::stdout(&e, ""))
 }

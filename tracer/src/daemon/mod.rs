@@ -370,6 +370,10 @@ impl Run {
         let mut sigint = signal(SignalKind::interrupt())?;
         let mut sigterm = signal(SignalKind::terminate())?;
         let mut sigusr1 = signal(SignalKind::user_defined1())?;
+        // A closed terminal or SSH session ends the run as Ctrl-C does, and a stray SIGUSR2
+        // does nothing: by default both would end the process without the file's trailer.
+        let mut sighup = signal(SignalKind::hangup())?;
+        let mut sigusr2 = signal(SignalKind::user_defined2())?;
         let deadline = self.cfg.duration.map(|d| tokio::time::Instant::now() + d);
         let mut ticker = tokio::time::interval_at(
             tokio::time::Instant::now() + self.cfg.interval,
@@ -428,6 +432,10 @@ impl Run {
                 () = sleep => return Ok(StopReason::Duration),
                 _ = sigint.recv() => return Ok(StopReason::Signal),
                 _ = sigterm.recv() => return Ok(StopReason::Signal),
+                _ = sighup.recv() => return Ok(StopReason::Signal),
+                _ = sigusr2.recv() => {
+                    eprintln!("blkprof-trace: SIGUSR2 ignored (SIGUSR1 dumps the flight recorder; SIGINT, SIGTERM and SIGHUP stop)");
+                }
             }
             self.deferred_dumps(ring.get_mut(), asks).await;
             if let Some(e) = &self.write_error {

@@ -53,7 +53,10 @@ impl<'a> Csv<'a> {
                     write!(self.num, "{:.3}", ns / 1e3).map_err(std::io::Error::other)?;
                     self.w.write_field(&self.num)?;
                 }
-                Field::Str(s) => self.w.write_field(&*s)?,
+                Field::Str(s) => match spreadsheet_safe(&s) {
+                    Some(t) => self.w.write_field(t)?,
+                    None => self.w.write_field(&*s)?,
+                },
             }
         }
         self.w.write_record(None::<&[u8]>)
@@ -77,6 +80,15 @@ impl RowExport for Csv<'_> {
     }
 }
 
+/// A text cell a spreadsheet would take for a formula (it starts with `=`, `+`, `-`, `@`, a
+/// tab or a CR: a task named `-bash`, or one a local user named `=HYPERLINK(...)`), as text:
+/// prefixed with `'`, as OWASP recommends. None for any other cell, written as it is. Numbers
+/// never come here; JSON lines and Parquet keep names as they are.
+fn spreadsheet_safe(s: &str) -> Option<String> {
+    s.starts_with(['=', '+', '-', '@', '\t', '\r'])
+        .then(|| format!("'{s}"))
+}
+
 /// The csv crate's writing error as the io error under it, so that a closed pipe stays
 /// `BrokenPipe` (a normal end for `| head`); its `From<csv::Error>` would make every kind Other.
 fn io_error(e: csv::Error) -> std::io::Error {
@@ -86,5 +98,20 @@ fn io_error(e: csv::Error) -> std::io::Error {
     match e.into_kind() {
         csv::ErrorKind::Io(e) => e,
         k => std::io::Error::other(format!("{k:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::spreadsheet_safe;
+
+    #[test]
+    fn cells_a_spreadsheet_would_evaluate_are_text() {
+        for s in ["=HYPERLINK(\"x\")", "+1", "-bash", "@SUM(A1)", "\tx", "\rx"] {
+            assert_eq!(spreadsheet_safe(s), Some(format!("'{s}")), "{s:?}");
+        }
+        for s in ["java", "/system.slice/a", "read", "sync,meta", "", "a=b"] {
+            assert_eq!(spreadsheet_safe(s), None, "{s:?}");
+        }
     }
 }

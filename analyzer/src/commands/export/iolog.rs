@@ -111,17 +111,22 @@ impl RowExport for Iolog<'_> {
             stats.skipped += 1;
             return Ok(());
         }
+        // A sector no disk has (a damaged or crafted trace) has no byte offset to replay.
+        let Some(offset) = rec.sector.checked_mul(512) else {
+            stats.skipped += 1;
+            return Ok(());
+        };
         let t = *self.t0.get_or_insert(rec.enter_ns);
         self.heap.push(Reverse((
             rec.enter_ns.max(t),
             self.seq,
             op,
-            rec.sector * 512,
+            offset,
             rec.bytes,
         )));
         self.seq += 1;
         while let Some(Reverse(top)) = self.heap.peek() {
-            if top.0 + REORDER_NS > rec.complete_ns {
+            if top.0.saturating_add(REORDER_NS) > rec.complete_ns {
                 break;
             }
             let Some(Reverse(e)) = self.heap.pop() else {

@@ -56,6 +56,11 @@ pub enum ExportError {
         path: std::path::PathBuf,
         source: ::parquet::errors::ParquetError,
     },
+    #[error(
+        "the trace names its device {0:?}, which is not a kernel device name (letters, digits, \
+         '-', '_', '.', ':', not starting with '.'): give the replay target with --target"
+    )]
+    DeviceName(String),
     #[error("{0}")]
     Output(String),
 }
@@ -73,6 +78,21 @@ pub struct ExportStats {
 #[inline]
 pub(crate) fn varint(v: u64, out: &mut Vec<u8>) {
     tracer_common::format::put_varint(out, v);
+}
+
+/// `name` if it can only be a device's name under /dev: the replay target is built from the
+/// trace's header, which an imported or crafted trace sets to anything (`../../etc/cron.d/x`).
+fn kernel_name(name: &str) -> Result<&str, ExportError> {
+    let plain = !name.is_empty()
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b));
+    if plain {
+        Ok(name)
+    } else {
+        Err(ExportError::DeviceName(name.to_string()))
+    }
 }
 
 /// The device `--device` names (by name or MAJ:MIN).
@@ -124,10 +144,11 @@ pub fn export(
         }
         None => devs.first().cloned(),
     };
-    let target = target
-        .map(str::to_string)
-        .or_else(|| dev.as_ref().map(|d| format!("/dev/{}", d.name)))
-        .unwrap_or_else(|| "/dev/unknown".into());
+    let target = match (target, &dev) {
+        (Some(t), _) => t.to_string(),
+        (None, Some(d)) => format!("/dev/{}", kernel_name(&d.name)?),
+        (None, None) => "/dev/unknown".into(),
+    };
     let mut exporter: Box<dyn RowExport + '_> = match format {
         Format::Iolog => Box::new(iolog::Iolog::start(out, target, true)?),
         Format::Iolog2 => Box::new(iolog::Iolog::start(out, target, false)?),
@@ -288,6 +309,43 @@ mod tests {
     use tracer_common::op::Op;
 
     #[test]
+    fn a_device_name_that_is_a_path_never_becomes_the_replay_target() {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, ok) in [
+            ("../../etc/cron.d/x", false),
+            ("..", false),
+            (".hidden", false),
+            ("sd a", false),
+            ("nvme0n1\nrm", false),
+            ("", false),
+            ("nvme0n1", true),
+            ("dm-3", true),
+            ("md127", true),
+        ] {
+            let p = dir.path().join("t.blkp");
+            let mut ios = cassandra_like(1, 100, &[]);
+            let meta = crate::inputs::synth::Meta {
+                device: Some(name.to_string()),
+                ..Default::default()
+            };
+            crate::inputs::synth::write_trace_with(&p, &mut ios, &meta).unwrap();
+            let mut out = Vec::new();
+            let r = export(&p, Format::Iolog, None, None, &mut out);
+            if ok {
+                r.unwrap();
+                let text = String::from_utf8(out).unwrap();
+                assert!(text.contains(&format!("/dev/{name} add")), "{text}");
+            } else {
+                let e = r.unwrap_err().to_string();
+                assert!(e.contains("--target"), "{name:?}: {e}");
+                assert!(out.is_empty(), "{name:?}: nothing written");
+                // --target is the way out.
+                export(&p, Format::Iolog, None, Some("/dev/loop9"), &mut Vec::new()).unwrap();
+            }
+        }
+    }
+
+    #[test]
     fn iolog_is_in_submission_order_with_every_read_and_write() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("t.blkp");
@@ -318,7 +376,7 @@ mod tests {
 
     /// A task can name itself anything (prctl `PR_SET_NAME`): a CSV reader must get it back.
     #[test]
-    fn csv_comm_with_comma_quote_cr_and_lf_reads_back_unchanged() {
+    fn csv_comm_with_comma_quote_cr_and_lf_reads_back() {
         use tracer_common::format::{
             DeviceInfo, TraceHeader, TraceTrailer, TraceWriter, comm_bytes,
         };
@@ -371,7 +429,8 @@ mod tests {
             .records()
             .map(|row| row.unwrap()[12].to_string())
             .collect();
-        assert_eq!(back, comms);
+        // A cell starting with a CR is one a spreadsheet could evaluate: marked as text.
+        assert_eq!(back, ["a,b \"c\"\r\nd", "'\r", "plain"]);
     }
 
     #[test]
