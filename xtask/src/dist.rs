@@ -262,6 +262,7 @@ fn docs() -> Result<Vec<PathBuf>> {
         repo.join("LICENSE-MIT"),
         repo.join("LICENSE-APACHE"),
         repo.join("docs/agent/README.md"),
+        repo.join("docs/agent/threat-model.md"),
         repo.join("deploy/kubernetes/blkprof.yaml"),
         repo.join("deploy/kubernetes/README.md"),
     ];

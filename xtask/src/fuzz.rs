@@ -422,7 +422,19 @@ fn seed(target: &str) -> Result<usize> {
         Ok(())
     };
     match target {
-        "trace_reader" => trace_seeds(&data, &mut seeds)?,
+        "trace_reader" | "export" => trace_seeds(&data, &mut seeds)?,
+        "report_render" => {
+            // Saved reports of earlier versions, and this version's of each golden trace.
+            for p in files_in(Some(&data), "old-reports", ".json") {
+                seeds.push((name_of(&p), std::fs::read(&p)?));
+            }
+            for p in files_in(Some(&data), "", ".blkp") {
+                let opts = analyzer::series::Options::default();
+                if let Ok(s) = analyzer::summary::summarize(&p, &opts) {
+                    seeds.push((name_of(&p), serde_json::to_vec(&s.to_json())?));
+                }
+            }
+        }
         "ycsb" => {
             let mut files = vec![
                 data.join("cassandra-ycsb-a.ycsb-run.txt"),
