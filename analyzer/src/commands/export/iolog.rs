@@ -111,8 +111,13 @@ impl RowExport for Iolog<'_> {
             stats.skipped += 1;
             return Ok(());
         }
-        // A sector no disk has (a damaged or crafted trace) has no byte offset to replay.
-        let Some(offset) = rec.sector.checked_mul(512) else {
+        // A sync has no offset (a flush's sector is the trace's sentinel); a data IO's sector
+        // that no disk has (a damaged or crafted trace) has no byte offset to replay.
+        let offset = if op == 3 {
+            0
+        } else if let Some(o) = rec.sector.checked_mul(512) {
+            o
+        } else {
             stats.skipped += 1;
             return Ok(());
         };
