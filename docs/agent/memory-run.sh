@@ -7,7 +7,8 @@ cd "${1:-.}"
 truncate -s 1G /dev/shm/agentmem.img
 L=$(losetup -f --show /dev/shm/agentmem.img)
 mkdir -p dumps
-${BLKPROF_TRACE:-blkprof-trace} -d $L --quiet --metrics-addr 127.0.0.1:9760 --flight-recorder 10m --dump-dir dumps > tracer.out 2> tracer.err &
+(umask 077; head -c 24 /dev/urandom | base64 > token)
+${BLKPROF_TRACE:-blkprof-trace} -d $L --quiet --metrics-addr 127.0.0.1:9760 --flight-recorder 10m --dump-dir dumps --dump-token token > tracer.out 2> tracer.err &
 TP=$!
 sleep 2
 fio --name=agent --filename=$L --rw=randrw --rwmixread=70 --bs=4k --direct=1 --ioengine=libaio --iodepth=4 --rate_iops=14000,6000 --runtime=1920 --time_based --output-format=json --output=fio.json &
@@ -21,7 +22,7 @@ while kill -0 $FP 2>/dev/null; do
   echo "$((now-start)) $rss $ios" >> rss.txt
   sleep 30
 done
-curl -s -X POST 127.0.0.1:9760/dump > dump.txt
+curl -s -X POST -H "Authorization: Bearer $(cat token)" 127.0.0.1:9760/dump > dump.txt
 awk '/VmHWM/ {print "peak_rss_kb", $2}' /proc/$TP/status > peak.txt
 kill -INT $TP; wait $TP
 losetup -d $L; rm -f /dev/shm/agentmem.img

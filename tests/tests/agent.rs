@@ -13,7 +13,7 @@ use analyzer::numeric::f64_to_u64_saturating;
 use blkprof_e2e::{
     Scratch, TestDir, Trace, Tracer, assert_misses_are_skipped_runs, bin, delta, fio, report_json,
 };
-use tracer_common::format::IoRecord;
+use tracer_common::format::{Ending, IoRecord};
 use tracer_common::op::StatGroup;
 
 /// A port nobody listens on now.
@@ -858,4 +858,321 @@ fn a_scrape_during_a_rotation_answers_at_once() {
         slowest < PROMPT,
         "a scrape took {slowest:?} (of {scrapes}): the endpoint waited for a rotation"
     );
+}
+
+/// Raise this process's descriptor limit to `n` (root may raise the hard one).
+fn allow_descriptors(n: u64) {
+    let lim = libc::rlimit {
+        rlim_cur: n,
+        rlim_max: n,
+    };
+    // SAFETY: a valid rlimit for the call's duration.
+    let r = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raw const lim) };
+    assert_eq!(r, 0, "setrlimit: {}", std::io::Error::last_os_error());
+}
+
+/// Whether the server closed `s` before `deadline` (EOF or reset), reading what it sends.
+fn closed_by(s: &mut TcpStream, deadline: Instant) -> bool {
+    let mut buf = [0u8; 4096];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        s.set_read_timeout(Some(left)).unwrap();
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return false;
+            }
+            Err(_) => return true,
+        }
+    }
+}
+
+#[test]
+fn the_endpoint_outlives_slow_clients_and_a_connection_flood() {
+    allow_descriptors(8192);
+    let dev = Scratch::new("slowloris", 64, false, true);
+    let port = free_port();
+    let t = Tracer::start(&[
+        "--device",
+        &dev.name,
+        "--quiet",
+        "--metrics-addr",
+        &format!("127.0.0.1:{port}"),
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while http_get(port, "/metrics", None).is_none() {
+        assert!(Instant::now() < deadline, "the endpoint never answered");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // 300 clients send half a request and hold it.
+    let opened = Instant::now();
+    let mut slow: Vec<TcpStream> = (0..300)
+        .map(|_| {
+            let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+                .unwrap();
+            s
+        })
+        .collect();
+    let asked = Instant::now();
+    let (status, body) = http_get(port, "/metrics", None).expect("a fresh scrape is answered");
+    let took = asked.elapsed();
+    assert_eq!(status, 200);
+    assert!(body.contains("blkprof_ios_total"), "{body}");
+    assert!(
+        took < Duration::from_secs(3),
+        "a scrape beside 300 slow clients took {took:?}"
+    );
+    // Each is closed within the header timeout (5 s) of its start, with a second of slack.
+    let by = opened + Duration::from_secs(6);
+    let open = slow
+        .iter_mut()
+        .map(|s| closed_by(s, by))
+        .filter(|c| !c)
+        .count();
+    assert_eq!(open, 0, "slow clients still open after the header timeout");
+    drop(slow);
+
+    // 2,000 connections opened at once, held: the server goes on.
+    let flood: Vec<TcpStream> = (0..2000)
+        .filter_map(|_| {
+            TcpStream::connect_timeout(
+                &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+                Duration::from_secs(5),
+            )
+            .ok()
+        })
+        .collect();
+    eprintln!("{} of 2000 connections opened", flood.len());
+    assert!(flood.len() > 1000, "{} connections", flood.len());
+    let asked = Instant::now();
+    let (status, _) = http_get(port, "/metrics", None).expect("a scrape during the flood");
+    assert_eq!(status, 200);
+    assert!(
+        asked.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        asked.elapsed()
+    );
+    drop(flood);
+    let (status, _) = http_get(port, "/metrics", None).expect("a scrape after the flood");
+    assert_eq!(status, 200);
+    let f = t.stop();
+    assert!(f.status.success(), "{}", f.stderr);
+    assert!(!f.stderr.contains("stopped"), "{}", f.stderr);
+}
+
+/// Links to `victim` planted at the names of the dumps of the next `seconds` seconds.
+fn plant_links(dumps: &Path, victim: &Path, seconds: i64) -> Vec<std::path::PathBuf> {
+    let now_s = wall_ns() / 1_000_000_000;
+    (now_s..now_s + seconds)
+        .map(|s| {
+            let stamp = tracer_common::format::rfc3339(s * 1_000_000_000)
+                .replace([':', '-'], "")
+                .chars()
+                .take(15)
+                .collect::<String>();
+            let p = dumps.join(format!("flight-{stamp}Z.blkp"));
+            std::os::unix::fs::symlink(victim, &p).unwrap();
+            p
+        })
+        .collect()
+}
+
+/// POST /dump with these headers; (status, body).
+fn http_post_dump(port: u16, headers: &[(&str, &str)]) -> (u16, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut req = "POST /dump HTTP/1.1\r\nConnection: close\r\nContent-Length: 0\r\n".to_string();
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).unwrap();
+    let (head, body) = buf.split_once("\r\n\r\n").unwrap();
+    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (status, body.to_string())
+}
+
+/// POST /dump is refused without the token, from a web page and by a name; with the token
+/// it writes a dump (retried while another is being written): its path.
+fn dump_only_with_the_token(port: u16, addr: &str, token: &str) -> std::path::PathBuf {
+    let local = ("host", addr);
+    let bearer = format!("Bearer {token}");
+    let auth = ("authorization", bearer.as_str());
+    assert_eq!(http_post_dump(port, &[local]).0, 401, "no credential");
+    assert_eq!(
+        http_post_dump(
+            port,
+            &[local, ("authorization", "Bearer wrong-token-0123456789ab")]
+        )
+        .0,
+        401
+    );
+    assert_eq!(
+        http_post_dump(port, &[local, auth, ("origin", "http://example.com")]).0,
+        403,
+        "a web page"
+    );
+    assert_eq!(
+        http_post_dump(port, &[("host", "rebound.example.com:9755"), auth]).0,
+        403,
+        "a name that is not this machine's address"
+    );
+    let asked = Instant::now();
+    loop {
+        let (status, body) = http_post_dump(port, &[local, auth]);
+        if status == 200 {
+            break std::path::PathBuf::from(body.trim());
+        }
+        // A trigger's dump is being written: one at a time.
+        assert_eq!(status, 409, "{body}");
+        assert!(asked.elapsed() < Duration::from_secs(20), "{body}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+#[test]
+fn dumps_need_the_token_never_follow_a_link_and_a_trigger_storm_stays_within_the_quota() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = TestDir::new();
+    let dev = Scratch::new("storm", 256, false, true);
+    let dumps = dir.join("dumps");
+    std::fs::create_dir_all(&dumps).unwrap();
+    let token = "storm-token-0123456789abcdef";
+    let token_file = dir.join("token");
+    std::fs::write(&token_file, format!("{token}\n")).unwrap();
+    // A token others can read is refused at the start.
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let args = |quota: &str| {
+        [
+            "--device",
+            &dev.name,
+            "--quiet",
+            "--interval",
+            "500ms",
+            "--metrics-addr",
+            &addr,
+            "--flight-recorder",
+            "4s",
+            "--dump-dir",
+            dumps.to_str().unwrap(),
+            "--dump-token",
+            token_file.to_str().unwrap(),
+            "--trigger",
+            "queue_depth > 0",
+            "--dump-after",
+            "1s",
+            "--dump-cooldown",
+            "2s",
+            "--dump-max-files",
+            "3",
+            "--dump-quota",
+            quota,
+        ]
+        .map(String::from)
+    };
+    let refused = Command::new(bin("blkprof-trace"))
+        .args(args("1300K"))
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("chmod 600"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+
+    let victim = dir.join("victim");
+    std::fs::write(&victim, b"not a trace").unwrap();
+    let planted = plant_links(&dumps, &victim, 40);
+    let argv = args("1300K");
+    let t = Tracer::start(&argv.iter().map(String::as_str).collect::<Vec<_>>());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while http_get(port, "/metrics", None).is_none() {
+        assert!(Instant::now() < deadline, "the endpoint never answered");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let path = dev.path.clone();
+    // Every interval has a request in the OS: the trigger holds throughout.
+    let storm = std::thread::spawn(move || {
+        fio(&[
+            "--name=storm",
+            &format!("--filename={path}"),
+            "--rw=randread",
+            "--bs=4k",
+            "--direct=1",
+            "--ioengine=psync",
+            "--rate_iops=2000",
+            "--runtime=16",
+            "--time_based",
+        ])
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    let written = dump_only_with_the_token(port, &addr, token);
+    assert!(written.starts_with(&dumps), "{}", written.display());
+    assert!(
+        !planted.contains(&written),
+        "written at a planted link's name: {}",
+        written.display()
+    );
+    storm.join().unwrap();
+    let f = t.stop();
+    assert!(f.status.success(), "{}", f.stderr);
+    eprintln!("{}", f.stderr);
+
+    assert_eq!(std::fs::read(&victim).unwrap(), b"not a trace");
+    for p in &planted {
+        assert!(
+            std::fs::symlink_metadata(p).unwrap().is_symlink(),
+            "{}",
+            p.display()
+        );
+    }
+    let held: Vec<_> = std::fs::read_dir(&dumps)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| !std::fs::symlink_metadata(p).unwrap().is_symlink())
+        .collect();
+    let total: u64 = held
+        .iter()
+        .map(|p| std::fs::metadata(p).unwrap().len())
+        .sum();
+    let triggered = f.stderr.matches("dumping in").count();
+    let deleted = f.stderr.matches("flight recorder: deleted").count();
+    eprintln!(
+        "{triggered} trigger dumps, {deleted} deleted, {} held, {total} bytes",
+        held.len()
+    );
+    assert!(triggered >= 4, "a storm: {triggered} trigger dumps");
+    assert!(
+        triggered <= 16 / 2 + 1,
+        "one per cooldown (2 s) at most: {triggered}"
+    );
+    assert!(deleted >= 1, "the oldest made room");
+    assert!(held.len() <= 3, "{held:?}");
+    assert!(total <= 1300 * 1024, "{total} bytes");
+    for p in &held {
+        let mode = std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{}", p.display());
+        assert!(
+            p.extension().is_some_and(|e| e == "blkp"),
+            "only finished dumps are left: {}",
+            p.display()
+        );
+        assert_eq!(Trace::read(p).ending, Ending::Complete, "{}", p.display());
+    }
 }

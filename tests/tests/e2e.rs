@@ -1114,6 +1114,123 @@ fn rotation_keeps_the_newest_files_within_bounds() {
     }
 }
 
+/// The rotated files in `dir` (`.blkp`), sorted by name.
+fn rotated_in(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "blkp"))
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn a_restart_numbers_after_the_earlier_runs_files_and_never_writes_through_a_link() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = TestDir::new();
+    let dev = Scratch::new("restart", 512, false, true);
+    let rot = dir.join("rot");
+    std::fs::create_dir_all(&rot).unwrap();
+    let out = rot.join("db.blkp").display().to_string();
+    let run = |keep: &str| {
+        let t = Tracer::start(&[
+            "--device",
+            &dev.name,
+            "--output",
+            &out,
+            "--quiet",
+            "--interval",
+            "200ms",
+            "--rotate-size",
+            "64K",
+            "--keep",
+            keep,
+        ]);
+        fio(&[
+            "--name=rot",
+            &format!("--filename={}", dev.path),
+            "--rw=randread",
+            "--bs=4k",
+            "--direct=1",
+            "--ioengine=libaio",
+            "--iodepth=8",
+            "--runtime=2",
+            "--time_based",
+        ]);
+        let f = t.stop();
+        assert!(f.status.success(), "{}", f.stderr);
+        f
+    };
+    run("100");
+    let first = rotated_in(&rot);
+    assert!(first.len() >= 3, "{first:?}");
+    let kept: Vec<(std::path::PathBuf, Vec<u8>)> = first
+        .iter()
+        .map(|p| (p.clone(), std::fs::read(p).unwrap()))
+        .collect();
+    for p in &first {
+        for f in [p.clone(), p.with_extension("hlog")] {
+            let mode = std::fs::metadata(&f).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "{}", f.display());
+        }
+    }
+    // A link planted where the next run's first file would go: not followed, not replaced.
+    let n = first.len();
+    let victim = dir.join("victim");
+    std::fs::write(&victim, b"not a trace").unwrap();
+    let planted = rot.join(format!("db.{n:06}.blkp"));
+    std::os::unix::fs::symlink(&victim, &planted).unwrap();
+    run("100");
+    assert_eq!(std::fs::read(&victim).unwrap(), b"not a trace");
+    assert!(std::fs::symlink_metadata(&planted).unwrap().is_symlink());
+    for (p, bytes) in &kept {
+        assert!(
+            std::fs::read(p).unwrap() == *bytes,
+            "{} changed",
+            p.display()
+        );
+    }
+    let all = rotated_in(&rot);
+    let numbers: Vec<u32> = all
+        .iter()
+        .filter(|p| **p != planted)
+        .map(|p| {
+            p.to_string_lossy()
+                .rsplit('.')
+                .nth(1)
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    let n = u32::try_from(n).unwrap();
+    assert_eq!(numbers[..first.len()], (0..n).collect::<Vec<_>>()[..]);
+    assert_eq!(
+        numbers[first.len()],
+        n + 1,
+        "the taken number is skipped: {numbers:?}"
+    );
+    for w in numbers.windows(2) {
+        assert_eq!(
+            w[1],
+            w[0] + if w[0] + 1 == n { 2 } else { 1 },
+            "{numbers:?}"
+        );
+    }
+    for p in all.iter().filter(|p| **p != planted) {
+        assert_eq!(Trace::read(p).ending, Ending::Complete, "{}", p.display());
+    }
+    // `--keep` counts the earlier runs' files of the same name: at most 3 once the third
+    // run rotates, and nothing else touched.
+    std::fs::remove_file(&planted).unwrap();
+    run("3");
+    let left = rotated_in(&rot);
+    assert_eq!(left.len(), 3, "{left:?}");
+    assert!(victim.exists());
+}
+
 #[test]
 fn rotation_cuts_files_at_one_instant() {
     // fio runs through several rotations: each file holds exactly the IOs that completed

@@ -7,6 +7,9 @@ use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 
 /// Paths of cgroup ids, learnt by walking the hierarchy when an unknown id shows up.
+/// The most cgroup ids kept.
+const MAX_IDS: usize = 1 << 16;
+
 pub struct Cgroups {
     root: Option<PathBuf>,
     paths: HashMap<u64, Option<String>>,
@@ -34,6 +37,11 @@ impl Cgroups {
         let Some(root) = self.root.clone() else {
             return;
         };
+        // Pods and services come and go for months: beyond this many ids (live and gone)
+        // the table starts again from the live tree.
+        if self.paths.len() >= MAX_IDS {
+            self.paths.clear();
+        }
         let mut stack = vec![root.clone()];
         while let Some(dir) = stack.pop() {
             let Ok(md) = std::fs::metadata(&dir) else {

@@ -102,8 +102,10 @@ pub struct Args {
     /// metrics endpoint, or when a --trigger fires. Instead of --output.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub flight_recorder: Option<Duration>,
-    /// The flight recorder's memory bound; beyond it the oldest records go first (and the dump
-    /// says its window is shorter).
+    /// The flight recorder's memory bound, counting all it holds (records, names, and each
+    /// segment's aggregates); beyond it the oldest records go first (and the dump says its
+    /// window is shorter). While a dump is written, its records are held as well: up to about
+    /// twice this.
     #[arg(long, default_value = "512M", value_name = "SIZE", value_parser = parse_size)]
     pub flight_recorder_size: u64,
     /// Name the run: KEY=VALUE written into the trace's header (e.g. arm=ra8,
@@ -114,6 +116,24 @@ pub struct Args {
     /// Where the flight recorder writes its dumps (flight-YYYYMMDDTHHMMSSZ.blkp).
     #[arg(long, default_value = ".", value_name = "DIR")]
     pub dump_dir: PathBuf,
+    /// At most this many dumps in --dump-dir: before writing one, the oldest go.
+    #[arg(long, default_value_t = 20, value_name = "N")]
+    pub dump_max_files: usize,
+    /// At most this many bytes of dumps in --dump-dir: before writing one, the oldest go (a
+    /// dump larger than this is not written). Default: 4 times --flight-recorder-size.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub dump_quota: Option<u64>,
+    /// After a trigger's dump, triggers wait this long before the next (a sustained incident
+    /// fires every interval). Default: the --flight-recorder window, so dumps do not overlap.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub dump_cooldown: Option<Duration>,
+    /// Allow POST /dump on the metrics endpoint to those who send `Authorization: Bearer
+    /// TOKEN`, TOKEN being this file's content (at least 16 characters; the file readable by
+    /// its owner only, e.g. `head -c 24 /dev/urandom | base64 > F; chmod 600 F`). Without it,
+    /// dumps come only from SIGUSR1 and --trigger. Requests from web pages (an Origin header)
+    /// or naming another host are refused.
+    #[arg(long, value_name = "FILE")]
+    pub dump_token: Option<PathBuf>,
     /// Dump when this holds for a device in an interval: OP.PHASE.pQ > DURATION (OP read,
     /// write, discard, flush or any; PHASE total or device; Q 50, 90, 99, 999 or 9999), e.g.
     /// 'read.total.p99 > 20ms', or 'queue_depth > 256' (the most requests in the OS).
@@ -266,15 +286,42 @@ pub struct Config {
     pub labels: std::collections::BTreeMap<String, String>,
     pub metrics_per_octave: u32,
     pub flight_recorder: Option<FlightRecorder>,
+    /// `--dump-token`'s content: POST /dump allowed to who sends it.
+    pub dump_token: Option<String>,
 }
 
 #[derive(Debug, Clone)]
 pub struct FlightRecorder {
     pub window: Duration,
     pub max_bytes: u64,
-    pub dir: PathBuf,
+    pub dir: std::sync::Arc<crate::outdir::OutDir>,
     pub triggers: Vec<crate::recorder::Trigger>,
     pub after: Duration,
+    pub limits: crate::recorder::DumpLimits,
+}
+
+/// The content of `--dump-token FILE`, refused unless only its owner can read it.
+fn read_token(path: &std::path::Path) -> Result<String, String> {
+    use std::os::unix::fs::MetadataExt as _;
+    let shown = path.display();
+    let meta = std::fs::metadata(path).map_err(|e| format!("--dump-token {shown}: {e}"))?;
+    if !meta.is_file() {
+        return Err(format!("--dump-token {shown}: not a regular file"));
+    }
+    if meta.mode() & 0o077 != 0 {
+        return Err(format!(
+            "--dump-token {shown}: readable or writable by others (mode {:o}): chmod 600 it",
+            meta.mode() & 0o777
+        ));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| format!("--dump-token {shown}: {e}"))?;
+    let token = text.trim();
+    if token.len() < 16 || token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "--dump-token {shown}: the token must be one word of at least 16 characters"
+        ));
+    }
+    Ok(token.to_string())
 }
 
 impl Args {
@@ -370,23 +417,39 @@ impl Args {
                             .into(),
                     );
                 }
-                if !self.dump_dir.is_dir() {
-                    return Err(format!(
-                        "--dump-dir {}: no such directory",
-                        self.dump_dir.display()
-                    ));
+                let dir = crate::outdir::OutDir::open(&self.dump_dir)
+                    .map_err(|e| format!("--dump-dir {}: {e}", self.dump_dir.display()))?;
+                if self.dump_max_files == 0 {
+                    return Err("--dump-max-files must be at least 1".into());
                 }
                 Some(FlightRecorder {
                     window,
                     max_bytes: self.flight_recorder_size,
-                    dir: self.dump_dir,
+                    dir: std::sync::Arc::new(dir),
                     triggers: self.triggers,
                     after: self.dump_after,
+                    limits: crate::recorder::DumpLimits {
+                        max_files: self.dump_max_files,
+                        quota: self
+                            .dump_quota
+                            .unwrap_or(self.flight_recorder_size.saturating_mul(4)),
+                        cooldown: self.dump_cooldown.unwrap_or(window),
+                    },
                 })
             }
             None if !self.triggers.is_empty() => {
                 return Err("--trigger needs --flight-recorder DURATION".into());
             }
+            None if self.dump_token.is_some() => {
+                return Err("--dump-token needs --flight-recorder DURATION".into());
+            }
+            None => None,
+        };
+        let dump_token = match &self.dump_token {
+            Some(_) if self.metrics_addr.is_none() => {
+                return Err("--dump-token allows POST /dump on the metrics endpoint: it needs --metrics-addr".into());
+            }
+            Some(p) => Some(read_token(p)?),
             None => None,
         };
         let cgroups = if self.cgroups.is_empty() {
@@ -432,6 +495,7 @@ impl Args {
             metrics_addr: self.metrics_addr,
             metrics_per_octave: self.metrics_buckets_per_octave,
             flight_recorder,
+            dump_token,
             mode,
             owner_always: self.owner_cgroups_always,
             halves: !self.whole_records,

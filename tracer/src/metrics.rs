@@ -10,13 +10,17 @@
 //! - The daemon owns all of it: a scrape is a message to its loop, answered with the text, so
 //!   the per-record path takes no lock.
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Notify, mpsc, oneshot};
 use tracer_common::format::{AggregateSnapshot, IoRecord, ProbeCounters};
 use tracer_common::op::{Op, StatGroup};
 
@@ -563,24 +567,213 @@ pub enum Ask {
     Dump(oneshot::Sender<Result<std::path::PathBuf, String>>),
 }
 
-/// Serve `addr` until the daemon's loop goes away. Each connection is a task; each scrape is
-/// one message to the loop.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    asks: mpsc::Sender<Ask>,
-) -> std::io::Result<()> {
+/// At most this many connections at once: a new one beyond closes the oldest one not being
+/// answered (a fresh scrape gets in whatever idle or slow connections hold), so that
+/// connections cannot take the descriptors a rotation needs.
+pub const MAX_CONNECTIONS: usize = 128;
+/// A request's headers must arrive within this (slow clients holding half-sent headers).
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+/// A connection nothing moves on for this long is closed (between requests included).
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Read buffer bound per connection: the requests the endpoint answers are small.
+const MAX_BUF: usize = 16 * 1024;
+
+/// Who may ask for what beyond the metrics.
+#[derive(Clone, Default)]
+pub struct Access {
+    /// POST /dump allowed to who sends `Authorization: Bearer TOKEN`; off when None.
+    pub dump_token: Option<String>,
+}
+
+/// One open connection, as the accept loop sees it.
+struct Conn {
+    id: u64,
+    /// A request is being answered.
+    busy: Arc<AtomicBool>,
+    close: Arc<Notify>,
+}
+
+/// The open connections, oldest first.
+#[derive(Default)]
+struct Conns(Mutex<VecDeque<Conn>>);
+
+impl Conns {
+    /// Room for one more: beyond the cap, the oldest idle connection (or the oldest) is told
+    /// to close.
+    fn admit(&self, conn: Conn) {
+        let mut list = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if list.len() >= MAX_CONNECTIONS {
+            let i = list
+                .iter()
+                .position(|c| !c.busy.load(Ordering::Relaxed))
+                .unwrap_or(0);
+            if let Some(old) = list.remove(i) {
+                old.close.notify_one();
+            }
+        }
+        list.push_back(conn);
+    }
+
+    fn gone(&self, id: u64) {
+        let mut list = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        list.retain(|c| c.id != id);
+    }
+}
+
+/// A connection's stream, noting when bytes last moved (ms since `origin`).
+struct Watched {
+    inner: tokio::net::TcpStream,
+    origin: tokio::time::Instant,
+    last_ms: Arc<AtomicU64>,
+}
+
+impl Watched {
+    fn touch(&self) {
+        let ms = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_ms.store(ms, Ordering::Relaxed);
+    }
+}
+
+impl tokio::io::AsyncRead for Watched {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.touch();
+        }
+        r
+    }
+}
+
+impl tokio::io::AsyncWrite for Watched {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let r = std::pin::Pin::new(&mut self.inner).poll_write(cx, buf);
+        if matches!(r, std::task::Poll::Ready(Ok(n)) if n > 0) {
+            self.touch();
+        }
+        r
+    }
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// Marks a connection busy while a request is answered.
+struct Busy(Arc<AtomicBool>);
+
+impl Busy {
+    fn new(flag: &Arc<AtomicBool>) -> Busy {
+        flag.store(true, Ordering::Relaxed);
+        Busy(flag.clone())
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Relaxed);
+    }
+}
+
+/// Serve `listener` for as long as the process lives. Each connection is a task; each scrape
+/// is one message to the loop. An accept error (descriptors exhausted) backs off and goes
+/// on.
+pub async fn serve(listener: tokio::net::TcpListener, asks: mpsc::Sender<Ask>, access: Access) {
+    let conns = Arc::new(Conns::default());
+    let access = Arc::new(access);
+    let mut next_id = 0u64;
+    let mut backoff = Duration::from_millis(10);
+    let mut said_at: Option<tokio::time::Instant> = None;
     loop {
-        let (stream, _) = listener.accept().await?;
-        let asks = asks.clone();
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => {
+                backoff = Duration::from_millis(10);
+                stream
+            }
+            Err(e) => {
+                if said_at.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+                    eprintln!(
+                        "blkprof-trace: metrics endpoint: cannot accept a connection ({e}); going on"
+                    );
+                    said_at = Some(tokio::time::Instant::now());
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+                continue;
+            }
+        };
+        next_id += 1;
+        let id = next_id;
+        let busy = Arc::new(AtomicBool::new(false));
+        let close = Arc::new(Notify::new());
+        conns.admit(Conn {
+            id,
+            busy: busy.clone(),
+            close: close.clone(),
+        });
+        let (asks, access, conns) = (asks.clone(), access.clone(), conns.clone());
         tokio::spawn(async move {
-            let svc = hyper::service::service_fn(move |req| handle(req, asks.clone()));
-            #[expect(
-                clippy::let_underscore_must_use,
-                reason = "a client that hangs up mid-request is its own business"
-            )]
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
-                .await;
+            let origin = tokio::time::Instant::now();
+            let last_ms = Arc::new(AtomicU64::new(0));
+            let io = Watched {
+                inner: stream,
+                origin,
+                last_ms: last_ms.clone(),
+            };
+            let flag = busy.clone();
+            let svc = hyper::service::service_fn(move |req| {
+                let (asks, access, flag) = (asks.clone(), access.clone(), flag.clone());
+                async move {
+                    let _busy = Busy::new(&flag);
+                    handle(req, asks, &access).await
+                }
+            });
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .max_buf_size(MAX_BUF);
+            let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(io), svc);
+            let mut conn = std::pin::pin!(conn);
+            let mut check = origin + IDLE_TIMEOUT;
+            loop {
+                tokio::select! {
+                    _ = &mut conn => break,
+                    () = close.notified() => break,
+                    () = tokio::time::sleep_until(check) => {
+                        let last = origin + Duration::from_millis(last_ms.load(Ordering::Relaxed));
+                        if last + IDLE_TIMEOUT <= tokio::time::Instant::now()
+                            && !busy.load(Ordering::Relaxed)
+                        {
+                            break;
+                        }
+                        check = (last + IDLE_TIMEOUT).max(tokio::time::Instant::now() + Duration::from_secs(1));
+                    }
+                }
+            }
+            conns.gone(id);
         });
     }
 }
@@ -601,9 +794,72 @@ fn reply(status: StatusCode, ctype: &str, body: String) -> Response<Full<Bytes>>
     r
 }
 
+/// Whether a Host header names this machine by address or as localhost, not by a DNS name a
+/// web page could have rebound to it.
+fn host_is_local_literal(host: &str) -> bool {
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        rest.split_once(']').map_or("", |(h, _)| h)
+    } else {
+        match host.rsplit_once(':') {
+            Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
+            _ => host,
+        }
+    };
+    name.parse::<std::net::IpAddr>().is_ok() || name.eq_ignore_ascii_case("localhost")
+}
+
+/// Compare without an early exit: the time taken does not say how much of a guess was right.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Why a POST /dump is refused, if it is.
+fn refuse_dump<B>(req: &Request<B>, access: &Access) -> Option<Response<Full<Bytes>>> {
+    let text = |status, body: &str| Some(reply(status, "text/plain", format!("{body}\n")));
+    let Some(token) = &access.dump_token else {
+        return text(
+            StatusCode::FORBIDDEN,
+            "dumps on request are off: start blkprof-trace with --dump-token FILE (or send it SIGUSR1)",
+        );
+    };
+    let h = req.headers();
+    if h.contains_key(hyper::header::ORIGIN) {
+        return text(
+            StatusCode::FORBIDDEN,
+            "refused: a request from a web page (it has an Origin header)",
+        );
+    }
+    let host = h.get(hyper::header::HOST).and_then(|v| v.to_str().ok());
+    if !host.is_some_and(host_is_local_literal) {
+        return text(
+            StatusCode::FORBIDDEN,
+            "refused: the Host header must be this machine's address or localhost",
+        );
+    }
+    let given = h
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    if given.is_some_and(|g| same_secret(g.as_bytes(), token.as_bytes())) {
+        return None;
+    }
+    let mut r = reply(
+        StatusCode::UNAUTHORIZED,
+        "text/plain",
+        "POST /dump needs Authorization: Bearer TOKEN (the --dump-token file's content)\n".into(),
+    );
+    r.headers_mut().insert(
+        hyper::header::WWW_AUTHENTICATE,
+        hyper::header::HeaderValue::from_static("Bearer"),
+    );
+    Some(r)
+}
+
 async fn handle(
     req: Request<Incoming>,
     asks: mpsc::Sender<Ask>,
+    access: &Access,
 ) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
     const TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
     const OPEN: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -633,6 +889,9 @@ async fn handle(
             }
         }
         (&Method::POST, "/dump") => {
+            if let Some(refused) = refuse_dump(&req, access) {
+                return Ok(refused);
+            }
             let (tx, rx) = oneshot::channel();
             let answer = match asks.send(Ask::Dump(tx)).await {
                 Ok(()) => rx.await.unwrap_or_else(|_| Err("blkprof-trace is stopping".into())),
@@ -666,6 +925,54 @@ async fn handle(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dumps_are_refused_without_the_token_from_pages_and_by_name() {
+        let req = |headers: &[(&str, &str)]| {
+            let mut b = Request::builder().method("POST").uri("/dump");
+            for (k, v) in headers {
+                b = b.header(*k, *v);
+            }
+            b.body(()).unwrap()
+        };
+        let token = "0123456789abcdefXYZ";
+        let on = Access {
+            dump_token: Some(token.into()),
+        };
+        let bearer = format!("Bearer {token}");
+        let good = [
+            ("host", "127.0.0.1:9755"),
+            ("authorization", bearer.as_str()),
+        ];
+        assert!(refuse_dump(&req(&good), &on).is_none());
+        let status = |headers: &[(&str, &str)], a: &Access| {
+            refuse_dump(&req(headers), a).map(|r| r.status().as_u16())
+        };
+        assert_eq!(
+            status(&good, &Access::default()),
+            Some(403),
+            "off without a token"
+        );
+        assert_eq!(status(&good[..1], &on), Some(401));
+        assert_eq!(
+            status(
+                &[good[0], ("authorization", "Bearer 0123456789abcdefXYz")],
+                &on
+            ),
+            Some(401)
+        );
+        assert_eq!(
+            status(&[good[0], good[1], ("origin", "http://evil.example")], &on),
+            Some(403)
+        );
+        for host in ["evil.example", "evil.example:9755", "127.0.0.1.nip.io"] {
+            assert_eq!(status(&[("host", host), good[1]], &on), Some(403), "{host}");
+        }
+        for host in ["localhost", "[::1]:9755", "10.1.2.3", "LOCALHOST:80"] {
+            assert_eq!(status(&[("host", host), good[1]], &on), None, "{host}");
+        }
+        assert_eq!(status(&[good[1]], &on), Some(403), "no Host");
+    }
 
     #[test]
     fn latency_buckets_are_log_linear() {

@@ -475,8 +475,9 @@ pub struct HlogWriter {
 }
 
 impl HlogWriter {
-    pub fn create(path: &std::path::Path, base_wall_ns: i64) -> std::io::Result<HlogWriter> {
-        let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    /// The log written to `file` (created by the caller).
+    pub fn on_file(file: std::fs::File, base_wall_ns: i64) -> std::io::Result<HlogWriter> {
+        let mut out = std::io::BufWriter::new(file);
         let secs = base_wall_ns as f64 / 1e9;
         writeln!(
             out,
@@ -539,7 +540,11 @@ mod tests {
     fn hlog_reads_back_with_hdrhistograms_own_reader() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("x.hlog");
-        let mut w = HlogWriter::create(&path, 1_700_000_000_000_000_000).unwrap();
+        let mut w = HlogWriter::on_file(
+            std::fs::File::create(&path).unwrap(),
+            1_700_000_000_000_000_000,
+        )
+        .unwrap();
         let mut h = Histogram::<u64>::new(3).unwrap();
         for v in [1000u64, 2000, 3000, 1_000_000] {
             h.record(v).unwrap();

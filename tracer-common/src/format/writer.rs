@@ -105,11 +105,24 @@ pub struct TraceWriter<S: Sink = BufWriter<File>> {
 
 impl TraceWriter {
     pub fn create(path: &Path, header: &TraceHeader) -> Result<TraceWriter, FormatError> {
+        let file = File::create(path).map_err(|source| FormatError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        TraceWriter::on_file(path, file, header)
+    }
+
+    /// A trace written to `file`, opened by the caller (who chose how: the tracer creates
+    /// its files private and never through a link); `path` names it in messages.
+    pub fn on_file(
+        path: &Path,
+        file: File,
+        header: &TraceHeader,
+    ) -> Result<TraceWriter, FormatError> {
         let io_err = |source| FormatError::Io {
             path: path.to_owned(),
             source,
         };
-        let file = File::create(path).map_err(io_err)?;
         let mut w = TraceWriter::with_sink(path, BufWriter::with_capacity(1 << 20, file));
         let start = file_start(FORMAT_VERSION);
         w.out.write_all(&start).map_err(io_err)?;

@@ -16,7 +16,9 @@ use super::{Run, read_file};
 use crate::clock;
 use crate::devices;
 use crate::metrics::{self, Ask, Scrape};
+use crate::outdir::OutDir;
 use crate::probe::ProbeMode;
+use crate::recorder;
 
 /// The metrics endpoint's questions to the loop (none without `--metrics-addr`).
 pub(super) type Asks = Option<mpsc::Receiver<Ask>>;
@@ -108,6 +110,15 @@ impl Run {
                 "no flight recorder: start blkprof-trace with --flight-recorder DURATION".into(),
             ));
         }
+        // One at a time: each makes room for itself in --dump-dir.
+        if self.dump_in_progress() {
+            eprintln!(
+                "blkprof-trace: flight recorder: {why}: a dump is being written; not another"
+            );
+            return answer(Err(
+                "a dump is being written; ask again when it is done".into()
+            ));
+        }
         if let Err(e) = self.rotate(ring, asks).await {
             return answer(Err(e.to_string()));
         }
@@ -118,19 +129,33 @@ impl Run {
             eprintln!("blkprof-trace: flight recorder: cannot dump: it holds nothing yet");
             return answer(Err("the flight recorder holds nothing yet".into()));
         };
-        let path = crate::recorder::dump_name(&rec.dir, clock::realtime_ns());
+        let (dir, limits) = (rec.dir.clone(), rec.limits);
+        let wall_ns = clock::realtime_ns();
         let why = why.to_string();
-        self.dumps.retain(|d| !d.is_finished());
         self.dumps
             .push(tokio::task::spawn_blocking(move || {
-                let r = match snapshot.write(&path, &why) {
-                    Ok((records, bytes, from, to)) => {
+                // The header and trailer besides the frames: a few kB, up to about a MB with
+                // many devices and full histograms.
+                let need = snapshot.frame_bytes() + (1 << 20);
+                let r = recorder::make_room(&dir, need, limits)
+                    .map_err(|e| {
+                        eprintln!("blkprof-trace: flight recorder: not dumping: {e}");
+                        e
+                    })
+                    .and_then(|deleted| {
+                        say_deleted(&dir, &deleted);
+                        snapshot.write(&dir, wall_ns, &why).map_err(|e| {
+                            eprintln!("blkprof-trace: flight recorder: cannot dump: {e}");
+                            e.to_string()
+                        })
+                    })
+                    .map(|w| {
                         eprintln!(
                             "blkprof-trace: flight recorder: wrote {} ({} IOs over {:.1} s, {} bytes; {why}){}",
-                            path.display(),
-                            thousands(records),
-                            to.saturating_sub(from) as f64 / 1e9,
-                            thousands(bytes),
+                            w.path.display(),
+                            thousands(w.records),
+                            w.to_ns.saturating_sub(w.from_ns) as f64 / 1e9,
+                            thousands(w.bytes),
                             if snapshot.shortened > 0 {
                                 format!(
                                     "; the window is shorter than asked: {} segments went for --flight-recorder-size",
@@ -140,15 +165,31 @@ impl Run {
                                 String::new()
                             }
                         );
-                        Ok(path)
-                    }
-                    Err(e) => {
-                        eprintln!("blkprof-trace: flight recorder: cannot dump: {e}");
-                        Err(e.to_string())
-                    }
-                };
+                        if let Some(name) = w.path.file_name() {
+                            say_deleted(&dir, &recorder::trim(&dir, name, limits));
+                        }
+                        w.path
+                    });
                 answer(r);
             }));
+    }
+
+    /// A dump is being written.
+    pub(super) fn dump_in_progress(&mut self) -> bool {
+        self.dumps.retain(|d| !d.is_finished());
+        !self.dumps.is_empty()
+    }
+
+    /// Wait for the dumps being written.
+    pub(super) async fn await_dumps(&mut self) {
+        for d in std::mem::take(&mut self.dumps) {
+            #[expect(
+                clippy::let_underscore_must_use,
+                reason = "a dump reports its own outcome (stderr, the POST /dump reply); a task \
+                          that panicked has had its panic printed"
+            )]
+            let _ = d.await;
+        }
     }
 
     /// The metrics endpoint's text, from the probe's counters read now.
@@ -222,5 +263,15 @@ impl Run {
             },
             openmetrics,
         )
+    }
+}
+
+/// Say which dumps made room for a new one.
+fn say_deleted(dir: &OutDir, deleted: &[std::ffi::OsString]) {
+    for d in deleted {
+        eprintln!(
+            "blkprof-trace: flight recorder: deleted {} (--dump-max-files, --dump-quota)",
+            dir.join(d).display()
+        );
     }
 }

@@ -98,13 +98,32 @@ impl Run {
             && self.pending_dump.is_none()
             && let Some(rec) = &mut self.recorder
         {
-            rec.hold(clock::monotonic_ns());
-            let why = format!("trigger {}", fired.join("; "));
-            eprintln!(
-                "blkprof-trace: flight recorder: {why}; dumping in {}",
-                tracer_common::units::format_duration_ns(clock::duration_ns(rec.after))
-            );
-            self.pending_dump = Some((tokio::time::Instant::now() + rec.after, why));
+            // A sustained incident fires every interval: one dump per cooldown.
+            let cooling = rec
+                .last_trigger_dump
+                .is_some_and(|last| last.elapsed() < rec.limits.cooldown);
+            if cooling {
+                if !rec.cooldown_said {
+                    rec.cooldown_said = true;
+                    eprintln!(
+                        "blkprof-trace: flight recorder: trigger {} again; no dump before {} after the last (--dump-cooldown)",
+                        fired.join("; "),
+                        tracer_common::units::format_duration_ns(clock::duration_ns(
+                            rec.limits.cooldown
+                        ))
+                    );
+                }
+            } else {
+                rec.last_trigger_dump = Some(std::time::Instant::now());
+                rec.cooldown_said = false;
+                rec.hold(clock::monotonic_ns());
+                let why = format!("trigger {}", fired.join("; "));
+                eprintln!(
+                    "blkprof-trace: flight recorder: {why}; dumping in {}",
+                    tracer_common::units::format_duration_ns(clock::duration_ns(rec.after))
+                );
+                self.pending_dump = Some((tokio::time::Instant::now() + rec.after, why));
+            }
         }
         if !self.cfg.quiet {
             #[expect(

@@ -18,9 +18,8 @@ mod stop;
 mod summary;
 
 use std::collections::{HashMap, VecDeque};
-use std::path::PathBuf;
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use aya::maps::{MapData, RingBuf};
 use tokio::io::unix::AsyncFd;
 use tokio::signal::unix::{SignalKind, signal};
@@ -32,6 +31,7 @@ use tracer_common::format::{
 
 use self::agent::{Asks, DumpReply, next_ask};
 use self::live::Interval;
+use self::output::OutFiles;
 use self::pace::DrainPace;
 use self::source::{RecordSource, drain_ring};
 use self::stop::StopReason;
@@ -57,7 +57,12 @@ pub(super) struct Run {
     filter: records::Filter,
     output: Option<output::Output>,
     seq: u32,
-    files: VecDeque<PathBuf>,
+    /// `--output`'s directory and file names.
+    out: Option<OutFiles>,
+    /// The next file could not be created: no rotation before this instant.
+    rotation_retry: Option<std::time::Instant>,
+    /// The trace files `--keep` counts, oldest first (earlier runs' included).
+    files: VecDeque<std::ffi::OsString>,
     /// Per file: header written at open.
     header: TraceHeader,
     received: Vec<(u32, [(u64, u64); 4])>,
@@ -143,22 +148,23 @@ impl Run {
 /// Trace until the duration, a signal or a write error; the exit code: 0, or 1 when the trace
 /// could not be written to its end (disk full, write error).
 pub async fn run(cfg: Config) -> Result<u8> {
-    if let Some(out) = &cfg.output
-        && let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty())
-        && !parent.is_dir()
-    {
-        bail!(
-            "cannot write the trace file {}: directory {} does not exist",
-            out.display(),
-            parent.display()
-        );
-    }
+    let out = match &cfg.output {
+        Some(o) => Some(OutFiles::open(
+            o,
+            cfg.rotate_size.is_some() || cfg.rotate_time.is_some(),
+        )?),
+        None => None,
+    };
     // Listen before the probe attaches: a taken port fails the start, not the run.
     let listener = match cfg.metrics_addr {
         Some(a) => Some(metrics::bind(a).await?),
         None => None,
     };
     let (mut run, ring) = Run::load(cfg)?;
+    if let Some((out, earlier)) = out {
+        run.files.extend(earlier);
+        run.out = Some(out);
+    }
     run.begin()?;
     let mut asks = match listener {
         Some(l) => Some(run.serve_metrics(l)?),
@@ -229,6 +235,8 @@ impl Run {
             filter,
             output: None,
             seq: 0,
+            out: None,
+            rotation_retry: None,
             files: VecDeque::new(),
             header: TraceHeader::default(),
             received: Vec::new(),
@@ -294,6 +302,7 @@ impl Run {
                 f.dir.clone(),
                 f.after,
                 f.triggers.clone(),
+                f.limits,
             ));
         }
         if self.cfg.output.is_some() || self.recorder.is_some() {
@@ -329,11 +338,10 @@ impl Run {
         self.metrics = Some(m);
         let (tx, rx) = tokio::sync::mpsc::channel::<Ask>(16);
         let addr = l.local_addr()?;
-        tokio::spawn(async move {
-            if let Err(e) = metrics::serve(l, tx).await {
-                eprintln!("blkprof-trace: the metrics endpoint stopped: {e}");
-            }
-        });
+        let access = metrics::Access {
+            dump_token: self.cfg.dump_token.clone(),
+        };
+        tokio::spawn(metrics::serve(l, tx, access));
         eprintln!("blkprof-trace: metrics at http://{addr}/metrics");
         Ok(rx)
     }
@@ -426,7 +434,14 @@ impl Run {
                     }
                 } => {
                     if let Some((_, why)) = self.pending_dump.take() {
-                        self.dump(ring.get_mut(), asks, &why, None).await;
+                        if self.dump_in_progress() {
+                            // One at a time: the trigger's dump waits for the one being
+                            // written.
+                            self.pending_dump =
+                                Some((tokio::time::Instant::now() + std::time::Duration::from_secs(1), why));
+                        } else {
+                            self.dump(ring.get_mut(), asks, &why, None).await;
+                        }
                     }
                 }
                 () = sleep => return Ok(StopReason::Duration),
@@ -457,6 +472,12 @@ impl Run {
 
     /// The open file is due for its rotation (size, age, or the recorder's segment length).
     fn rotation_due(&self) -> bool {
+        if self
+            .rotation_retry
+            .is_some_and(|at| std::time::Instant::now() < at)
+        {
+            return false;
+        }
         self.output.as_ref().is_some_and(|o| {
             self.cfg
                 .rotate_size
@@ -465,10 +486,10 @@ impl Run {
                     .cfg
                     .rotate_time
                     .is_some_and(|t| o.opened.elapsed() >= t)
-                || self
-                    .recorder
-                    .as_ref()
-                    .is_some_and(|r| o.opened.elapsed() >= r.segment)
+                || self.recorder.as_ref().is_some_and(|r| {
+                    // The open segment is bounded too: a twentieth of the recorder's bound.
+                    o.opened.elapsed() >= r.segment || o.writer.bytes_written() >= r.max_bytes / 20
+                })
         })
     }
 
@@ -482,19 +503,14 @@ impl Run {
         reason: StopReason,
     ) -> Result<u8> {
         // A trigger fired and its dump is still waiting: write it now, with what there is.
+        // Dumps being written finish before the tracer says it is done (and before the
+        // waiting one, as one is written at a time).
+        self.await_dumps().await;
         if let Some((_, why)) = self.pending_dump.take() {
             let why = format!("{why}; the tracer stopped before its time after");
             self.dump(ring, asks, &why, None).await;
         }
-        // Dumps being written finish before the tracer says it is done.
-        for d in std::mem::take(&mut self.dumps) {
-            #[expect(
-                clippy::let_underscore_must_use,
-                reason = "a dump reports its own outcome (stderr, the POST /dump reply); a task \
-                          that panicked has had its panic printed"
-            )]
-            let _ = d.await;
-        }
+        self.await_dumps().await;
         let (diskstats_end, counters) = self.cut_the_end(ring, asks, iv).await?;
         let aggregates = self.probe.aggregates()?;
         let mut counters = counters;

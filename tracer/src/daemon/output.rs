@@ -1,8 +1,11 @@
 //! The output: the open trace file (and its .hlog) or flight-recorder segment, how the next
 //! one is created, how one is closed, and `--keep`.
 
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context as _, Result};
@@ -13,6 +16,7 @@ use tracer_common::format::{
 
 use super::Run;
 use crate::clock;
+use crate::outdir::OutDir;
 use crate::recorder::Segment;
 use crate::stats::HlogWriter;
 
@@ -81,7 +85,7 @@ pub(super) struct CannotCreate {
 pub(super) struct NextFile {
     output: Output,
     header: TraceHeader,
-    path: Option<PathBuf>,
+    name: Option<OsString>,
 }
 
 /// A file ended: its trailer still to write, and its data to sync (blocking calls, which a
@@ -116,30 +120,176 @@ impl Closing {
 /// Delete files `--keep` let go of, with their .hlog. What it cannot delete stays: a file
 /// already gone (removed by hand) is what it wants, and one it cannot delete is no reason to
 /// stop tracing.
-pub(super) fn remove_files(paths: &[PathBuf]) {
-    for p in paths {
+pub(super) fn remove_files(dir: &OutDir, names: &[OsString]) {
+    for n in names {
         #[expect(clippy::let_underscore_must_use, reason = "see the function's comment")]
-        let _ = std::fs::remove_file(p);
+        let _ = dir.remove(n);
         #[expect(clippy::let_underscore_must_use, reason = "see the function's comment")]
-        let _ = std::fs::remove_file(p.with_extension("hlog"));
+        let _ = dir.remove(Path::new(n).with_extension("hlog").as_os_str());
+    }
+}
+
+/// The trace file and .hlog of the next file, created before the cut that starts it: a file
+/// that cannot be created leaves the run as it was.
+#[derive(Debug)]
+pub(super) struct Prepared {
+    name: OsString,
+    trace: File,
+    hlog: File,
+}
+
+/// Where the run's files go: `--output`'s directory held open, how they are named, and the
+/// number of the run's first rotated file (after the highest one already there, so a restart
+/// never overwrites the files of an earlier run).
+pub(super) struct OutFiles {
+    pub(super) dir: Arc<OutDir>,
+    name: OsString,
+    rotating: bool,
+    first_number: u64,
+}
+
+/// `STEM.NNNNNN.EXT` of a rotated `--output STEM.EXT`.
+fn numbered(stem: &str, ext: &str, n: u64) -> OsString {
+    format!("{stem}.{n:06}.{ext}").into()
+}
+
+/// The number of `name` if it is one of `STEM.NNNNNN.EXT`.
+fn number_of(stem: &str, ext: &str, name: &OsStr) -> Option<u64> {
+    let n = name.to_str()?.strip_prefix(stem)?.strip_prefix('.')?;
+    let n = n.strip_suffix(ext)?.strip_suffix('.')?;
+    (n.len() >= 6 && n.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| n.parse().ok())
+        .flatten()
+}
+
+impl OutFiles {
+    /// `--output`'s directory opened, and the files of earlier runs with the same name
+    /// pattern (oldest first), which `--keep` counts with this run's.
+    pub(super) fn open(output: &Path, rotating: bool) -> Result<(OutFiles, Vec<OsString>)> {
+        let parent = output.parent().unwrap_or(Path::new(""));
+        let name = output
+            .file_name()
+            .with_context(|| format!("--output {}: not a file name", output.display()))?
+            .to_owned();
+        let dir = OutDir::open(parent).map_err(|e| {
+            let shown = if parent.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                parent
+            };
+            let why = if e.kind() == io::ErrorKind::NotFound {
+                " does not exist".to_string()
+            } else {
+                format!(": {e}")
+            };
+            anyhow::anyhow!(
+                "cannot write the trace file {}: directory {}{why}",
+                output.display(),
+                shown.display()
+            )
+        })?;
+        let mut files = OutFiles {
+            dir: Arc::new(dir),
+            name,
+            rotating,
+            first_number: 0,
+        };
+        let mut earlier = Vec::new();
+        if rotating {
+            let (stem, ext) = files.stem_ext();
+            let names = files.dir.names().with_context(|| {
+                format!(
+                    "cannot list {} for earlier files",
+                    files.dir.path().display()
+                )
+            })?;
+            let mut found: Vec<(u64, OsString)> = names
+                .into_iter()
+                .filter_map(|n| Some((number_of(&stem, &ext, &n)?, n)))
+                .collect();
+            found.sort_unstable();
+            files.first_number = found.last().map_or(0, |(n, _)| n + 1);
+            earlier = found.into_iter().map(|(_, n)| n).collect();
+        }
+        Ok((files, earlier))
+    }
+
+    fn stem_ext(&self) -> (String, String) {
+        let p = Path::new(&self.name);
+        let stem = p
+            .file_stem()
+            .map_or_else(|| "trace".into(), |s| s.to_string_lossy().into_owned());
+        let ext = p
+            .extension()
+            .map_or_else(|| "blkp".into(), |s| s.to_string_lossy().into_owned());
+        (stem, ext)
+    }
+
+    /// The name of the run's file `seq`.
+    fn name_of(&self, seq: u32) -> OsString {
+        if !self.rotating {
+            return self.name.clone();
+        }
+        let (stem, ext) = self.stem_ext();
+        numbered(&stem, &ext, self.first_number + u64::from(seq))
+    }
+
+    /// Create file `seq` and its .hlog. A rerun of one `--output` replaces its regular
+    /// files; a rotated file is always new: a name taken (by another writer, or a link
+    /// planted there) is skipped, the numbers after it shift.
+    pub(super) fn prepare(&mut self, seq: u32) -> Result<Prepared> {
+        let mut skipped = 0;
+        loop {
+            let name = self.name_of(seq);
+            let hlog_name = Path::new(&name).with_extension("hlog").into_os_string();
+            let create = |n: &OsStr| {
+                if self.rotating {
+                    self.dir.create_new(n)
+                } else {
+                    self.dir.replace(n)
+                }
+            };
+            let cannot = |n: &OsStr, io: io::Error| {
+                anyhow::Error::new(CannotCreate {
+                    path: self.dir.join(n),
+                    io,
+                })
+            };
+            let trace = match create(&name) {
+                Ok(f) => f,
+                Err(e)
+                    if self.rotating
+                        && e.kind() == io::ErrorKind::AlreadyExists
+                        && skipped < 100 =>
+                {
+                    eprintln!(
+                        "blkprof-trace: warning: {} is already there (not written by this run): skipping its number",
+                        self.dir.join(&name).display()
+                    );
+                    self.first_number += 1;
+                    skipped += 1;
+                    continue;
+                }
+                Err(e) => return Err(cannot(&name, e)),
+            };
+            let hlog = match create(&hlog_name) {
+                Ok(f) => f,
+                Err(e) => {
+                    // Not left behind: a retry creates both again.
+                    #[expect(
+                        clippy::let_underscore_must_use,
+                        reason = "the file just created; the error that matters is the .hlog's"
+                    )]
+                    let _ = self.dir.remove(&name);
+                    return Err(cannot(&hlog_name, e));
+                }
+            };
+            return Ok(Prepared { name, trace, hlog });
+        }
     }
 }
 
 impl Run {
-    fn file_path(&self, seq: u32) -> Option<PathBuf> {
-        let base = self.cfg.output.as_ref()?;
-        if self.cfg.rotate_size.is_none() && self.cfg.rotate_time.is_none() {
-            return Some(base.clone());
-        }
-        let stem = base
-            .file_stem()
-            .map_or_else(|| "trace".into(), |s| s.to_string_lossy().into_owned());
-        let ext = base
-            .extension()
-            .map_or_else(|| "blkp".into(), |s| s.to_string_lossy().into_owned());
-        Some(base.with_file_name(format!("{stem}.{seq:06}.{ext}")))
-    }
-
     /// The header of file `seq`. The run's first file starts at the start's cut, where nothing
     /// is aggregated yet and the loss counters are those read as it was set; a rotated file at
     /// the rotation's cut `start_at`, with the aggregates and diskstats of that instant (set by
@@ -197,19 +347,20 @@ impl Run {
         Ok(header)
     }
 
-    /// Create file `seq` (or the flight recorder's next segment), starting at `start_at` if
-    /// it is a rotation's; None when the run writes neither.
+    /// The open file's successor `seq` (or the flight recorder's next segment), starting at
+    /// `start_at` if it is a rotation's, on the files `prepared` before its cut; None when
+    /// the run writes neither.
     pub(super) fn create_output(
         &mut self,
         seq: u32,
         start_at: Option<u64>,
+        prepared: Option<Prepared>,
     ) -> Result<Option<NextFile>> {
-        let path = self.file_path(seq);
-        if path.is_none() && self.recorder.is_none() {
+        if prepared.is_none() && self.recorder.is_none() {
             return Ok(None);
         }
         let header = self.header_for(seq, start_at)?;
-        let Some(path) = path else {
+        let Some(p) = prepared else {
             // The flight recorder's next segment: frames in memory, the header kept beside.
             return Ok(Some(NextFile {
                 output: Output {
@@ -218,17 +369,23 @@ impl Run {
                     opened: Instant::now(),
                 },
                 header,
-                path: None,
+                name: None,
             }));
         };
-        let writer = TraceWriter::create(&path, &header).map_err(|e| match e {
+        let dir = self
+            .out
+            .as_ref()
+            .map(|o| o.dir.clone())
+            .context("no output directory")?;
+        let path = dir.join(&p.name);
+        let writer = TraceWriter::on_file(&path, p.trace, &header).map_err(|e| match e {
             FormatError::Io { path, source } => {
                 anyhow::Error::new(CannotCreate { path, io: source })
             }
             e => e.into(),
         })?;
         let hlog_path = path.with_extension("hlog");
-        let hlog = HlogWriter::create(&hlog_path, header.wall_clock_start_ns)
+        let hlog = HlogWriter::on_file(p.hlog, header.wall_clock_start_ns)
             .with_context(|| format!("cannot write {}", hlog_path.display()))?;
         Ok(Some(NextFile {
             output: Output {
@@ -237,8 +394,13 @@ impl Run {
                 opened: Instant::now(),
             },
             header,
-            path: Some(path),
+            name: Some(p.name),
         }))
+    }
+
+    /// The files of the run's file `seq`, if it writes files.
+    pub(super) fn prepare_files(&mut self, seq: u32) -> Result<Option<Prepared>> {
+        self.out.as_mut().map(|o| o.prepare(seq)).transpose()
     }
 
     /// Make `next` the open file: the records from here go to it.
@@ -254,15 +416,16 @@ impl Run {
         };
         self.header = next.header;
         self.output = Some(next.output);
-        if let Some(path) = next.path {
-            self.files.push_back(path);
+        if let Some(name) = next.name {
+            self.files.push_back(name);
         }
         self.filtered_out_file = 0;
     }
 
     /// Open the run's first file.
     pub(super) fn open_output(&mut self) -> Result<()> {
-        let next = self.create_output(self.seq, None)?;
+        let prepared = self.prepare_files(self.seq)?;
+        let next = self.create_output(self.seq, None, prepared)?;
         self.install(next);
         Ok(())
     }
@@ -319,8 +482,9 @@ impl Run {
         }
     }
 
-    /// `--keep`: the oldest files beyond it, taken off the list, to delete.
-    pub(super) fn beyond_keep(&mut self) -> Vec<PathBuf> {
+    /// `--keep`: the oldest files beyond it (this run's and earlier runs' of the same name
+    /// pattern), taken off the list, to delete.
+    pub(super) fn beyond_keep(&mut self) -> Vec<OsString> {
         let mut old = Vec::new();
         if let Some(keep) = self.cfg.keep {
             while self.files.len() > keep {
@@ -328,5 +492,50 @@ impl Run {
             }
         }
         old
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    use super::*;
+
+    #[test]
+    fn rotated_names_resume_after_the_highest_and_skip_taken_ones() {
+        let t = tempfile::tempdir().unwrap();
+        for n in [
+            "db.000000.blkp",
+            "db.000007.blkp",
+            "db.000003.blkp",
+            "db.12.blkp",
+            "x.000009.blkp",
+        ] {
+            std::fs::write(t.path().join(n), b"").unwrap();
+        }
+        let (mut out, earlier) = OutFiles::open(&t.path().join("db.blkp"), true).unwrap();
+        assert_eq!(
+            earlier,
+            ["db.000000.blkp", "db.000003.blkp", "db.000007.blkp"]
+        );
+        // Something appears at the next name while the run goes on: its number is skipped.
+        std::os::unix::fs::symlink("/nowhere", t.path().join("db.000008.blkp")).unwrap();
+        let p = out.prepare(0).unwrap();
+        assert_eq!(p.name, "db.000009.blkp");
+        let mode = std::fs::metadata(t.path().join("db.000009.hlog"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert_eq!(out.prepare(1).unwrap().name, "db.000010.blkp");
+
+        // One file, not rotated: a rerun replaces it; a link there is refused.
+        let (mut one, earlier) = OutFiles::open(&t.path().join("x.000009.blkp"), false).unwrap();
+        assert!(earlier.is_empty());
+        assert_eq!(one.prepare(0).unwrap().name, "x.000009.blkp");
+        std::os::unix::fs::symlink("/etc/passwd", t.path().join("l.blkp")).unwrap();
+        let (mut l, _) = OutFiles::open(&t.path().join("l.blkp"), false).unwrap();
+        assert!(format!("{:#}", l.prepare(0).unwrap_err()).contains("symbolic link"));
+        assert!(OutFiles::open(&t.path().join("none/db.blkp"), false).is_err());
     }
 }

@@ -205,6 +205,10 @@ impl Run {
             .cgroups
             .path(id)
             .is_some_and(|p| self.cfg.cgroups.iter().any(|c| within(p, c)));
+        // Bounded as the path table is: ids of cgroups long gone are asked again.
+        if self.cgroup_keep.len() >= 1 << 16 {
+            self.cgroup_keep.clear();
+        }
         self.cgroup_keep.insert(id, k);
         k
     }

@@ -11,7 +11,7 @@ use tracer_common::{AGG_EPOCH, Cuts};
 use super::Run;
 use super::agent::Asks;
 use super::cuts::CUT_LEAD_NS;
-use super::output::remove_files;
+use super::output::{Prepared, remove_files};
 use super::source::drain_ring;
 use super::stop::StopReason;
 use crate::clock;
@@ -23,6 +23,8 @@ const ROTATION_GRACE: Duration = Duration::from_millis(250);
 /// a completion missed long ago whose address has not come back (its device gone idle) would
 /// otherwise hold every rotation for [`ROTATION_GRACE`]. They are counted as still open.
 const ROTATION_WAITS_FOR_NS: u64 = 1_000_000_000;
+/// After the next file could not be created, the rotation is tried again this much later.
+const ROTATION_RETRY: Duration = Duration::from_secs(10);
 
 impl Run {
     /// End the open file and start the next at one instant, as the run's start and end are
@@ -30,14 +32,30 @@ impl Run {
     /// after, and records go to the file their completion time belongs to. The waits answer
     /// the metrics endpoint meanwhile.
     ///
-    /// If it fails, the open file stays open (with the records held for the next one), the
-    /// run's stop reason is set and said, and the end closes the file with its trailer.
+    /// If the next file cannot be created, the open file goes on and the rotation is retried
+    /// later. If it fails after its cut, the open file stays open (with the records held for
+    /// the next one), the run's stop reason is set and said, and the end closes the file with
+    /// its trailer.
     pub(super) async fn rotate(
         &mut self,
         ring: &mut RingBuf<MapData>,
         asks: &mut Asks,
     ) -> Result<()> {
-        let r = self.rotate_at_a_cut(ring, asks).await;
+        let prepared = match self.prepare_next() {
+            Ok(p) => p,
+            Err(e) => {
+                // Nothing has changed yet: the open file goes on, and the rotation is tried
+                // again later.
+                eprintln!(
+                    "blkprof-trace: cannot start the next trace file ({e:#}); the open one goes on, retrying in {} s",
+                    ROTATION_RETRY.as_secs()
+                );
+                self.rotation_retry = Some(std::time::Instant::now() + ROTATION_RETRY);
+                return Err(e);
+            }
+        };
+        self.rotation_retry = None;
+        let r = self.rotate_at_a_cut(ring, asks, prepared).await;
         if let Err(e) = &r {
             self.abandon_rotation();
             let reason = StopReason::of_error(&**e);
@@ -53,11 +71,35 @@ impl Run {
         r
     }
 
-    /// The rotation up to the next file open; nothing after that can fail.
+    /// The next file's files, before anything changes. A disk too full to create them, with
+    /// `--keep`, frees the oldest kept file and tries again (the open file is never one).
+    fn prepare_next(&mut self) -> Result<Option<Prepared>> {
+        loop {
+            match self.prepare_files(self.seq + 1) {
+                Err(e)
+                    if StopReason::of_error(&*e) == StopReason::DiskFull
+                        && self.cfg.keep.is_some()
+                        && self.files.len() > 1 =>
+                {
+                    if let (Some(old), Some(out)) = (self.files.pop_front(), &self.out) {
+                        eprintln!(
+                            "blkprof-trace: disk full: deleting the oldest kept file {} early",
+                            out.dir.join(&old).display()
+                        );
+                        remove_files(&out.dir, &[old]);
+                    }
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// The rotation from its cut to the next file open; nothing after that can fail.
     async fn rotate_at_a_cut(
         &mut self,
         ring: &mut RingBuf<MapData>,
         asks: &mut Asks,
+        prepared: Option<Prepared>,
     ) -> Result<()> {
         drain_ring(ring, self);
         // With half records, misses found from here on may be of requests in flight at the
@@ -129,8 +171,7 @@ impl Run {
         self.start_counters = Some(ct.clone());
         self.start_diskstats = Some(ds.clone());
         self.start_aggregates = Some(ag.clone());
-        // The next file first: if it cannot be created, this one goes on.
-        let next = self.create_output(self.seq + 1, Some(at))?;
+        let next = self.create_output(self.seq + 1, Some(at), prepared)?;
         self.frozen_other = frozen;
         let closing = self.end_file("rotation", ds, ag, ct);
         self.file_start_cut = self.end_cut.take();
@@ -144,11 +185,14 @@ impl Run {
         // The trailer's write and the file's sync, and `--keep`'s deletions, on a blocking
         // thread: they can take long on a busy disk.
         let old = self.beyond_keep();
+        let dir = self.out.as_ref().map(|o| o.dir.clone());
         let done = tokio::task::spawn_blocking(move || {
             if let Some(c) = closing {
                 c.finish();
             }
-            remove_files(&old);
+            if let Some(dir) = dir {
+                remove_files(&dir, &old);
+            }
         });
         if let Err(e) = self.serving(ring, asks, done).await {
             eprintln!("blkprof-trace: closing the rotated file failed: {e}");
