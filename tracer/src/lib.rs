@@ -11,6 +11,7 @@ pub mod files;
 pub mod kernel;
 pub mod metrics;
 pub mod named;
+pub mod privs;
 pub mod probe;
 pub mod recorder;
 pub mod ringread;

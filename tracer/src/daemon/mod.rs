@@ -160,6 +160,7 @@ pub async fn run(cfg: Config) -> Result<u8> {
     };
     let (mut run, ring) = Run::load(cfg)?;
     run.begin()?;
+    crate::privs::after_attach(&run.probe, &run.cfg);
     let mut asks = match listener {
         Some(l) => Some(run.serve_metrics(l)?),
         None => None,
