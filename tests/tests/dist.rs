@@ -139,8 +139,9 @@ fn install_and_trace(root: &ThrowawayRoot, device: &str, work: impl FnOnce()) {
         "systemd-analyze verify: {}",
         String::from_utf8_lossy(&verify.stderr)
     );
-    // systemd's own score of the sandbox (0 safest, 10 none): 1.4 when written; a change
-    // that loosens the unit shows here.
+    // systemd's own score of the sandbox (0 safest, 10 none): 1.7 since bpf, perf_event_open
+    // and capset are allowed for real (1.4 before, when the deny line took them back out of
+    // the allow list); a change that loosens the unit shows here.
     let security = root.ok(&["systemd-analyze", "security", "--offline=yes", unit]);
     let exposure: f64 = security
         .lines()
@@ -148,7 +149,7 @@ fn install_and_trace(root: &ThrowawayRoot, device: &str, work: impl FnOnce()) {
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("an exposure level: {security}"));
-    assert!(exposure <= 1.5, "exposure {exposure}: {security}");
+    assert!(exposure <= 1.7, "exposure {exposure}: {security}");
     let text = std::fs::read_to_string(root.host_path(unit)).expect("the unit");
     for line in [
         "User=blkprof",
