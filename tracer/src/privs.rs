@@ -92,8 +92,9 @@ fn dirs_written_later(cfg: &Config) -> Vec<PathBuf> {
 /// to after now.
 pub fn lock_down(maps_readable: impl Fn() -> bool, written_later: &[PathBuf]) -> Locked {
     let mut out = Locked::default();
-    // SAFETY: prctl with integer arguments only.
-    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+    let (one, zero): (libc::c_ulong, libc::c_ulong) = (1, 0);
+    // SAFETY: prctl with integer arguments only (unsigned longs, as the kernel reads them).
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, one, zero, zero, zero) } != 0 {
         out.warnings.push(format!(
             "cannot set no_new_privs: {}",
             io::Error::last_os_error()
@@ -125,7 +126,12 @@ pub fn lock_down(maps_readable: impl Fn() -> bool, written_later: &[PathBuf]) ->
             "no seccomp filter ({e}): further program loads are not refused"
         )),
     }
-    let kept: u64 = out.kept.iter().map(|(c, _)| c.bitmask()).sum();
+    // Where the drop failed the warning above says what is held.
+    let kept: u64 = if out.dropped {
+        out.kept.iter().map(|(c, _)| c.bitmask()).sum()
+    } else {
+        u64::MAX
+    };
     out.warnings.extend(check_threads(kept, out.filtered));
     out
 }
@@ -480,7 +486,8 @@ mod tests {
             };
             // SAFETY: raw syscalls on memory that outlives them; the child ends with _exit.
             unsafe {
-                libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+                let (one, zero): (libc::c_ulong, libc::c_ulong) = (1, 0);
+                libc::prctl(libc::PR_SET_NO_NEW_PRIVS, one, zero, zero, zero);
                 if libc::prctl(
                     libc::PR_SET_SECCOMP,
                     libc::c_ulong::from(libc::SECCOMP_MODE_FILTER),
