@@ -148,7 +148,7 @@ pub struct Args {
     /// Keep every capability for the whole run, and allow loading programs after the attach
     /// (for debugging). By default, once the probe is attached, the tracer drops every
     /// capability but CAP_BPF where the kernel needs it to read the probe's maps (before about
-    /// Linux 6.5, with kernel.unprivileged_bpf_disabled set), and refuses further program
+    /// Linux 5.19, with kernel.unprivileged_bpf_disabled set), and refuses further program
     /// loads, perf events, ptrace and module loads with a seccomp filter.
     #[arg(long)]
     pub keep_privileges: bool,

@@ -162,9 +162,10 @@ fn drop_capabilities(
     caps::clear(None, CapSet::Inheritable)?;
     caps::set(None, CapSet::Effective, &setpcap)?;
     caps::set(None, CapSet::Permitted, &(&candidates | &setpcap))?;
-    // Tried without, not assumed by kernel version: before about 6.5,
-    // kernel.unprivileged_bpf_disabled refuses every bpf() command, map reads included, to a
-    // process without CAP_BPF; later kernels gate only what creates maps and programs.
+    // Tried without, not assumed by kernel version: on older kernels (Debian's 5.10, not its
+    // 6.1; the change came in about 5.19) kernel.unprivileged_bpf_disabled refuses every bpf()
+    // command, map reads included, to a process without CAP_BPF; later ones gate only what
+    // creates maps and programs.
     let mut keep = CapsHashSet::new();
     if let Some(c) = bpf
         && !maps_readable()
