@@ -2,7 +2,8 @@
 //! real fio, and /proc/diskstats.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -321,6 +322,71 @@ impl Drop for Scratch {
         }
         let _ = std::fs::remove_file(&self.img);
     }
+}
+
+/// A port nobody listens on now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// GET over HTTP/1.0; (status, body).
+pub fn http_get(port: u16, path_and_query: &str, accept: Option<&str>) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    let accept = accept
+        .map(|a| format!("Accept: {a}\r\n"))
+        .unwrap_or_default();
+    write!(
+        s,
+        "GET {path_and_query} HTTP/1.0\r\nHost: 127.0.0.1\r\n{accept}Connection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    let (head, body) = buf.split_once("\r\n\r\n")?;
+    let status = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((status, body.to_string()))
+}
+
+/// What a running tracer may do, from /proc/PID/status and every /proc/PID/task/TID/status:
+/// asserts that no thread holds a capability but `CAP_BPF` (effective, permitted, inheritable,
+/// ambient), that `CAP_BPF` is effective where it is permitted, that each thread has
+/// `no_new_privs` and a seccomp filter, and that the threads agree. Returns whether `CAP_BPF` is
+/// kept.
+pub fn assert_privileges_dropped(pid: i32) -> bool {
+    const CAP_BPF: u64 = 1 << 39;
+    let mut files = vec![PathBuf::from(format!("/proc/{pid}/status"))];
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the tracer's threads");
+    files.extend(tasks.map(|t| t.expect("a thread").path().join("status")));
+    let mut kept = std::collections::BTreeSet::new();
+    for f in &files {
+        let s = std::fs::read_to_string(f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        let field = |k: &str| {
+            s.lines()
+                .find_map(|l| Some(l.strip_prefix(k)?.strip_prefix(':')?.trim()))
+                .unwrap_or_else(|| panic!("{k} in {}: {s}", f.display()))
+        };
+        let mask = |k: &str| u64::from_str_radix(field(k), 16).expect("a hex mask");
+        for k in ["CapEff", "CapPrm", "CapInh", "CapAmb"] {
+            assert_eq!(
+                mask(k) & !CAP_BPF,
+                0,
+                "{}: {k} {:#x} holds more than CAP_BPF:\n{s}",
+                f.display(),
+                mask(k)
+            );
+        }
+        assert_eq!((mask("CapInh"), mask("CapAmb")), (0, 0), "{}", f.display());
+        assert_eq!(mask("CapEff"), mask("CapPrm"), "{}", f.display());
+        assert_eq!(field("NoNewPrivs"), "1", "{}", f.display());
+        assert_eq!(field("Seccomp"), "2", "{}", f.display());
+        kept.insert(mask("CapEff") == CAP_BPF);
+    }
+    assert_eq!(kept.len(), 1, "the threads disagree: {files:?}");
+    kept.contains(&true)
 }
 
 /// A running blkprof-trace.

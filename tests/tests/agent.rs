@@ -3,45 +3,18 @@
 //! move exactly as /proc/diskstats does; the histograms' p99 must agree with the report of
 //! the trace recorded alongside within the buckets' stated error.
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::Write;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use analyzer::numeric::f64_to_u64_saturating;
 use blkprof_e2e::{
-    Scratch, TestDir, Trace, Tracer, assert_misses_are_skipped_runs, bin, delta, fio, report_json,
+    Scratch, TestDir, Trace, Tracer, assert_misses_are_skipped_runs, bin, delta, fio, free_port,
+    http_get, report_json,
 };
 use tracer_common::format::{Ending, IoRecord};
 use tracer_common::op::StatGroup;
-
-/// A port nobody listens on now.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-/// GET over HTTP/1.0; (status, body).
-fn http_get(port: u16, path_and_query: &str, accept: Option<&str>) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    let accept = accept
-        .map(|a| format!("Accept: {a}\r\n"))
-        .unwrap_or_default();
-    write!(
-        s,
-        "GET {path_and_query} HTTP/1.0\r\nHost: 127.0.0.1\r\n{accept}Connection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).ok()?;
-    let (head, body) = buf.split_once("\r\n\r\n")?;
-    let status = head.split_whitespace().nth(1)?.parse().ok()?;
-    Some((status, body.to_string()))
-}
 
 fn urlencode(s: &str) -> String {
     s.bytes()

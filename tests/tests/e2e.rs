@@ -2115,3 +2115,179 @@ fn the_getrq_fallback_is_exact_and_names_each_submitter() {
         );
     }
 }
+
+/// Once attached, the tracer holds at most `CAP_BPF` on every thread (where this kernel needs it
+/// to read the probe's maps), with `no_new_privs` and a seccomp filter, run as root and as an
+/// unprivileged user with `CAP_BPF` and `CAP_PERFMON` only (as the packaged unit runs it). It
+/// still serves a scrape, counts fio's IOs exactly, rotates, and ends with its trailer.
+#[test]
+fn after_attaching_the_tracer_keeps_at_most_cap_bpf_and_refuses_program_loads() {
+    let dir = TestDir::new();
+    let as_root = privileges_dropped_while_tracing(&dir.join("root"), &[]);
+    let nobody = dir.join("nobody");
+    std::fs::create_dir(&nobody).expect("a directory");
+    sh(&format!("chown 65534:65534 {}", nobody.display()));
+    // As the unit runs it (`AS_THE_UNIT_RUNS_IT`): the locked-memory limit lifted first, for
+    // kernels before 5.11 that charge BPF maps to it.
+    let as_user = privileges_dropped_while_tracing(
+        &nobody,
+        &[
+            "sh",
+            "-c",
+            "ulimit -l unlimited 2>/dev/null; exec \"$@\"",
+            "sh",
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all,+bpf,+perfmon",
+            "--ambient-caps=-all,+bpf,+perfmon",
+            "--bounding-set=-all,+bpf,+perfmon",
+        ],
+    );
+    // The decision is the kernel's: the same for both.
+    assert_eq!(as_root, as_user);
+}
+
+/// [`after_attaching_the_tracer_keeps_at_most_cap_bpf_and_refuses_program_loads`] with the
+/// tracer started through `wrapper`, writing into `dir`; whether it kept `CAP_BPF`.
+fn privileges_dropped_while_tracing(dir: &std::path::Path, wrapper: &[&str]) -> bool {
+    std::fs::create_dir_all(dir).expect("a directory");
+    let dev = Scratch::new("privs", 512, true, false);
+    let port = blkprof_e2e::free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let out = dir.join("privs.blkp");
+    let out_s = out.display().to_string();
+    let t = Tracer::start_wrapped(
+        wrapper,
+        &[
+            "--device",
+            &dev.name,
+            "--output",
+            &out_s,
+            "--rotate-time",
+            "2s",
+            "--quiet",
+            "--metrics-addr",
+            &addr,
+        ],
+        &[],
+    );
+    let kept = blkprof_e2e::assert_privileges_dropped(t.pid());
+    let note = t
+        .stderr
+        .lines()
+        .find(|l| l.contains("dropped capabilities after attaching"))
+        .unwrap_or_else(|| panic!("the note: {}", t.stderr))
+        .to_string();
+    let expected = if kept {
+        "; kept CAP_BPF ("
+    } else {
+        "; kept none;"
+    };
+    assert!(note.contains(expected), "{note}");
+    assert!(
+        note.ends_with("further program loads refused (seccomp)"),
+        "{note}"
+    );
+    eprintln!("{wrapper:?}: {note}");
+    let before = dev.diskstats();
+    fio(&[
+        "--name=privs",
+        &format!("--filename={}", dev.path),
+        "--rw=randrw",
+        "--bs=4k",
+        "--direct=1",
+        "--ioengine=libaio",
+        "--iodepth=8",
+        "--runtime=3",
+        "--time_based",
+    ]);
+    let after = dev.diskstats();
+    let (status, body) = blkprof_e2e::http_get(port, "/metrics", None).expect("a scrape");
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains("blkprof_ios_total") && body.contains(&dev.name),
+        "{body}"
+    );
+    // The threads started since (tokio's blocking pool, for the rotations) hold no more.
+    assert_eq!(blkprof_e2e::assert_privileges_dropped(t.pid()), kept);
+    let f = t.stop();
+    assert!(f.status.success(), "{}\n{}", f.stderr, f.stdout);
+    assert!(!f.stderr.contains("warning"), "{}", f.stderr);
+    // Rotated while the IO ran: each file exact between its cuts, together all of fio's IOs.
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .expect("the output directory")
+        .map(|e| e.expect("an entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "blkp"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 2, "rotated: {files:?}");
+    let mut traced = 0;
+    for f in &files {
+        let trace = Trace::read(f);
+        assert_eq!(trace.ending, Ending::Complete, "{}", f.display());
+        assert_cut_exact(&trace, &dev.name, &f.display().to_string());
+        traced += trace.groups().values().map(|(n, _)| n).sum::<u64>() + trace.misses();
+    }
+    let own: u64 = delta(&before, &after).values().map(|(n, _)| n).sum();
+    assert!(
+        own > 1000 && traced >= own,
+        "traced {traced} vs fio's {own} IOs"
+    );
+    kept
+}
+
+/// Root rotating into a directory it may write only through `CAP_DAC_OVERRIDE` (another user's,
+/// 0755) keeps that capability alone, says why, and rotates there as before.
+#[test]
+fn root_rotating_into_another_users_directory_keeps_cap_dac_override() {
+    const CAP_DAC_OVERRIDE: u64 = 1 << 1;
+    const CAP_BPF: u64 = 1 << 39;
+    let dir = TestDir::new();
+    let theirs = dir.join("theirs");
+    std::fs::create_dir(&theirs).expect("a directory");
+    sh(&format!(
+        "chown 65534:65534 {} && chmod 0755 {0}",
+        theirs.display()
+    ));
+    let dev = Scratch::new("dac", 256, true, false);
+    let out = theirs.join("dac.blkp").display().to_string();
+    let t = Tracer::start(&[
+        "--device",
+        &dev.name,
+        "--output",
+        &out,
+        "--quiet",
+        "--rotate-time",
+        "1s",
+        "--duration",
+        "3s",
+    ]);
+    let status = std::fs::read_to_string(format!("/proc/{}/status", t.pid())).expect("status");
+    let eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .expect("CapEff");
+    assert_eq!(eff & !CAP_BPF, CAP_DAC_OVERRIDE, "{status}");
+    assert!(
+        t.stderr.contains(&format!(
+            "CAP_DAC_OVERRIDE (files are created in {} later)",
+            theirs.display()
+        )),
+        "{}",
+        t.stderr
+    );
+    let f = t.wait_or_stop();
+    assert!(f.status.success(), "{}", f.stderr);
+    let files: Vec<_> = std::fs::read_dir(&theirs)
+        .expect("the directory")
+        .map(|e| e.expect("an entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "blkp"))
+        .collect();
+    assert!(files.len() >= 2, "rotated there: {files:?}");
+    for p in &files {
+        assert_eq!(Trace::read(p).ending, Ending::Complete, "{}", p.display());
+    }
+}

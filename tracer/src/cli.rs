@@ -165,6 +165,13 @@ pub struct Args {
     /// built with BTF (CONFIG_DEBUG_INFO_BTF=y): BTF tracepoints are checked against its own.
     #[arg(long, value_name = "FILE")]
     pub btf: Option<std::path::PathBuf>,
+    /// Keep every capability for the whole run, and allow loading programs after the attach
+    /// (for debugging). By default, once the probe is attached, the tracer drops every
+    /// capability but CAP_BPF where the kernel needs it to read the probe's maps (before about
+    /// Linux 5.19, with kernel.unprivileged_bpf_disabled set), and refuses further program
+    /// loads, perf events, ptrace and module loads with a seccomp filter.
+    #[arg(long)]
+    pub keep_privileges: bool,
     /// Attach programs that do nothing, or (`--attach-only=clock`) that read the clock once
     /// each (benchmarks: the cost of being attached, and the floor of a record per IO).
     #[arg(long, hide = true, value_enum, num_args = 0..=1, require_equals = true,
@@ -260,6 +267,8 @@ pub struct Config {
     pub files: bool,
     /// `--btf`: the kernel's BTF from this file.
     pub btf: Option<std::path::PathBuf>,
+    /// `--keep-privileges`: no capability dropped, no seccomp filter after the attach.
+    pub keep_privileges: bool,
     /// `--device` as given (recorded in the trace header's filters).
     pub devices: Vec<String>,
     /// The whole disks to trace, from `devices` (empty: all): a bio-based device given there is
@@ -501,6 +510,7 @@ impl Args {
             halves: !self.whole_records,
             files: self.files,
             btf: self.btf.clone(),
+            keep_privileges: self.keep_privileges,
         })
     }
 }

@@ -12,6 +12,7 @@ pub mod kernel;
 pub mod metrics;
 pub mod named;
 pub mod outdir;
+pub mod privs;
 pub mod probe;
 pub mod recorder;
 pub mod ringread;

@@ -52,11 +52,7 @@ pub fn privileged() -> bool {
     let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
         return false;
     };
-    let cap_eff = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .unwrap_or(0);
+    let cap_eff = crate::privs::ThreadStatus::parse(&status).effective;
     cap_eff & (1 << CAP_SYS_ADMIN) != 0
         || (cap_eff & (1 << CAP_BPF) != 0 && cap_eff & (1 << CAP_PERFMON) != 0)
 }
@@ -586,6 +582,15 @@ impl Probe {
             lost_unnamed: sums[Counter::LostUnnamed as usize],
             programs,
         })
+    }
+
+    /// Whether a read of the probe's counters goes through now ([`crate::privs`] asks with
+    /// and without `CAP_BPF`).
+    pub fn maps_readable(&self) -> bool {
+        self.ebpf
+            .map(MAP_COUNTERS)
+            .and_then(|m| PerCpuArray::<_, u64>::try_from(m).ok())
+            .is_some_and(|a| a.get(&0, 0).is_ok())
     }
 
     /// The exact aggregates so far, of both epoch parities (see [`Cuts::rotation`]).

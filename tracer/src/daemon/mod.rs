@@ -166,6 +166,7 @@ pub async fn run(cfg: Config) -> Result<u8> {
         run.out = Some(out);
     }
     run.begin()?;
+    crate::privs::after_attach(&run.probe, &run.cfg);
     let mut asks = match listener {
         Some(l) => Some(run.serve_metrics(l)?),
         None => None,
