@@ -3,7 +3,8 @@
 //! move exactly as /proc/diskstats does; the histograms' p99 must agree with the report of
 //! the trace recorded alongside within the buckets' stated error.
 
-use std::io::Write;
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

@@ -82,7 +82,7 @@ fn dirs_written_later(cfg: &Config) -> Vec<PathBuf> {
         });
     }
     if let Some(f) = &cfg.flight_recorder {
-        dirs.push(f.dir.clone());
+        dirs.push(f.dir.path().to_path_buf());
     }
     dirs
 }
