@@ -951,6 +951,91 @@ fn sighup_ends_the_run_cleanly_and_sigusr2_is_ignored() {
 }
 
 #[test]
+fn a_filling_disk_with_keep_deletes_the_oldest_files_and_the_run_goes_on() {
+    // Unmounted also when an assertion fails.
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        #[expect(
+            clippy::let_underscore_must_use,
+            reason = "best-effort cleanup on drop (also when a test fails): nothing to report to"
+        )]
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let dir = TestDir::new();
+    let dev = Scratch::new("filling", 512, false, true);
+    let mnt = dir.join("small");
+    std::fs::create_dir_all(&mnt).unwrap();
+    sh(&format!(
+        "mount -t tmpfs -o size=16m tmpfs {}",
+        mnt.display()
+    ));
+    let _unmount = Unmount(mnt.clone());
+    let out = mnt.join("db.blkp").display().to_string();
+    let t = Tracer::start(&[
+        "--device",
+        &dev.name,
+        "--output",
+        &out,
+        "--quiet",
+        "--interval",
+        "200ms",
+        "--rotate-size",
+        "512K",
+        "--keep",
+        "100",
+        "--duration",
+        "10s",
+    ]);
+    let path = dev.path.clone();
+    let io = std::thread::spawn(move || {
+        fio(&[
+            "--name=filling",
+            &format!("--filename={path}"),
+            "--rw=randread",
+            "--bs=4k",
+            "--direct=1",
+            "--ioengine=libaio",
+            "--iodepth=16",
+            "--runtime=8",
+            "--time_based",
+        ]);
+    });
+    // Something else fills the file system while the tracer writes.
+    std::thread::sleep(Duration::from_secs(2));
+    let used: u64 = rotated_in(&mnt)
+        .iter()
+        .map(|p| std::fs::metadata(p).map_or(0, |m| m.len()))
+        .sum();
+    let filler_mb = 13u64.saturating_sub(used / (1 << 20)).max(1);
+    sh(&format!(
+        "dd if=/dev/zero of={} bs=1M count={filler_mb} status=none",
+        mnt.join("filler").display()
+    ));
+    io.join().unwrap();
+    let f = t.wait_or_stop();
+    assert!(f.status.success(), "{}", f.stderr);
+    assert!(
+        f.stderr.contains("deleting the oldest kept file"),
+        "{}",
+        f.stderr
+    );
+    assert!(!f.stderr.contains("disk full"), "{}", f.stderr);
+    let left = rotated_in(&mnt);
+    assert!(left.len() >= 2, "{left:?}");
+    for p in &left {
+        assert_eq!(Trace::read(p).ending, Ending::Complete, "{}", p.display());
+    }
+    let last = left.last().unwrap();
+    assert_eq!(
+        Trace::read(last).trailer.as_ref().unwrap().reason,
+        "duration",
+        "the run went on to its end"
+    );
+}
+
+#[test]
 fn disk_full_stops_cleanly_and_keeps_what_was_written() {
     // Unmounted also when an assertion fails.
     struct Unmount(std::path::PathBuf);

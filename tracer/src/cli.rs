@@ -76,7 +76,9 @@ pub struct Args {
     /// Continuous mode: start a new trace file after this long (e.g. 1h).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub rotate_time: Option<Duration>,
-    /// Continuous mode: keep only the newest N trace files (older ones are deleted).
+    /// Continuous mode: keep only the newest N trace files (older ones are deleted), counting
+    /// earlier runs' files of the same name. When the disk fills (something else writing), the
+    /// oldest go early, never the open one.
     #[arg(long, value_name = "N")]
     pub keep: Option<usize>,
     /// Kernel ring buffer memory (power of two, at least 4K). Larger rides out longer stalls.

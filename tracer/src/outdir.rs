@@ -189,6 +189,15 @@ impl OutDir {
         }
     }
 
+    /// The bytes an unprivileged writer may still write on its file system.
+    pub fn free_bytes(&self) -> Option<u64> {
+        // SAFETY: all-zero is a valid `statvfs`.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid descriptor and out-pointer for the call's duration.
+        retry(|| unsafe { libc::fstatvfs(self.fd.as_raw_fd(), &raw mut st) }).ok()?;
+        Some(st.f_bavail.saturating_mul(st.f_frsize))
+    }
+
     /// The names in the directory (unreadable entries left out).
     pub fn names(&self) -> io::Result<Vec<std::ffi::OsString>> {
         // Through /proc/self/fd so that the listing is of the directory held, even if its

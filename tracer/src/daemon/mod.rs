@@ -61,6 +61,8 @@ pub(super) struct Run {
     out: Option<OutFiles>,
     /// The next file could not be created: no rotation before this instant.
     rotation_retry: Option<std::time::Instant>,
+    /// The open file's size at the last interval's end (`--keep`'s margin).
+    written_at_last_tick: u64,
     /// The trace files `--keep` counts, oldest first (earlier runs' included).
     files: VecDeque<std::ffi::OsString>,
     /// Per file: header written at open.
@@ -238,6 +240,7 @@ impl Run {
             seq: 0,
             out: None,
             rotation_retry: None,
+            written_at_last_tick: 0,
             files: VecDeque::new(),
             header: TraceHeader::default(),
             received: Vec::new(),
@@ -415,6 +418,7 @@ impl Run {
                     // The interval holds every record completed before its end.
                     drain_ring(ring.get_mut(), self);
                     self.end_interval(iv);
+                    self.keep_room();
                     if self.rotation_due() && self.write_error.is_none() {
                         // A failure has said why and set the stop reason.
                         let _failed = self.rotate(ring.get_mut(), asks).await.is_err();

@@ -482,6 +482,36 @@ impl Run {
         }
     }
 
+    /// With `--keep`, room before the disk fills: while the output's file system has less
+    /// free than a margin (the write buffer twice, and four intervals of the trace at the
+    /// last one's rate), the oldest kept files go early (never the open one), so that the
+    /// trace's writes do not fail. Called at each interval's end.
+    pub(super) fn keep_room(&mut self) {
+        let written = self.output.as_ref().map_or(0, |o| o.writer.bytes_written());
+        let rate = written.saturating_sub(self.written_at_last_tick);
+        self.written_at_last_tick = written;
+        let (Some(_), Some(out)) = (self.cfg.keep, &self.out) else {
+            return;
+        };
+        let margin = (2 << 20) + 4 * rate;
+        while self.files.len() > 1 {
+            let Some(free) = out.dir.free_bytes() else {
+                return;
+            };
+            if free >= margin {
+                return;
+            }
+            let Some(old) = self.files.pop_front() else {
+                return;
+            };
+            eprintln!(
+                "blkprof-trace: {free} bytes free beside the trace: deleting the oldest kept file {} early",
+                out.dir.join(&old).display()
+            );
+            remove_files(&out.dir, &[old]);
+        }
+    }
+
     /// `--keep`: the oldest files beyond it (this run's and earlier runs' of the same name
     /// pattern), taken off the list, to delete.
     pub(super) fn beyond_keep(&mut self) -> Vec<OsString> {
