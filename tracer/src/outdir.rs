@@ -172,9 +172,18 @@ impl OutDir {
     pub fn rename_new(&self, from: &OsStr, to: &OsStr) -> io::Result<()> {
         let (f, t) = (c_name(from)?, c_name(to)?);
         let fd = self.fd.as_raw_fd();
+        // The system call itself: the static (musl) build's C library has no wrapper for it.
         // SAFETY: valid descriptors and names for the call's duration.
         let r = retry(|| unsafe {
-            libc::renameat2(fd, f.as_ptr(), fd, t.as_ptr(), libc::RENAME_NOREPLACE)
+            let r = libc::syscall(
+                libc::SYS_renameat2,
+                fd,
+                f.as_ptr(),
+                fd,
+                t.as_ptr(),
+                libc::RENAME_NOREPLACE,
+            );
+            libc::c_int::try_from(r).unwrap_or(-1)
         });
         match r {
             Ok(_) => Ok(()),
