@@ -950,19 +950,21 @@ fn sighup_ends_the_run_cleanly_and_sigusr2_is_ignored() {
     assert_exact(&trace, &dev, &delta(&before, &after));
 }
 
+/// A mount undone on drop, also when an assertion fails.
+struct Unmount(std::path::PathBuf);
+
+impl Drop for Unmount {
+    #[expect(
+        clippy::let_underscore_must_use,
+        reason = "best-effort cleanup on drop (also when a test fails): nothing to report to"
+    )]
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
 #[test]
 fn a_filling_disk_with_keep_deletes_the_oldest_files_and_the_run_goes_on() {
-    // Unmounted also when an assertion fails.
-    struct Unmount(std::path::PathBuf);
-    impl Drop for Unmount {
-        #[expect(
-            clippy::let_underscore_must_use,
-            reason = "best-effort cleanup on drop (also when a test fails): nothing to report to"
-        )]
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("umount").arg(&self.0).status();
-        }
-    }
     let dir = TestDir::new();
     let dev = Scratch::new("filling", 512, false, true);
     let mnt = dir.join("small");
@@ -1037,17 +1039,6 @@ fn a_filling_disk_with_keep_deletes_the_oldest_files_and_the_run_goes_on() {
 
 #[test]
 fn disk_full_stops_cleanly_and_keeps_what_was_written() {
-    // Unmounted also when an assertion fails.
-    struct Unmount(std::path::PathBuf);
-    impl Drop for Unmount {
-        #[expect(
-            clippy::let_underscore_must_use,
-            reason = "best-effort cleanup on drop (also when a test fails): nothing to report to"
-        )]
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("umount").arg(&self.0).status();
-        }
-    }
     let dir = TestDir::new();
     let dev = Scratch::new("full", 512, false, true);
     let mnt = dir.join("tiny");
